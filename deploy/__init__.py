@@ -1,0 +1,1 @@
+"""Starting, watching and stopping federations; the `protofed` command."""

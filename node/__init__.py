@@ -1,0 +1,1 @@
+"""One federation node: config, data, models, algorithms, transport and the round loop."""

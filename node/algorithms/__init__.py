@@ -1,0 +1,1 @@
+"""Learning algorithms behind one interface, picked by name."""

@@ -1,0 +1,1 @@
+"""NetworkX builders that decide who sends to whom."""
