@@ -1,0 +1,173 @@
+"""The `protofed` command: start, watch, summarise and stop federations."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from deploy import local
+from deploy.plan import new_run_id, pick_ports, plan_local, write_plan
+from deploy.report import format_table, summarize
+from node.config import load
+from node.errors import ConfigError, ProtofedError
+
+log = logging.getLogger("protofed")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="protofed", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    up = commands.add_parser("up", help="start a federation and wait for it to finish")
+    up.add_argument("-c", "--config", required=True, help="federation TOML file")
+    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key for this run, e.g. --set topology.kind=ring")
+    up.add_argument("--backend", choices=("local", "docker"), help="overrides deploy.backend")
+    up.add_argument("--run-id", help="name of the results folder (default <name>-<time>)")
+
+    down = commands.add_parser("down", help="stop running local federations")
+    down.add_argument("run_id", nargs="?", help="only this run (default: every running one)")
+    down.add_argument("--results-dir", default="results", help="where runs are recorded")
+
+    status = commands.add_parser("status", help="list running federations and their nodes")
+    status.add_argument("--results-dir", default="results", help="where runs are recorded")
+
+    report = commands.add_parser("report", help="print the table of a finished run")
+    report.add_argument("run_dir", help="results/<run-id> folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return {"up": cmd_up, "down": cmd_down, "status": cmd_status,
+                "report": cmd_report}[args.command](args)
+    except ProtofedError as exc:
+        print(f"protofed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    overrides = tuple(args.set) + ((f"deploy.backend={args.backend}",) if args.backend else ())
+    config = load(args.config, overrides)
+    if config.deploy.backend != "local":
+        raise ConfigError(f"{args.config}: deploy.backend = {config.deploy.backend!r} is not "
+                          "available in this version; use \"local\"")
+    run_id = args.run_id or new_run_id(config)
+    plan = plan_local(config, Path(args.config), overrides, run_id, pick_ports(config))
+    try:
+        peers_path = write_plan(plan, config)
+    except FileExistsError:
+        raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
+                          "--run-id") from None
+    print(f"protofed: run {run_id}: {config.nodes} {config.algorithm} nodes on "
+          f"{config.topology.kind} topology, {config.rounds} rounds, results in "
+          f"{plan.results_dir}", file=sys.stderr)
+    run = local.start(plan, peers_path)
+    progress = Progress(config.rounds)
+    try:
+        local.watch(run, progress.show)
+    except KeyboardInterrupt:
+        progress.finish()
+        print("protofed: interrupted, stopping every node", file=sys.stderr)
+        local.stop(run)
+        _write_summary(plan, config, run)
+        return 130
+    progress.finish()
+    summary = _write_summary(plan, config, run)
+    print(format_table(summary))
+    failed = [n for n in summary["nodes"] if n["status"] != "finished"]
+    for row in failed:
+        node_id = row["node"]
+        print(f"\nnode {node_id} did not finish (exit code {run.exit_codes.get(node_id)}, "
+              f"status {row['status']}); last lines of its log:", file=sys.stderr)
+        print(local.log_tail(plan.results_dir, node_id), file=sys.stderr)
+    print(f"\nresults: {plan.results_dir}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _write_summary(plan, config, run) -> dict:
+    summary = summarize(plan.results_dir, plan.run_id, config.nodes, {
+        "config_digest": config.digest(), "algorithm": config.algorithm,
+        "topology": config.topology.kind, "rounds": config.rounds,
+        "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())}})
+    (plan.results_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+class Progress:
+    """Rounds done per node on one terminal line (or a line per change when not a tty)."""
+
+    def __init__(self, rounds: int) -> None:
+        self.rounds = rounds
+        self.tty = sys.stderr.isatty()
+        self.last = ""
+
+    def show(self, results: list[dict]) -> None:
+        cells = [f"{r['node']}:{_state(r, self.rounds)}" for r in results]
+        done = sum(r.get("rounds_done", 0) for r in results)
+        text = f"rounds {done}/{self.rounds * len(results)}  " + " ".join(cells)
+        if text == self.last:
+            return
+        self.last = text
+        if self.tty:
+            print("\r" + text.ljust(100), end="", file=sys.stderr, flush=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        if self.tty and self.last:
+            print(file=sys.stderr)
+
+
+def _state(result: dict, rounds: int) -> str:
+    status = result.get("status", "missing")
+    if status in ("running", "finished"):
+        return f"{result.get('rounds_done', 0)}/{rounds}"
+    return {"missing": "wait", "starting": "init"}.get(status, status)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    runs = local.running_runs(Path(args.results_dir))
+    if args.run_id:
+        runs = [r for r in runs if r["run_id"] == args.run_id]
+    if not runs:
+        print("protofed: no running federation found"
+              + (f" named {args.run_id}" if args.run_id else "")
+              + f" under {args.results_dir}", file=sys.stderr)
+        return 1 if args.run_id else 0
+    for run in runs:
+        local.stop_pids(run["alive"])
+        print(f"protofed: stopped {run['run_id']} ({len(run['alive'])} node processes)")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    runs = local.running_runs(Path(args.results_dir))
+    if not runs:
+        print("no running federations")
+        return 0
+    for run in runs:
+        print(f"{run['run_id']}  backend={run['backend']}  nodes alive: "
+              f"{', '.join(sorted(run['alive'], key=int))}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    path = Path(args.run_dir) / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read a run summary: {exc}") from None
+    print(format_table(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The local backend: one node process per node on this machine, watched until done."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deploy.plan import Plan
+from deploy.report import read_node_results
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = "run.json"
+
+
+@dataclass
+class LocalRun:
+    """Running node processes of one federation."""
+
+    plan: Plan
+    processes: dict[int, subprocess.Popen] = field(default_factory=dict)
+    exit_codes: dict[int, int] = field(default_factory=dict)
+
+
+def node_command(plan: Plan, node_id: int, peers_path: Path) -> list[str]:
+    """The command line that starts one node process."""
+    command = [sys.executable, "-m", "node", "--config", str(plan.config_path),
+               "--node-id", str(node_id), "--peers", str(peers_path),
+               "--results", str(plan.results_dir), "--local-nodes", str(len(plan.nodes))]
+    for item in plan.overrides:
+        command += ["--set", item]
+    return command
+
+
+def start(plan: Plan, peers_path: Path) -> LocalRun:
+    """Start every node process, each in its own session with its log file."""
+    run = LocalRun(plan)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        for spec in plan.nodes:
+            log_path = plan.results_dir / "logs" / f"node-{spec.node_id}.log"
+            with open(log_path, "wb") as log_file:
+                run.processes[spec.node_id] = subprocess.Popen(
+                    node_command(plan, spec.node_id, peers_path), stdout=log_file,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                    start_new_session=True)
+    except OSError:
+        stop(run)
+        raise
+    write_run_file(run, "running")
+    return run
+
+
+def write_run_file(run: LocalRun, status: str) -> None:
+    """Record pids and status so `protofed down` and `status` can find the run."""
+    document = {"run_id": run.plan.run_id, "backend": "local", "status": status,
+                "pids": {str(i): p.pid for i, p in run.processes.items()},
+                "exit_codes": {str(i): c for i, c in run.exit_codes.items()},
+                "nodes": len(run.plan.nodes)}
+    (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
+
+
+def watch(run: LocalRun, on_progress: Callable[[list[dict]], None],
+          interval: float = 0.5) -> None:
+    """Wait for every node process to exit, reporting progress from their result files."""
+    nodes = len(run.plan.nodes)
+    while len(run.exit_codes) < nodes:
+        for node_id, process in run.processes.items():
+            code = process.poll()
+            if code is not None and node_id not in run.exit_codes:
+                run.exit_codes[node_id] = code
+                if code != 0:
+                    log.warning("node %d exited with code %d", node_id, code)
+        on_progress(read_node_results(run.plan.results_dir, nodes))
+        if len(run.exit_codes) < nodes:
+            time.sleep(interval)
+    write_run_file(run, "finished")
+
+
+def stop(run: LocalRun, grace: float = 5.0) -> None:
+    """SIGTERM every live node, then SIGKILL whatever is left after `grace` seconds."""
+    live = [p for p in run.processes.values() if p.poll() is None]
+    for process in live:
+        _signal_group(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in live:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait()
+    for node_id, process in run.processes.items():
+        run.exit_codes.setdefault(node_id, process.returncode)
+    write_run_file(run, "stopped")
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def log_tail(results_dir: Path, node_id: int, lines: int = 15) -> str:
+    """The last lines of a node's log, for reporting a failure."""
+    path = results_dir / "logs" / f"node-{node_id}.log"
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def running_runs(results_root: Path) -> list[dict]:
+    """Run files under `results_root` whose processes are still alive."""
+    found = []
+    for run_file in sorted(results_root.glob(f"*/{RUN_FILE}")):
+        try:
+            document = json.loads(run_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if document.get("backend") != "local":
+            continue
+        alive = {i: pid for i, pid in document.get("pids", {}).items() if _alive(pid)}
+        if alive:
+            found.append({**document, "alive": alive, "dir": str(run_file.parent)})
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _is_node_process(pid)
+
+
+def _is_node_process(pid: int) -> bool:
+    """Guard against a recycled pid: the process must be one of our node processes."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: trust the pid
+    return b"node" in cmdline and b"--node-id" in cmdline
+
+
+def stop_pids(pids: dict[str, int], grace: float = 5.0) -> None:
+    """Stop the node processes of a run found on disk (used by `protofed down`)."""
+    for pid in pids.values():
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(p) for p in pids.values()):
+        time.sleep(0.1)
+    for pid in pids.values():
+        if _alive(pid):
+            _signal_group(pid, signal.SIGKILL)

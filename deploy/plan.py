@@ -1,0 +1,93 @@
+"""Pure planning: which nodes run where, with which addresses, before anything starts."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.config import FederationConfig, build_graph
+from node.errors import ConfigError
+from topology import in_neighbours, out_neighbours
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of a planned federation."""
+
+    node_id: int
+    bind: str
+    address: str
+    in_neighbours: tuple[int, ...]
+    out_neighbours: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A federation ready to start: its run id, files and nodes."""
+
+    run_id: str
+    config_path: Path
+    overrides: tuple[str, ...]
+    results_dir: Path
+    nodes: tuple[NodeSpec, ...]
+
+    def peers_document(self) -> dict:
+        """The peers file every node reads: where each node binds and is reached."""
+        return {"bind": {str(n.node_id): n.bind for n in self.nodes},
+                "connect": {str(n.node_id): n.address for n in self.nodes}}
+
+
+def new_run_id(config: FederationConfig, now: datetime.datetime | None = None) -> str:
+    """`<name>-<UTC timestamp>`, unique per second and sortable."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return f"{config.name}-{now:%Y%m%d-%H%M%S}"
+
+
+def plan_local(config: FederationConfig, config_path: Path, overrides: tuple[str, ...],
+               run_id: str, ports: list[int]) -> Plan:
+    """Every node on `deploy.host`, node i on ports[i]."""
+    if len(ports) != config.nodes:
+        raise ConfigError(f"need {config.nodes} ports, got {len(ports)}")
+    graph = build_graph(config)
+    host = config.deploy.host
+    specs = tuple(
+        NodeSpec(node_id=i, bind=f"tcp://{host}:{port}", address=f"tcp://{host}:{port}",
+                 in_neighbours=tuple(in_neighbours(graph, i)),
+                 out_neighbours=tuple(out_neighbours(graph, i)))
+        for i, port in enumerate(ports))
+    results = Path(config.deploy.results_dir) / run_id
+    return Plan(run_id=run_id, config_path=config_path.resolve(), overrides=overrides,
+                results_dir=results, nodes=specs)
+
+
+def pick_ports(config: FederationConfig) -> list[int]:
+    """deploy.base_port + i, or ports the OS reports free right now when base_port is 0."""
+    if config.deploy.base_port:
+        return [config.deploy.base_port + i for i in range(config.nodes)]
+    sockets = []
+    try:
+        for _ in range(config.nodes):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((config.deploy.host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    except OSError as exc:
+        raise ConfigError(f"deploy.host {config.deploy.host!r}: cannot bind: {exc}") from None
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def write_plan(plan: Plan, config: FederationConfig) -> Path:
+    """Create the run directory with the peers file and the resolved config; return peers path."""
+    plan.results_dir.mkdir(parents=True, exist_ok=False)
+    (plan.results_dir / "logs").mkdir()
+    peers = plan.results_dir / "peers.json"
+    peers.write_text(json.dumps(plan.peers_document(), indent=1))
+    (plan.results_dir / "config.json").write_text(json.dumps(
+        {"source": str(plan.config_path), "overrides": list(plan.overrides),
+         "digest": config.digest(), "config": config.to_dict()}, indent=1))
+    return peers

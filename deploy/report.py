@@ -1,0 +1,90 @@
+"""Read node result files into one summary and format the end-of-run table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def read_node_results(results_dir: Path, nodes: int) -> list[dict[str, Any]]:
+    """Every node's JSON result; a node that wrote none (or garbage) gets a 'missing' stub."""
+    out = []
+    for node_id in range(nodes):
+        path = results_dir / f"node-{node_id}.json"
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            out.append({"node": node_id, "status": "missing", "rounds": [], "rounds_done": 0})
+    return out
+
+
+def final_metrics(result: dict[str, Any], split: str) -> dict[str, float | None]:
+    """The last recorded round's accuracy and F1 on `split` (local_test or global_test)."""
+    rounds = result.get("rounds") or []
+    if not rounds:
+        return {"accuracy": None, "f1": None}
+    return dict(rounds[-1][split])
+
+
+def summarize(results_dir: Path, run_id: str, nodes: int,
+              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One summary of a run: per-node bytes and final metrics, plus totals and means."""
+    rows = []
+    for result in read_node_results(results_dir, nodes):
+        global_ = final_metrics(result, "global_test")
+        local = final_metrics(result, "local_test")
+        rows.append({
+            "node": result["node"], "status": result.get("status", "missing"),
+            "in_neighbours": result.get("in_neighbours", []),
+            "out_neighbours": result.get("out_neighbours", []),
+            "rounds_done": result.get("rounds_done", 0),
+            "bytes_sent": result.get("bytes_sent", 0),
+            "bytes_received": result.get("bytes_received", 0),
+            "global_f1": global_["f1"], "global_accuracy": global_["accuracy"],
+            "local_f1": local["f1"], "local_accuracy": local["accuracy"],
+            "elapsed_seconds": result.get("elapsed_seconds"),
+            "dropped_messages": len(result.get("dropped_messages", [])),
+            "error": result.get("error"),
+        })
+    finished = [r for r in rows if r["global_f1"] is not None]
+    summary = {
+        "run_id": run_id, "nodes": rows,
+        "totals": {"bytes_sent": sum(r["bytes_sent"] for r in rows),
+                   "bytes_received": sum(r["bytes_received"] for r in rows)},
+        "mean_global_f1": _mean([r["global_f1"] for r in finished]),
+        "mean_global_accuracy": _mean([r["global_accuracy"] for r in finished]),
+        "failed_nodes": [r["node"] for r in rows if r["status"] != "finished"],
+    }
+    summary.update(extra or {})
+    return summary
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """A fixed-width table: one row per node, then the totals."""
+    header = ("node", "out/in", "bytes sent", "bytes received", "F1 global", "acc global",
+              "F1 local", "status")
+    rows = [(str(r["node"]), f"{len(r['out_neighbours'])}/{len(r['in_neighbours'])}",
+             f"{r['bytes_sent']:,}", f"{r['bytes_received']:,}", _fmt(r["global_f1"]),
+             _fmt(r["global_accuracy"]), _fmt(r["local_f1"]), r["status"])
+            for r in summary["nodes"]]
+    totals = summary["totals"]
+    rows.append(("total", "", f"{totals['bytes_sent']:,}", f"{totals['bytes_received']:,}",
+                 _fmt(summary["mean_global_f1"]), _fmt(summary["mean_global_accuracy"]),
+                 "(mean)", ""))
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(row: tuple[str, ...]) -> str:
+        return "  ".join(cell.rjust(w) if i and i < 7 else cell.ljust(w)
+                         for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule, *map(line, rows[:-1]), rule, line(rows[-1])])

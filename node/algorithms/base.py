@@ -1,0 +1,84 @@
+"""The contract every learning algorithm fulfils; the round loop knows nothing more."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from node.config import FederationConfig
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What travels for one message kind: named tensors and integer metadata."""
+
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeData:
+    """One node's tensors: local train/test shares and the federation's global test set."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    global_x: torch.Tensor
+    global_y: torch.Tensor
+    num_classes: int
+
+    @property
+    def in_channels(self) -> int:
+        return int(self.train_x.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        return int(self.train_x.shape[-1])
+
+
+Updates = Mapping[int, Mapping[str, Payload]]
+
+
+class Algorithm(abc.ABC):
+    """Local training, what to send, how to aggregate, how to predict.
+
+    Args:
+        config: the validated federation config.
+        data: this node's data.
+        device: where tensors and models live.
+        node_id: this node's id, for per-node randomness.
+    """
+
+    name: ClassVar[str]
+    kinds: ClassVar[tuple[str, ...]]  # the payload kinds sent every round, e.g. ("model",)
+
+    def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
+                 node_id: int) -> None:
+        self.config = config
+        self.data = data
+        self.device = device
+        self.node_id = node_id
+
+    @abc.abstractmethod
+    def train_round(self, round_: int) -> dict[str, float]:
+        """Train locally for one round; return scalar statistics (losses, weights)."""
+
+    @abc.abstractmethod
+    def payload(self) -> dict[str, Payload]:
+        """What this node sends to its out-neighbours this round, by kind."""
+
+    @abc.abstractmethod
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+        """Combine this node's payload with the in-neighbours' that arrived (by peer id).
+
+        Returns the peers whose update was malformed for this algorithm and left out.
+        """
+
+    @abc.abstractmethod
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Class predictions for a batch of inputs."""

@@ -1,0 +1,122 @@
+"""Pieces several algorithms share: model choice, batching, optimisers, payload checks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+
+import torch
+from torch import nn
+
+from node.algorithms.base import NodeData, Payload
+from node.config import FederationConfig
+from node.errors import ProtocolError
+from node.models import (DEFAULT_EMBEDDING_DIM, STUDENT_CNN_CHANNELS, TEACHER_CNN_CHANNELS,
+                         build_model)
+
+log = logging.getLogger(__name__)
+
+# The paper's teacher/student pairs (section IV); "auto" in [model] picks these.
+PAPER_PAIRS = {
+    "mnist": ("cnn", "cnn"),
+    "fashion_mnist": ("cnn", "cnn"),
+    "cifar10": ("resnet18", "resnet8"),
+    "cifar100": ("resnet32", "resnet18"),
+}
+
+
+def build_role(config: FederationConfig, data: NodeData, role: str) -> nn.Module:
+    """Build the teacher or the student that [model] describes for this dataset."""
+    teacher_arch, student_arch = PAPER_PAIRS[config.data.dataset]
+    m = config.model
+    arch = (m.teacher if role == "teacher" else m.student)
+    if arch == "auto":
+        arch = teacher_arch if role == "teacher" else student_arch
+    channels = list(m.teacher_channels if role == "teacher" else m.student_channels) or None
+    if channels is None and arch == "cnn":
+        channels = list(TEACHER_CNN_CHANNELS if role == "teacher" else STUDENT_CNN_CHANNELS)
+    return build_model(arch, in_channels=data.in_channels, image_size=data.image_size,
+                       num_classes=data.num_classes,
+                       embedding_dim=m.embedding_dim or DEFAULT_EMBEDDING_DIM, channels=channels)
+
+
+def sgd(model: nn.Module, config: FederationConfig) -> torch.optim.Optimizer:
+    """SGD with the [train] learning rate, momentum and weight decay."""
+    t = config.train
+    return torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum,
+                           weight_decay=t.weight_decay)
+
+
+def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int,
+            generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Shuffled mini-batches, reproducible through `generator`."""
+    order = torch.randperm(len(x), generator=generator)
+    for start in range(0, len(x), batch_size):
+        index = order[start:start + batch_size].to(x.device)
+        yield x[index], y[index]
+
+
+def round_generator(config: FederationConfig, node_id: int, round_: int) -> torch.Generator:
+    """A generator seeded by federation seed, node and round, so reruns shuffle alike."""
+    return torch.Generator().manual_seed(config.seed * 1_000_003 + node_id * 10_007 + round_)
+
+
+@torch.no_grad()
+def embed_all(model: nn.Module, x: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """The model's embeddings for every input, computed in eval mode."""
+    model.eval()
+    parts = [model(x[start:start + batch_size])[1] for start in range(0, len(x), batch_size)]
+    return torch.cat(parts) if parts else x.new_zeros((0, 0))
+
+
+def state_payload(model: nn.Module, samples: int) -> Payload:
+    """A model's state dict, detached on the CPU, with its training sample count."""
+    state = {name: t.detach().cpu() for name, t in model.state_dict().items()}
+    return Payload(tensors=state, meta={"samples": samples})
+
+
+def checked_state(reference: Mapping[str, torch.Tensor], payload: Payload) -> tuple[dict, int]:
+    """A received model's tensors and weight, after checking names and shapes match ours."""
+    tensors = payload.tensors
+    if set(tensors) != set(reference):
+        raise ProtocolError("model parameters differ from this node's model: "
+                            f"{sorted(set(tensors) ^ set(reference))[:3]}")
+    for name, ref in reference.items():
+        if tuple(tensors[name].shape) != tuple(ref.shape):
+            raise ProtocolError(f"parameter {name} has shape {tuple(tensors[name].shape)}, "
+                                f"expected {tuple(ref.shape)}")
+    samples = payload.meta.get("samples", 0)
+    if samples < 1:
+        raise ProtocolError(f"model weight 'samples' must be >= 1, got {samples}")
+    return {name: tensors[name].to(ref.dtype) for name, ref in reference.items()}, samples
+
+
+def prototype_payload(prototypes: torch.Tensor, counts: torch.Tensor) -> Payload:
+    """Only the rows of classes seen locally travel, with their ids and sample counts."""
+    classes = torch.nonzero(counts > 0).flatten()
+    return Payload(tensors={"prototypes": prototypes[classes].detach().cpu(),
+                            "classes": classes.to(torch.int64).cpu(),
+                            "counts": counts[classes].to(torch.int64).cpu()})
+
+
+def checked_prototypes(payload: Payload, num_classes: int,
+                       dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Expand a received prototype payload to dense (prototypes [C, D], counts [C])."""
+    t = payload.tensors
+    if set(t) != {"prototypes", "classes", "counts"}:
+        raise ProtocolError(f"prototype payload has tensors {sorted(t)}")
+    protos, classes, counts = t["prototypes"], t["classes"], t["counts"]
+    k = classes.shape[0] if classes.dim() == 1 else -1
+    if (k < 0 or tuple(protos.shape) != (k, dim) or tuple(counts.shape) != (k,)
+            or classes.is_floating_point() or counts.is_floating_point()):
+        raise ProtocolError(f"prototype payload shapes {tuple(protos.shape)}, "
+                            f"{tuple(classes.shape)}, {tuple(counts.shape)} do not fit "
+                            f"{num_classes} classes of dimension {dim}")
+    if k and (int(classes.min()) < 0 or int(classes.max()) >= num_classes
+              or len(set(classes.tolist())) != k or int(counts.min()) < 1):
+        raise ProtocolError("prototype classes out of range, repeated, or with counts < 1")
+    dense = torch.zeros(num_classes, dim, dtype=torch.float32)
+    dense_counts = torch.zeros(num_classes, dtype=torch.int64)
+    dense[classes] = protos.to(torch.float32)
+    dense_counts[classes] = counts.to(torch.int64)
+    return dense, dense_counts

@@ -1,0 +1,122 @@
+"""ProFe: teacher/student distillation, class prototypes and 16-bit exchange (paper 002, III).
+
+Each node trains a large local teacher and a small student. Only the student's weights and
+the student's class prototypes (with class counts) travel; the teacher never leaves the
+node. The distillation weight alpha_s halves after every round and becomes 0 below its
+limit (III-A1), after which the teacher is neither trained nor run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import torch
+
+from node.aggregation import aggregate_prototypes, local_prototypes, nearest_prototype, weighted_mean
+from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.algorithms.common import (batches, build_role, checked_prototypes, checked_state,
+                                    embed_all, prototype_payload, round_generator, sgd,
+                                    state_payload)
+from node.config import FederationConfig
+from node.errors import ProtocolError
+from node.losses import decayed_weight, student_loss, teacher_loss
+
+log = logging.getLogger(__name__)
+
+
+class ProFe(Algorithm):
+    """The ProFe trainer behind the common algorithm interface."""
+
+    name = "profe"
+    kinds = ("model", "prototypes")
+
+    def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
+                 node_id: int) -> None:
+        super().__init__(config, data, device, node_id)
+        torch.manual_seed(config.seed)  # every node starts from the same weights
+        self.teacher = build_role(config, data, "teacher").to(device)
+        self.student = build_role(config, data, "student").to(device)
+        self.teacher_optimizer = sgd(self.teacher, config)
+        self.student_optimizer = sgd(self.student, config)
+        self.alpha_s = config.train.alpha_s
+        dim = self.student.classifier.in_features
+        self.global_prototypes = torch.zeros(data.num_classes, dim, device=device)
+        self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)
+        self.local_prototypes = torch.zeros(data.num_classes, dim)
+        self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
+
+    def train_round(self, round_: int) -> dict[str, float]:
+        t = self.config.train
+        generator = round_generator(self.config, self.node_id, round_)
+        use_teacher = self.alpha_s > 0.0
+        sums = {"teacher_loss": 0.0, "student_loss": 0.0}
+        steps = 0
+        self.student.train()
+        self.teacher.train(use_teacher)
+        for _ in range(t.epochs):
+            for x, y in batches(self.data.train_x, self.data.train_y, t.batch_size, generator):
+                teacher_logits = teacher_embeddings = None
+                if use_teacher:
+                    teacher_logits, teacher_embeddings = self.teacher(x)
+                    loss_t = teacher_loss(teacher_logits, teacher_embeddings, y,
+                                          self.global_prototypes, self.known, t.beta_t)
+                    self.teacher_optimizer.zero_grad()
+                    loss_t.backward()
+                    self.teacher_optimizer.step()
+                    sums["teacher_loss"] += float(loss_t)
+                    teacher_logits = teacher_logits.detach()
+                    teacher_embeddings = teacher_embeddings.detach()
+                logits, embeddings = self.student(x)
+                loss_s = student_loss(logits, embeddings, y, self.global_prototypes, self.known,
+                                      t.beta_s, self.alpha_s, teacher_logits,
+                                      teacher_embeddings, t.temperature)
+                self.student_optimizer.zero_grad()
+                loss_s.backward()
+                self.student_optimizer.step()
+                sums["student_loss"] += float(loss_s)
+                steps += 1
+        embeddings = embed_all(self.student, self.data.train_x, t.eval_batch_size)
+        protos, counts = local_prototypes(embeddings.cpu(), self.data.train_y.cpu(),
+                                          self.data.num_classes)
+        self.local_prototypes, self.local_counts = protos, counts
+        stats = {key: value / max(steps, 1) for key, value in sums.items()}
+        stats["alpha_s"] = self.alpha_s
+        stats["teacher_trained"] = float(use_teacher)
+        self.alpha_s = decayed_weight(self.alpha_s, t.alpha_limit)
+        return stats
+
+    def payload(self) -> dict[str, Payload]:
+        return {"model": state_payload(self.student, len(self.data.train_y)),
+                "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
+
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+        reference = own["model"].tensors
+        states = [(reference, own["model"].meta["samples"])]
+        prototypes = [(self.local_prototypes, self.local_counts)]
+        rejected = []
+        for peer, update in sorted(received.items()):
+            try:
+                state, samples = checked_state(reference, update["model"])
+                dense = checked_prototypes(update["prototypes"], self.data.num_classes,
+                                           self.local_prototypes.shape[1])
+            except ProtocolError as exc:
+                log.warning("node %d: update from peer %d rejected: %s", self.node_id, peer, exc)
+                rejected.append(peer)
+                continue
+            states.append((state, samples))
+            prototypes.append(dense)
+        self.student.load_state_dict(weighted_mean(states))
+        global_prototypes, known = aggregate_prototypes(prototypes)
+        self.global_prototypes = global_prototypes.to(self.device)
+        self.known = known.to(self.device)
+        return rejected
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Nearest global prototype (Eq. 5) once prototypes exist, else the student's argmax."""
+        self.student.eval()
+        logits, embeddings = self.student(x)
+        if not bool(self.known.any()):
+            return logits.argmax(dim=1)
+        return nearest_prototype(embeddings, self.global_prototypes, self.known)

@@ -1,0 +1,323 @@
+"""Typed federation config: one TOML file, parsed once, validated at the entrance."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from node.errors import ConfigError
+
+TOPOLOGY_KINDS = ("fully_connected", "ring", "star", "line", "random", "small_world", "k_regular",
+                  "file")
+DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+PARTITIONS = ("iid", "classes", "dirichlet")
+CODECS = ("int16", "fp16", "fp32")
+ARCHITECTURES = ("auto", "cnn", "resnet8", "resnet18", "resnet32")
+BACKENDS = ("local", "docker")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    """Who sends to whom: a builder name and its parameters."""
+
+    kind: str = "fully_connected"
+    p: float = 0.5
+    k: int = 2
+    seed: int | None = None
+    path: str = ""
+    directed: bool = False
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which dataset, where its files are and how it is split among nodes."""
+
+    dataset: str = "mnist"
+    dir: str = ""
+    download: bool = True
+    partition: str = "iid"
+    classes_fraction: float = 0.6
+    alpha: float = 0.5
+    subset: int = 0
+    global_test_fraction: float = 0.1
+    local_train_fraction: float = 0.8
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Teacher and student architectures ("auto" picks the paper's pair for the dataset)."""
+
+    teacher: str = "auto"
+    student: str = "auto"
+    teacher_channels: list[int] = field(default_factory=list)
+    student_channels: list[int] = field(default_factory=list)
+    embedding_dim: int = 0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Local training hyper-parameters and the ProFe loss weights."""
+
+    epochs: int = 1
+    batch_size: int = 64
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    beta_t: float = 1.0
+    beta_s: float = 1.0
+    alpha_s: float = 1.0
+    alpha_limit: float = 0.1
+    temperature: float = 2.0
+    eval_batch_size: int = 1000
+    device: str = "auto"
+    threads: int = 0
+
+
+@dataclass(frozen=True)
+class ExchangeConfig:
+    """How tensors travel: codec for the model and for the prototypes."""
+
+    codec: str = "int16"
+    prototype_codec: str = ""
+    max_message_bytes: int = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TimeoutConfig:
+    """Seconds to wait for peers at start-up, in each round and at shutdown."""
+
+    startup: float = 60.0
+    round: float = 300.0
+    shutdown: float = 10.0
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """Where and how the nodes run."""
+
+    backend: str = "local"
+    host: str = "127.0.0.1"
+    base_port: int = 0
+    results_dir: str = "results"
+    cores: int = 0
+
+
+@dataclass(frozen=True)
+class FederationConfig:
+    """A whole federation, as one TOML file describes it."""
+
+    name: str = "federation"
+    nodes: int = 5
+    rounds: int = 3
+    seed: int = 42
+    algorithm: str = "profe"
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
+    deploy: DeployConfig = field(default_factory=DeployConfig)
+
+    @property
+    def prototype_codec(self) -> str:
+        """The codec for prototypes: its own setting, else the model codec."""
+        return self.exchange.prototype_codec or self.exchange.codec
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict of every value, defaults included."""
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        """A short hash of every value, to tell runs of the same config apart from others."""
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load(path: str | Path, overrides: typing.Sequence[str] = ()) -> FederationConfig:
+    """Read, override (`key.sub=value` strings) and validate a federation config file."""
+    source = str(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc}") from None
+    return from_dict(raw, source=source, overrides=overrides)
+
+
+def from_dict(raw: dict[str, Any], *, source: str = "<config>",
+              overrides: typing.Sequence[str] = ()) -> FederationConfig:
+    """Build a validated config from parsed TOML plus command-line overrides."""
+    merged = json.loads(json.dumps(raw))  # a deep copy the overrides may change
+    for item in overrides:
+        apply_override(merged, item, source)
+    config = _build(FederationConfig, merged, prefix="", source=source)
+    validate(config, source)
+    return config
+
+
+def apply_override(raw: dict[str, Any], item: str, source: str = "<config>") -> None:
+    """Set `a.b=value` in a raw dict; the value is read as TOML (bare words are strings)."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set topology.kind=ring")
+    try:
+        value = tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()
+    parts = key.split(".")
+    target = raw
+    for part in parts[:-1]:
+        target = target.setdefault(part, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"{source}: --set {key}: {part!r} is not a table")
+    target[parts[-1]] = value
+
+
+def _build(cls: type, raw: Any, *, prefix: str, source: str) -> Any:
+    """Turn a raw TOML table into the dataclass `cls`, rejecting unknown keys and wrong types."""
+    where = prefix.rstrip(".") or "top level"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: [{where}] must be a table, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - fields)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {prefix}{unknown[0]!s} "
+                          f"(known keys in {where}: {', '.join(sorted(fields))})")
+    values = {}
+    for name, value in raw.items():
+        hint = hints[name]
+        key = f"{prefix}{name}"
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, value, prefix=f"{key}.", source=source)
+        else:
+            values[name] = _coerce(value, hint, key, source)
+    return cls(**values)
+
+
+def _coerce(value: Any, hint: Any, key: str, source: str) -> Any:
+    """Check a scalar or list against its annotation; ints are accepted where floats are."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, options[0], key, source)
+    if origin is list:
+        (item_hint,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: {key} must be a list, got {value!r}")
+        return [_coerce(v, item_hint, f"{key}[{i}]", source) for i, v in enumerate(value)]
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is bool and not isinstance(value, bool):
+        raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{source}: {key} must be an integer, got {value!r}")
+    if not isinstance(value, hint):
+        raise ConfigError(f"{source}: {key} must be of type {hint.__name__}, got {value!r}")
+    return value
+
+
+def _check(ok: bool, source: str, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{source}: {key} {message}")
+
+
+def validate(config: FederationConfig, source: str = "<config>") -> None:
+    """Reject impossible values, naming the key and the file."""
+    from node.algorithms import ALGORITHMS  # the registry lives with the algorithms
+
+    c = config
+    _check(c.nodes >= 1, source, "nodes", f"must be at least 1, got {c.nodes}")
+    _check(c.rounds >= 1, source, "rounds", f"must be at least 1, got {c.rounds}")
+    _check(c.seed >= 0, source, "seed", f"must be non-negative, got {c.seed}")
+    _check(bool(c.name) and all(ch.isalnum() or ch in "-_" for ch in c.name), source, "name",
+           f"must be letters, digits, '-' or '_', got {c.name!r}")
+    _check(c.algorithm in ALGORITHMS, source, "algorithm",
+           f"must be one of {', '.join(sorted(ALGORITHMS))}, got {c.algorithm!r}")
+    _one_of(c.topology.kind, TOPOLOGY_KINDS, source, "topology.kind")
+    _check(0.0 < c.topology.p <= 1.0, source, "topology.p", f"must be in (0, 1], got {c.topology.p}")
+    _check(c.topology.k >= 1, source, "topology.k", f"must be at least 1, got {c.topology.k}")
+    _check(c.topology.kind != "file" or bool(c.topology.path), source, "topology.path",
+           "must name a graph file when topology.kind = \"file\"")
+    d = c.data
+    _one_of(d.dataset, DATASETS, source, "data.dataset")
+    _one_of(d.partition, PARTITIONS, source, "data.partition")
+    _check(0.0 < d.classes_fraction <= 1.0, source, "data.classes_fraction",
+           f"must be in (0, 1], got {d.classes_fraction}")
+    _check(d.alpha > 0.0, source, "data.alpha", f"must be positive, got {d.alpha}")
+    _check(d.subset >= 0, source, "data.subset", f"must be 0 (all) or positive, got {d.subset}")
+    _check(0.0 < d.global_test_fraction < 1.0, source, "data.global_test_fraction",
+           f"must be in (0, 1), got {d.global_test_fraction}")
+    _check(0.0 < d.local_train_fraction < 1.0, source, "data.local_train_fraction",
+           f"must be in (0, 1), got {d.local_train_fraction}")
+    m = c.model
+    _one_of(m.teacher, ARCHITECTURES, source, "model.teacher")
+    _one_of(m.student, ARCHITECTURES, source, "model.student")
+    for key, channels in (("model.teacher_channels", m.teacher_channels),
+                          ("model.student_channels", m.student_channels)):
+        _check(all(ch >= 1 for ch in channels), source, key, f"must be positive, got {channels}")
+    _check(m.embedding_dim >= 0, source, "model.embedding_dim",
+           f"must be positive (or 0 for the default), got {m.embedding_dim}")
+    t = c.train
+    _check(t.epochs >= 1, source, "train.epochs", f"must be at least 1, got {t.epochs}")
+    _check(t.batch_size >= 1, source, "train.batch_size", f"must be at least 1, got {t.batch_size}")
+    _check(t.eval_batch_size >= 1, source, "train.eval_batch_size",
+           f"must be at least 1, got {t.eval_batch_size}")
+    _check(t.lr > 0.0, source, "train.lr", f"must be positive, got {t.lr}")
+    _check(0.0 <= t.momentum < 1.0, source, "train.momentum", f"must be in [0, 1), got {t.momentum}")
+    for key in ("weight_decay", "beta_t", "beta_s", "alpha_s", "alpha_limit"):
+        value = getattr(t, key)
+        _check(value >= 0.0, source, f"train.{key}", f"must be non-negative, got {value}")
+    _check(t.temperature > 0.0, source, "train.temperature",
+           f"must be positive, got {t.temperature}")
+    _one_of(t.device, DEVICES, source, "train.device")
+    _check(t.threads >= 0, source, "train.threads", f"must be 0 (auto) or positive, got {t.threads}")
+    _one_of(c.exchange.codec, CODECS, source, "exchange.codec")
+    if c.exchange.prototype_codec:
+        _one_of(c.exchange.prototype_codec, CODECS, source, "exchange.prototype_codec")
+    _check(c.exchange.max_message_bytes >= 1024, source, "exchange.max_message_bytes",
+           f"must be at least 1024, got {c.exchange.max_message_bytes}")
+    for key in ("startup", "round", "shutdown"):
+        value = getattr(c.timeouts, key)
+        _check(value > 0.0, source, f"timeouts.{key}", f"must be positive seconds, got {value}")
+    _one_of(c.deploy.backend, BACKENDS, source, "deploy.backend")
+    _check(0 <= c.deploy.base_port <= 65535 - c.nodes, source, "deploy.base_port",
+           f"must leave room for {c.nodes} ports below 65536 (0 picks free ports), "
+           f"got {c.deploy.base_port}")
+    _check(c.deploy.cores >= 0, source, "deploy.cores",
+           f"must be 0 (all) or positive, got {c.deploy.cores}")
+    try:
+        build_graph(c)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: [topology] {exc}") from None
+
+
+def _one_of(value: str, allowed: tuple[str, ...], source: str, key: str) -> None:
+    _check(value in allowed, source, key, f"must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def build_graph(config: FederationConfig):
+    """The federation's communication graph, built from [topology] and validated."""
+    from topology import build as build_topology
+
+    t = config.topology
+    seed = config.seed if t.seed is None else t.seed
+    return build_topology(t.kind, config.nodes, p=t.p, k=t.k, seed=seed, path=t.path or None,
+                          directed=t.directed)
+

@@ -1,0 +1,220 @@
+"""The node's view of its neighbours: metered, validated messaging and an inbox by round.
+
+Bytes are counted here and nowhere else: the frame bytes handed to the transport on send
+and the frame bytes taken from it on receive (routing identities excluded).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from node.errors import PeerTimeout, ProtocolError
+from node.message import CONTROL_KINDS, Message, decode_message, encode_message, frame_bytes
+from node.transport import Transport
+
+log = logging.getLogger(__name__)
+
+SENT, RECEIVED = "sent", "received"
+
+
+def metered_kind(kind: str) -> str:
+    """The metering bucket of a message kind: model, prototypes or control."""
+    return "control" if kind in CONTROL_KINDS else kind
+
+
+@dataclass
+class Meter:
+    """Byte counts by (direction, round, peer, kind) and dropped messages by reason."""
+
+    counts: collections.Counter = field(default_factory=collections.Counter)
+    dropped: list[dict] = field(default_factory=list)
+
+    def add(self, direction: str, round_: int, peer: int, kind: str, nbytes: int) -> None:
+        self.counts[(direction, round_, peer, metered_kind(kind))] += nbytes
+
+    def drop(self, peer: int | None, nbytes: int, reason: str, round_: int | None = None) -> None:
+        self.dropped.append({"peer": peer, "bytes": nbytes, "reason": reason, "round": round_})
+
+    def total(self, direction: str, *, round_: int | None = None, peer: int | None = None,
+              kind: str | None = None) -> int:
+        """Sum of the bytes that match every given filter."""
+        return sum(n for (d, r, p, k), n in self.counts.items()
+                   if d == direction and (round_ is None or r == round_)
+                   and (peer is None or p == peer) and (kind is None or k == kind))
+
+    def breakdown(self, direction: str, round_: int | None = None) -> dict[str, dict[str, int]]:
+        """{peer: {kind: bytes}} for one direction, optionally one round."""
+        out: dict[str, dict[str, int]] = collections.defaultdict(dict)
+        for (d, r, p, k), n in sorted(self.counts.items()):
+            if d == direction and (round_ is None or r == round_):
+                out[str(p)][k] = out[str(p)].get(k, 0) + n
+        return dict(out)
+
+
+class Inbox:
+    """Messages kept by (round, sender, kind) until the round loop takes them."""
+
+    def __init__(self) -> None:
+        self._messages: dict[tuple[int, int, str], Message] = {}
+
+    def put(self, message: Message) -> None:
+        self._messages[(message.round, message.sender, message.kind)] = message
+
+    def has(self, round_: int, sender: int, kinds: Iterable[str]) -> bool:
+        return all((round_, sender, kind) in self._messages for kind in kinds)
+
+    def take(self, round_: int, senders: Iterable[int],
+             kinds: Iterable[str]) -> dict[int, dict[str, Message]]:
+        """Remove and return the complete updates of `senders` for `round_`."""
+        kinds = tuple(kinds)
+        complete = {}
+        for sender in senders:
+            if self.has(round_, sender, kinds):
+                complete[sender] = {k: self._messages.pop((round_, sender, k)) for k in kinds}
+        return complete
+
+    def discard_before(self, round_: int) -> list[Message]:
+        """Forget messages of rounds before `round_` and return them."""
+        stale = [key for key in self._messages if key[0] < round_]
+        return [self._messages.pop(key) for key in stale]
+
+
+class Peers:
+    """Send to out-neighbours and collect from in-neighbours, metering every frame."""
+
+    def __init__(self, node_id: int, transport: Transport, in_neighbours: Iterable[int],
+                 out_neighbours: Iterable[int], rounds: int, max_message_bytes: int,
+                 codecs: Mapping[str, str]) -> None:
+        self.node_id = node_id
+        self.transport = transport
+        self.in_neighbours = sorted(in_neighbours)
+        self.out_neighbours = sorted(out_neighbours)
+        self.rounds = rounds
+        self.max_message_bytes = max_message_bytes
+        self.codecs = dict(codecs)
+        self.meter = Meter()
+        self.inbox = Inbox()
+        self.current_round = 0
+        self.hello_from: set[int] = set()
+        self.ack_from: set[int] = set()
+        self.bye_from: set[int] = set()
+
+    # -- sending -------------------------------------------------------------------------
+    def broadcast(self, round_: int, kind: str, tensors: Mapping[str, torch.Tensor] | None = None,
+                  meta: Mapping[str, int] | None = None) -> None:
+        """Send one message to every out-neighbour, through the codec for its kind."""
+        frames = encode_message(self.node_id, round_, kind, tensors,
+                                self.codecs.get(kind, "fp32"), meta)
+        for peer in self.out_neighbours:
+            self._send(peer, round_, kind, frames)
+
+    def _send(self, peer: int, round_: int, kind: str, frames: list[bytes]) -> None:
+        if self.transport.send(peer, frames):
+            self.meter.add(SENT, round_, peer, kind, frame_bytes(frames))
+        else:
+            self.meter.drop(peer, frame_bytes(frames), "send queue full", round_)
+
+    # -- receiving -----------------------------------------------------------------------
+    def poll(self, timeout: float) -> bool:
+        """Receive at most one message, validate and file it; False if nothing came."""
+        received = self.transport.receive(timeout)
+        if received is None:
+            return False
+        peer, frames = received
+        nbytes = frame_bytes(frames)
+        try:
+            message = decode_message(frames, max_bytes=self.max_message_bytes)
+            self._check_envelope(peer, message)
+        except ProtocolError as exc:
+            log.warning("node %d: dropped a message of %d bytes from %s: %s",
+                        self.node_id, nbytes, "unknown peer" if peer is None else f"peer {peer}",
+                        exc)
+            self.meter.drop(peer, nbytes, str(exc))
+            return True
+        self.meter.add(RECEIVED, message.round, message.sender, message.kind, nbytes)
+        self._file(message)
+        return True
+
+    def _check_envelope(self, peer: int | None, message: Message) -> None:
+        if peer is None or message.sender != peer:
+            raise ProtocolError(f"sender {message.sender} does not match its connection "
+                                f"identity {peer}")
+        if message.kind == "ack":
+            allowed = self.out_neighbours  # acks come back on our own connections
+        else:
+            allowed = self.in_neighbours
+        if message.sender not in allowed:
+            raise ProtocolError(f"sender {message.sender} is not a neighbour for {message.kind}")
+        if message.round > self.rounds:
+            raise ProtocolError(f"round {message.round} is beyond the last round {self.rounds}")
+
+    def _file(self, message: Message) -> None:
+        if message.kind == "hello":
+            self.hello_from.add(message.sender)
+            frames = encode_message(self.node_id, 0, "ack")
+            if self.transport.reply(message.sender, frames):
+                self.meter.add(SENT, 0, message.sender, "ack", frame_bytes(frames))
+        elif message.kind == "ack":
+            self.ack_from.add(message.sender)
+        elif message.kind == "bye":
+            self.bye_from.add(message.sender)
+        elif message.round < self.current_round:
+            log.info("node %d: stale %s from peer %d for round %d (now %d), dropped",
+                     self.node_id, message.kind, message.sender, message.round,
+                     self.current_round)
+            self.meter.drop(message.sender, 0, "stale round", message.round)
+        else:
+            self.inbox.put(message)
+
+    # -- phases --------------------------------------------------------------------------
+    def handshake(self, timeout: float) -> None:
+        """Hello every out-neighbour and wait for their acks and every in-neighbour's hello."""
+        for peer in self.out_neighbours:
+            self._send(peer, 0, "hello", encode_message(self.node_id, 0, "hello"))
+        deadline = time.monotonic() + timeout
+        while not self._handshake_done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                silent_out = sorted(set(self.out_neighbours) - self.ack_from)
+                silent_in = sorted(set(self.in_neighbours) - self.hello_from)
+                raise PeerTimeout(
+                    f"node {self.node_id}: neighbours not reachable after {timeout:.0f} s: "
+                    f"no answer from out-neighbours {silent_out}, no hello from "
+                    f"in-neighbours {silent_in}")
+            self.poll(min(remaining, 0.2))
+
+    def _handshake_done(self) -> bool:
+        return (self.ack_from >= set(self.out_neighbours)
+                and self.hello_from >= set(self.in_neighbours))
+
+    def collect(self, round_: int, kinds: Iterable[str],
+                timeout: float) -> tuple[dict[int, dict[str, Message]], list[int]]:
+        """In-neighbours' updates for `round_`, waiting up to `timeout`; also who was missing."""
+        kinds = tuple(kinds)
+        self.current_round = round_
+        for message in self.inbox.discard_before(round_):
+            self.meter.drop(message.sender, 0, "stale round", message.round)
+        deadline = time.monotonic() + timeout
+        waiting = [p for p in self.in_neighbours if p not in self.bye_from]
+        while not all(self.inbox.has(round_, p, kinds) for p in waiting):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self.poll(min(remaining, 0.2))
+            waiting = [p for p in waiting if p not in self.bye_from]
+        while self.poll(0):  # whatever else is already here
+            pass
+        updates = self.inbox.take(round_, self.in_neighbours, kinds)
+        missing = [p for p in self.in_neighbours if p not in updates]
+        return updates, missing
+
+    def goodbye(self) -> None:
+        """Tell out-neighbours this node is done, so they stop waiting for it."""
+        for peer in self.out_neighbours:
+            self._send(peer, self.rounds, "bye", encode_message(self.node_id, self.rounds, "bye"))

@@ -1,0 +1,213 @@
+"""The round loop of one node: train, send, collect, aggregate, evaluate, record.
+
+It knows algorithms only through their interface and peers only through `Peers`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from node.algorithms import ALGORITHMS, Algorithm, NodeData, Payload
+from node.config import FederationConfig, build_graph
+from node.data import default_data_dir, load_dataset
+from node.metrics import accuracy, macro_f1
+from node.partition import federated_split
+from node.peers import RECEIVED, SENT, Peers
+from node.transport import Transport
+from topology import in_neighbours, out_neighbours
+
+log = logging.getLogger(__name__)
+
+# Per-dataset pixel mean and std used to standardise inputs.
+NORMALIZATION = {
+    "mnist": (0.1307, 0.3081),
+    "fashion_mnist": (0.2860, 0.3530),
+    "cifar10": (0.4734, 0.2516),
+    "cifar100": (0.4782, 0.2682),
+}
+
+
+def torch_threads(config: FederationConfig, local_nodes: int) -> int:
+    """Threads per node: [train] threads if set, else the cores shared among local nodes."""
+    if config.train.threads:
+        return config.train.threads
+    cores = config.deploy.cores or len(os.sched_getaffinity(0))
+    return max(1, cores // max(1, local_nodes))
+
+
+def pick_device(config: FederationConfig) -> torch.device:
+    """CUDA when asked for or available under "auto", else the CPU."""
+    wanted = config.train.device
+    if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def load_node_data(config: FederationConfig, node_id: int, device: torch.device) -> NodeData:
+    """This node's share of the dataset, the same split in every process for the same seed."""
+    d = config.data
+    dataset = load_dataset(d.dataset, d.dir or default_data_dir(), download=d.download)
+    split = federated_split(dataset.labels, config.nodes, scheme=d.partition,
+                            num_classes=dataset.num_classes, seed=config.seed,
+                            classes_fraction=d.classes_fraction, alpha=d.alpha,
+                            global_test_fraction=d.global_test_fraction,
+                            local_train_fraction=d.local_train_fraction, subset=d.subset)
+    mean, std = NORMALIZATION[d.dataset]
+    share = split.nodes[node_id]
+
+    def images(index: np.ndarray) -> torch.Tensor:
+        x = torch.from_numpy(dataset.images[index]).to(torch.float32).div_(255.0)
+        return x.sub_(mean).div_(std).to(device)
+
+    def labels(index: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(dataset.labels[index]).to(torch.int64).to(device)
+
+    return NodeData(train_x=images(share.train), train_y=labels(share.train),
+                    test_x=images(share.test), test_y=labels(share.test),
+                    global_x=images(split.global_test), global_y=labels(split.global_test),
+                    num_classes=dataset.num_classes)
+
+
+@torch.no_grad()
+def evaluate(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, num_classes: int,
+             batch_size: int) -> dict[str, float]:
+    """Accuracy and macro-F1 of the algorithm's predictions on one set."""
+    if len(y) == 0:
+        return {"accuracy": 0.0, "f1": 0.0}
+    predicted = torch.cat([algorithm.predict(x[i:i + batch_size])
+                           for i in range(0, len(x), batch_size)]).cpu().numpy()
+    truth = y.cpu().numpy()
+    return {"accuracy": accuracy(predicted, truth), "f1": macro_f1(predicted, truth, num_classes)}
+
+
+@dataclass
+class Recorder:
+    """Keeps the node's results and rewrites its JSON file after every round."""
+
+    path: Path
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def write(self) -> None:
+        """Atomically replace the result file, so a reader never sees half of it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.result, indent=1, sort_keys=True))
+        tmp.replace(self.path)
+
+
+class Node:
+    """One federation member: constructors store, `run()` works."""
+
+    def __init__(self, config: FederationConfig, node_id: int, transport: Transport,
+                 result_path: Path, local_nodes: int = 1) -> None:
+        self.config = config
+        self.node_id = node_id
+        self.transport = transport
+        self.recorder = Recorder(result_path)
+        self.local_nodes = local_nodes
+
+    def run(self) -> dict[str, Any]:
+        """Train for every round and return (and write) the node's result."""
+        config, node_id = self.config, self.node_id
+        graph = build_graph(config)
+        ins, outs = in_neighbours(graph, node_id), out_neighbours(graph, node_id)
+        threads = torch_threads(config, self.local_nodes)
+        torch.set_num_threads(threads)
+        random.seed(config.seed + node_id)
+        np.random.seed(config.seed + node_id)
+        device = pick_device(config)
+        result = self.recorder.result
+        result.update({"node": node_id, "status": "starting", "algorithm": config.algorithm,
+                       "config_digest": config.digest(), "config_name": config.name,
+                       "in_neighbours": ins, "out_neighbours": outs, "rounds": [],
+                       "rounds_done": 0, "rounds_total": config.rounds, "threads": threads,
+                       "device": str(device)})
+        self.recorder.write()
+        started = time.monotonic()
+        data = load_node_data(config, node_id, device)
+        algorithm = ALGORITHMS[config.algorithm](config, data, device, node_id)
+        result.update({"train_samples": len(data.train_y), "test_samples": len(data.test_y),
+                       "global_test_samples": len(data.global_y),
+                       "setup_seconds": time.monotonic() - started})
+        peers = Peers(node_id, self.transport, ins, outs, config.rounds,
+                      config.exchange.max_message_bytes,
+                      {"model": config.exchange.codec, "prototypes": config.prototype_codec})
+        handshake_started = time.monotonic()
+        peers.handshake(config.timeouts.startup)
+        result["handshake_seconds"] = time.monotonic() - handshake_started
+        result["status"] = "running"
+        result["rounds"].append(self._round_record(0, algorithm, data, peers, {}, {}, [], []))
+        self.recorder.write()
+        for round_ in range(1, config.rounds + 1):
+            record = self._run_round(round_, algorithm, data, peers)
+            result["rounds"].append(record)
+            result["rounds_done"] = round_
+            self._fill_totals(peers)
+            self.recorder.write()
+            log.info("node %d: round %d/%d done: global F1 %.4f, missing %s", node_id, round_,
+                     config.rounds, record["global_test"]["f1"], record["missing_peers"])
+        peers.goodbye()
+        self.transport.close(config.timeouts.shutdown)
+        result["status"] = "finished"
+        result["elapsed_seconds"] = time.monotonic() - started
+        self._fill_totals(peers)
+        self.recorder.write()
+        return result
+
+    def _run_round(self, round_: int, algorithm: Algorithm, data: NodeData,
+                   peers: Peers) -> dict[str, Any]:
+        started = time.monotonic()
+        train_stats = algorithm.train_round(round_)
+        trained = time.monotonic()
+        own = algorithm.payload()
+        for kind in algorithm.kinds:
+            peers.broadcast(round_, kind, own[kind].tensors, own[kind].meta)
+        updates, missing = peers.collect(round_, algorithm.kinds, self.config.timeouts.round)
+        communicated = time.monotonic()
+        received = {peer: {kind: Payload(m.tensors, m.meta) for kind, m in by_kind.items()}
+                    for peer, by_kind in updates.items()}
+        rejected = algorithm.aggregate(own, received)
+        aggregated = time.monotonic()
+        timings = {"train_seconds": trained - started,
+                   "communication_seconds": communicated - trained,
+                   "aggregation_seconds": aggregated - communicated}
+        return self._round_record(round_, algorithm, data, peers, train_stats, timings,
+                                  missing, rejected)
+
+    def _round_record(self, round_: int, algorithm: Algorithm, data: NodeData, peers: Peers,
+                      train_stats: dict, timings: dict, missing: list[int],
+                      rejected: list[int]) -> dict[str, Any]:
+        batch = self.config.train.eval_batch_size
+        started = time.monotonic()
+        local = evaluate(algorithm, data.test_x, data.test_y, data.num_classes, batch)
+        global_ = evaluate(algorithm, data.global_x, data.global_y, data.num_classes, batch)
+        return {"round": round_, "local_test": local, "global_test": global_,
+                "train": train_stats, **timings,
+                "evaluation_seconds": time.monotonic() - started,
+                "missing_peers": missing, "rejected_peers": rejected,
+                "bytes_sent": peers.meter.total(SENT, round_=round_),
+                "bytes_received": peers.meter.total(RECEIVED, round_=round_),
+                "bytes_sent_by_peer": peers.meter.breakdown(SENT, round_),
+                "bytes_received_by_peer": peers.meter.breakdown(RECEIVED, round_)}
+
+    def _fill_totals(self, peers: Peers) -> None:
+        meter = peers.meter
+        self.recorder.result.update({
+            "bytes_sent": meter.total(SENT), "bytes_received": meter.total(RECEIVED),
+            "bytes_sent_by_peer": meter.breakdown(SENT),
+            "bytes_received_by_peer": meter.breakdown(RECEIVED),
+            "bytes_sent_by_kind": {k: meter.total(SENT, kind=k)
+                                   for k in ("model", "prototypes", "control")},
+            "bytes_received_by_kind": {k: meter.total(RECEIVED, kind=k)
+                                       for k in ("model", "prototypes", "control")},
+            "dropped_messages": list(meter.dropped)})

@@ -1,0 +1,198 @@
+"""Raw frame transports: ZeroMQ for real runs, an in-memory hub for protocol tests.
+
+A transport moves lists of byte frames and knows nothing about their meaning. Each node
+binds one ROUTER socket and connects one DEALER (identity = its own id) to every
+out-neighbour, so a receiver learns which connection a message came in on, and can answer
+a hello on the same connection.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Protocol
+
+import zmq
+
+from node.errors import TransportError
+
+log = logging.getLogger(__name__)
+
+# (peer id claimed by the connection, frames); peer is None if the identity is not an int.
+Received = tuple[int | None, list[bytes]]
+
+
+class Transport(Protocol):
+    """What the node needs from a network: send, reply, receive with a timeout, close."""
+
+    def send(self, peer: int, frames: list[bytes]) -> bool:
+        """Queue frames for an out-neighbour; False if they could not be queued."""
+
+    def reply(self, peer: int, frames: list[bytes]) -> bool:
+        """Send frames back to an in-neighbour over the connection it opened."""
+
+    def receive(self, timeout: float) -> Received | None:
+        """The next message from any peer, or None after `timeout` seconds."""
+
+    def close(self, linger: float) -> None:
+        """Deliver what is queued for up to `linger` seconds, then release everything."""
+
+
+class ZmqTransport:
+    """One bound ROUTER plus one DEALER per out-neighbour, over TCP."""
+
+    def __init__(self, node_id: int, bind_address: str, out_addresses: dict[int, str],
+                 max_message_bytes: int) -> None:
+        self.node_id = node_id
+        self.bind_address = bind_address
+        self.out_addresses = dict(out_addresses)
+        self.max_message_bytes = max_message_bytes
+        self._context: zmq.Context | None = None
+        self._router: zmq.Socket | None = None
+        self._dealers: dict[int, zmq.Socket] = {}
+        self._poller = zmq.Poller()
+        self._socket_peer: dict[zmq.Socket, int] = {}
+
+    def open(self) -> ZmqTransport:
+        """Bind the ROUTER and connect the DEALERs; raise TransportError if the bind fails."""
+        self._context = zmq.Context()
+        router = self._context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        router.setsockopt(zmq.LINGER, 0)
+        try:
+            router.bind(self.bind_address)
+        except zmq.ZMQError as exc:
+            router.close(0)
+            self._context.term()
+            raise TransportError(f"node {self.node_id}: cannot bind {self.bind_address}: "
+                                 f"{exc}") from exc
+        self._router = router
+        self._poller.register(router, zmq.POLLIN)
+        identity = str(self.node_id).encode()
+        for peer, address in sorted(self.out_addresses.items()):
+            dealer = self._context.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.IDENTITY, identity)
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.setsockopt(zmq.SNDHWM, 10_000)
+            try:
+                dealer.connect(address)
+            except zmq.ZMQError as exc:
+                self.close(0)
+                raise TransportError(f"node {self.node_id}: bad address {address!r} for peer "
+                                     f"{peer}: {exc}") from exc
+            self._dealers[peer] = dealer
+            self._socket_peer[dealer] = peer
+            self._poller.register(dealer, zmq.POLLIN)
+        return self
+
+    def __enter__(self) -> ZmqTransport:
+        return self.open()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close(0)
+
+    def send(self, peer: int, frames: list[bytes]) -> bool:
+        try:
+            self._dealers[peer].send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            log.warning("node %d: send queue to peer %d is full, message dropped",
+                        self.node_id, peer)
+            return False
+        return True
+
+    def reply(self, peer: int, frames: list[bytes]) -> bool:
+        assert self._router is not None
+        try:
+            self._router.send_multipart([str(peer).encode(), *frames], flags=zmq.NOBLOCK)
+        except (zmq.Again, zmq.ZMQError) as exc:
+            log.warning("node %d: reply to peer %d failed: %s", self.node_id, peer, exc)
+            return False
+        return True
+
+    def receive(self, timeout: float) -> Received | None:
+        ready = dict(self._poller.poll(max(0, int(timeout * 1000))))
+        if not ready:
+            return None
+        socket = next(iter(ready))
+        frames = socket.recv_multipart()
+        if socket is self._router:
+            identity, frames = frames[0], frames[1:]
+            return _peer_from_identity(identity), frames
+        return self._socket_peer[socket], frames
+
+    def close(self, linger: float) -> None:
+        linger_ms = max(0, int(linger * 1000))
+        for dealer in self._dealers.values():
+            dealer.setsockopt(zmq.LINGER, linger_ms)
+            dealer.close()
+        self._dealers.clear()
+        if self._router is not None:
+            self._router.setsockopt(zmq.LINGER, linger_ms)
+            self._router.close()
+            self._router = None
+        if self._context is not None:
+            self._context.term()
+            self._context = None
+
+
+def _peer_from_identity(identity: bytes) -> int | None:
+    try:
+        text = identity.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+class MemoryHub:
+    """A process-local network of inboxes, for fast protocol tests without sockets."""
+
+    def __init__(self) -> None:
+        self._queues: dict[int, collections.deque[Received]] = collections.defaultdict(
+            collections.deque)
+        self._cond = threading.Condition()
+
+    def transport(self, node_id: int, out_neighbours: list[int]) -> MemoryTransport:
+        """A transport for `node_id` that may send to `out_neighbours`."""
+        return MemoryTransport(self, node_id, out_neighbours)
+
+    def deliver(self, to: int, sender: int, frames: list[bytes]) -> None:
+        with self._cond:
+            self._queues[to].append((sender, [bytes(f) for f in frames]))
+            self._cond.notify_all()
+
+    def take(self, node_id: int, timeout: float) -> Received | None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not self._queues[node_id]:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            return self._queues[node_id].popleft()
+
+
+class MemoryTransport:
+    """The in-memory counterpart of ZmqTransport, with the same interface."""
+
+    def __init__(self, hub: MemoryHub, node_id: int, out_neighbours: list[int]) -> None:
+        self.hub = hub
+        self.node_id = node_id
+        self.out_neighbours = set(out_neighbours)
+
+    def send(self, peer: int, frames: list[bytes]) -> bool:
+        if peer not in self.out_neighbours:
+            raise TransportError(f"node {self.node_id}: {peer} is not an out-neighbour")
+        self.hub.deliver(peer, self.node_id, frames)
+        return True
+
+    def reply(self, peer: int, frames: list[bytes]) -> bool:
+        self.hub.deliver(peer, self.node_id, frames)
+        return True
+
+    def receive(self, timeout: float) -> Received | None:
+        return self.hub.take(self.node_id, timeout)
+
+    def close(self, linger: float) -> None:
+        return None

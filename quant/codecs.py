@@ -1,0 +1,251 @@
+"""Encode tensors to little-endian bytes and back: int16 (ProFe section III-D), fp16, fp32, raw.
+
+Floating tensors use the configured codec. Non-floating tensors (int counts, bool masks) are
+never quantized: whatever codec was asked, they travel raw in their own dtype and the spec
+records codec "raw". Decoding always restores the original dtype and shape.
+"""
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from node.errors import QuantizationError
+
+logger = logging.getLogger(__name__)
+
+CODECS = ("int16", "fp16", "fp32")
+"""Codecs a user may configure."""
+
+RAW = "raw"
+WIRE_CODECS = (*CODECS, RAW)
+"""Codecs a received spec may carry; "raw" is chosen automatically for non-floating tensors."""
+
+INT16_MAX = 32767
+MAX_RANK = 8
+MAX_NAME_LEN = 256
+
+_FLOAT_DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+# Wire layout of the non-floating dtypes; bool travels as one byte 0/1.
+_RAW_DTYPES = {
+    "int64": (torch.int64, "<i8"),
+    "int32": (torch.int32, "<i4"),
+    "int16": (torch.int16, "<i2"),
+    "int8": (torch.int8, "<i1"),
+    "uint8": (torch.uint8, "<u1"),
+    "bool": (torch.bool, "<u1"),
+}
+ALLOWED_DTYPES = frozenset(_FLOAT_DTYPES) | frozenset(_RAW_DTYPES)
+"""Original torch dtypes (without the "torch." prefix) a tensor may have to be exchanged."""
+
+_CODEC_WIRE = {"int16": "<i2", "fp16": "<f2", "fp32": "<f4"}
+_CODEC_TORCH = {"fp16": torch.float16, "fp32": torch.float32}
+_WIRE_KEYS = ("name", "dtype", "shape", "codec", "scale")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What a receiver needs to rebuild one tensor from its bytes."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    codec: str
+    scale: float
+
+    def to_wire(self) -> dict:
+        """Plain msgpack-able dict of this spec."""
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "codec": self.codec,
+            "scale": float(self.scale),
+        }
+
+    @classmethod
+    def from_wire(cls, d: object) -> "TensorSpec":
+        """Rebuild a spec from untrusted wire data, raising QuantizationError on any bad field."""
+        if not isinstance(d, dict):
+            raise QuantizationError(f"tensor spec must be a dict, got {type(d).__name__}")
+        missing = [key for key in _WIRE_KEYS if key not in d]
+        if missing:
+            raise QuantizationError(f"tensor spec lacks field(s) {missing}")
+        extra = sorted(str(key) for key in d if key not in _WIRE_KEYS)
+        if extra:
+            raise QuantizationError(f"tensor spec has unknown field(s) {extra}")
+        name = _check_name(d["name"])
+        dtype = _check_dtype(d["dtype"])
+        shape = _check_shape(d["shape"])
+        codec = _check_codec(d["codec"], dtype)
+        scale = _check_scale(d["scale"])
+        return cls(name=name, dtype=dtype, shape=shape, codec=codec, scale=scale)
+
+
+def _field_error(field: str, problem: str) -> QuantizationError:
+    """An error naming the spec field at fault."""
+    return QuantizationError(f"tensor spec field {field!r}: {problem}")
+
+
+def _check_name(name: object) -> str:
+    """A non-empty str of at most MAX_NAME_LEN characters."""
+    if not isinstance(name, str):
+        raise _field_error("name", f"must be a str, got {type(name).__name__}")
+    if not 0 < len(name) <= MAX_NAME_LEN:
+        raise _field_error("name", f"length must be 1..{MAX_NAME_LEN}, got {len(name)}")
+    return name
+
+
+def _check_dtype(dtype: object) -> str:
+    """One of ALLOWED_DTYPES."""
+    if not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:
+        raise _field_error("dtype", f"{dtype!r} is not one of {sorted(ALLOWED_DTYPES)}")
+    return dtype
+
+
+def _check_shape(shape: object) -> tuple[int, ...]:
+    """A list or tuple of at most MAX_RANK non-negative ints."""
+    if not isinstance(shape, list | tuple):
+        raise _field_error("shape", f"must be a list, got {type(shape).__name__}")
+    if len(shape) > MAX_RANK:
+        raise _field_error("shape", f"rank {len(shape)} exceeds the maximum {MAX_RANK}")
+    for dim in shape:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
+            raise _field_error("shape", f"dimensions must be non-negative ints, got {dim!r}")
+    return tuple(shape)
+
+
+def _check_codec(codec: object, dtype: str) -> str:
+    """A wire codec consistent with the dtype: "raw" exactly for non-floating dtypes."""
+    if not isinstance(codec, str) or codec not in WIRE_CODECS:
+        raise _field_error("codec", f"{codec!r} is not one of {list(WIRE_CODECS)}")
+    if (codec == RAW) != (dtype in _RAW_DTYPES):
+        raise _field_error("codec", f"{codec!r} cannot carry dtype {dtype!r}")
+    return codec
+
+
+def _check_scale(scale: object) -> float:
+    """A finite, non-negative number."""
+    if isinstance(scale, bool) or not isinstance(scale, int | float):
+        raise _field_error("scale", f"must be a number, got {type(scale).__name__}")
+    if not math.isfinite(scale) or scale < 0:
+        raise _field_error("scale", f"must be finite and non-negative, got {scale!r}")
+    return float(scale)
+
+
+def _check_user_codec(codec: str) -> None:
+    """Reject a codec a user may not configure."""
+    if codec not in CODECS:
+        raise QuantizationError(f"unknown codec {codec!r}; valid codecs are {list(CODECS)}")
+
+
+def _dtype_name(tensor: torch.Tensor, name: str) -> str:
+    """The tensor's dtype as named in ALLOWED_DTYPES."""
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if dtype not in ALLOWED_DTYPES:
+        raise QuantizationError(
+            f"tensor {name!r} has dtype {dtype}, not one of {sorted(ALLOWED_DTYPES)}"
+        )
+    return dtype
+
+
+def quantize_int16(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """ProFe III-D: codes floor(x/Delta + 0.5) as little-endian int16, Delta = max|x| / 32767.
+
+    An all-zero (or empty) array gets Delta = 1.0, so its codes and decoded values are exact zeros.
+    """
+    values = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(values)):
+        raise QuantizationError("cannot quantize an array containing NaN or Inf")
+    peak = float(np.max(np.abs(values))) if values.size else 0.0
+    delta = peak / INT16_MAX if peak > 0 else 1.0
+    if delta == 0.0:
+        # peak is a float64 subnormal whose quotient underflows; any tiny step keeps the bound
+        delta = float(np.finfo(np.float64).tiny)
+    codes = np.floor(values / delta + 0.5)
+    return np.clip(codes, -INT16_MAX, INT16_MAX).astype("<i2"), delta
+
+
+def dequantize_int16(codes: np.ndarray, delta: float) -> np.ndarray:
+    """Inverse of quantize_int16: codes * Delta as float32."""
+    # np.asarray keeps 0-d results arrays rather than numpy scalars
+    return np.asarray(np.asarray(codes, dtype=np.float64) * delta, dtype=np.float32)
+
+
+def _encode_float(name: str, tensor: torch.Tensor, codec: str) -> tuple[bytes, float]:
+    """Payload and scale of a finite floating tensor under a user codec."""
+    if codec == "int16":
+        codes, delta = quantize_int16(tensor.to(torch.float64).numpy())
+        return codes.tobytes(), delta
+    cast = tensor.to(_CODEC_TORCH[codec])
+    if not bool(torch.isfinite(cast).all()):
+        raise QuantizationError(
+            f"tensor {name!r} overflows {codec}; use codec 'int16' or 'fp32' instead"
+        )
+    return cast.numpy().astype(_CODEC_WIRE[codec]).tobytes(), 1.0
+
+
+def encode(name: str, tensor: torch.Tensor, codec: str) -> tuple[TensorSpec, bytes]:
+    """Spec and little-endian payload of one tensor; non-floating tensors travel raw."""
+    _check_user_codec(codec)
+    _check_name(name)
+    dtype = _dtype_name(tensor, name)
+    shape = _check_shape(tuple(tensor.shape))
+    values = tensor.detach().cpu()
+    if dtype in _RAW_DTYPES:
+        logger.debug("tensor %r has dtype %s: sent raw instead of %s", name, dtype, codec)
+        payload = values.numpy().astype(_RAW_DTYPES[dtype][1]).tobytes()
+        return TensorSpec(name, dtype, shape, RAW, 1.0), payload
+    if not bool(torch.isfinite(values).all()):
+        raise QuantizationError(f"tensor {name!r} contains NaN or Inf and cannot be encoded")
+    payload, scale = _encode_float(name, values, codec)
+    return TensorSpec(name, dtype, shape, codec, scale), payload
+
+
+def _wire_dtype(spec: TensorSpec) -> np.dtype:
+    """The numpy dtype the payload of `spec` is laid out in."""
+    if spec.codec == RAW and spec.dtype in _RAW_DTYPES:
+        return np.dtype(_RAW_DTYPES[spec.dtype][1])
+    if spec.codec in _CODEC_WIRE and spec.dtype in _FLOAT_DTYPES:
+        return np.dtype(_CODEC_WIRE[spec.codec])
+    raise QuantizationError(
+        f"tensor {spec.name!r}: codec {spec.codec!r} cannot carry dtype {spec.dtype!r}"
+    )
+
+
+def encoded_size(spec: TensorSpec) -> int:
+    """Exact byte length the payload of `spec` must have."""
+    return math.prod(spec.shape) * _wire_dtype(spec).itemsize
+
+
+def decode(spec: TensorSpec, data: bytes | memoryview) -> torch.Tensor:
+    """A new tensor with `spec`'s dtype and shape rebuilt from its payload."""
+    expected = encoded_size(spec)
+    size = memoryview(data).nbytes  # len() of a typed memoryview counts items, not bytes
+    if size != expected:
+        raise QuantizationError(
+            f"tensor {spec.name!r}: payload has {size} bytes, spec needs {expected}"
+        )
+    wire = np.frombuffer(data, dtype=_wire_dtype(spec)).reshape(spec.shape)
+    if spec.codec == RAW:
+        torch_dtype, _ = _RAW_DTYPES[spec.dtype]
+        # astype to native order copies, so the tensor never shares the caller's buffer
+        native = (
+            wire != 0 if torch_dtype is torch.bool else wire.astype(wire.dtype.newbyteorder("="))
+        )
+        return torch.from_numpy(native).to(torch_dtype)
+    if spec.codec == "int16":
+        floats = dequantize_int16(wire, spec.scale)
+    else:
+        floats = wire.astype(np.float32)
+    tensor = torch.from_numpy(floats).to(_FLOAT_DTYPES[spec.dtype])
+    if not bool(torch.isfinite(tensor).all()):
+        raise QuantizationError(f"tensor {spec.name!r} decodes to NaN or Inf")
+    return tensor
