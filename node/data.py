@@ -127,6 +127,7 @@ class Dataset:
     num_classes: int
 
     def __post_init__(self) -> None:
+        """Reject arrays that break the documented dtypes and shapes."""
         if self.images.dtype != np.uint8 or self.images.ndim != 4:
             raise DataError(f"{self.name}: images must be uint8 [N, C, H, W], "
                             f"got {self.images.dtype} {self.images.shape}")

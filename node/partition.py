@@ -117,14 +117,15 @@ def dirichlet(indices: np.ndarray, labels: np.ndarray, n_nodes: int, alpha: floa
                         f"{n_nodes * min_size}, only {len(indices)} to share; use fewer nodes "
                         f"or a larger data.subset")
     members = _class_members(indices, labels, num_classes)
-    smallest = 0
+    best = 0
     for _ in range(DIRICHLET_TRIES):
         parts = _dirichlet_draw(members, n_nodes, alpha, rng)
         smallest = min(len(part) for part in parts)
         if smallest >= min_size:
             return parts
+        best = max(best, smallest)
     raise DataError(f"data.alpha={alpha}: after {DIRICHLET_TRIES} draws some node still had "
-                    f"fewer than {min_size} samples (best draw's smallest: {smallest}); "
+                    f"fewer than {min_size} samples (best draw's smallest node: {best}); "
                     f"use a larger data.alpha or fewer nodes")
 
 

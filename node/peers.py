@@ -214,7 +214,18 @@ class Peers:
         missing = [p for p in self.in_neighbours if p not in updates]
         return updates, missing
 
-    def goodbye(self) -> None:
-        """Tell out-neighbours this node is done, so they stop waiting for it."""
+    def goodbye(self, timeout: float) -> list[int]:
+        """Tell out-neighbours this node is done, then wait for the in-neighbours' goodbyes.
+
+        Waiting means every message a live neighbour sent is read and metered before this
+        node leaves. Returns the in-neighbours that never said goodbye.
+        """
         for peer in self.out_neighbours:
             self._send(peer, self.rounds, "bye", encode_message(self.node_id, self.rounds, "bye"))
+        deadline = time.monotonic() + timeout
+        while not self.bye_from >= set(self.in_neighbours):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self.poll(min(remaining, 0.2))
+        return sorted(set(self.in_neighbours) - self.bye_from)

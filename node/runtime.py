@@ -156,7 +156,7 @@ class Node:
             self.recorder.write()
             log.info("node %d: round %d/%d done: global F1 %.4f, missing %s", node_id, round_,
                      config.rounds, record["global_test"]["f1"], record["missing_peers"])
-        peers.goodbye()
+        result["no_goodbye_from"] = peers.goodbye(config.timeouts.shutdown)
         self.transport.close(config.timeouts.shutdown)
         result["status"] = "finished"
         result["elapsed_seconds"] = time.monotonic() - started

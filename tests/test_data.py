@@ -51,7 +51,7 @@ def _local_only_network(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         """Keep request logs out of the test output."""
 
 
@@ -131,13 +131,23 @@ def _cifar_batches(name: str) -> dict[str, dict[bytes, object]]:
     return batches
 
 
-def _write_cifar(root: Path, name: str, protocol: int = 2) -> dict[str, dict[bytes, object]]:
+def _pickled(content: object, style: str) -> bytes:
+    """Pickle bytes; "numpy1" names the numpy 1.x module, as the published CIFAR files do."""
+    if style == "protocol5":
+        return pickle.dumps(content, protocol=5)
+    raw = pickle.dumps(content, protocol=2)
+    if style == "numpy1":
+        raw = raw.replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+        assert b"numpy.core.multiarray" in raw
+    return raw
+
+
+def _write_cifar(root: Path, name: str, style: str = "protocol2") -> dict[str, dict[bytes, object]]:
     batches = _cifar_batches(name)
     folder = root / data.CIFAR_LAYOUTS[name].folder
     folder.mkdir(parents=True, exist_ok=True)
     for batch, content in batches.items():
-        with (folder / batch).open("wb") as stream:
-            pickle.dump(content, stream, protocol=protocol)
+        (folder / batch).write_bytes(_pickled(content, style))
     return batches
 
 
@@ -249,10 +259,10 @@ def test_inconsistent_idx_files(tmp_path: Path, stem: str, array: np.ndarray, re
 # ---------------------------------------------------------------- CIFAR
 
 
-@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+@pytest.mark.parametrize("style", ["protocol2", "protocol5", "numpy1"])
 @pytest.mark.parametrize("name", ["cifar10", "cifar100"])
-def test_cifar_loads_standard_batches(tmp_path: Path, name: str, protocol: int) -> None:
-    batches = _write_cifar(tmp_path, name, protocol)
+def test_cifar_loads_standard_batches(tmp_path: Path, name: str, style: str) -> None:
+    batches = _write_cifar(tmp_path, name, style)
     dataset = load_dataset(name, tmp_path, download=False)
     sizes = [3 + b for b in range(len(batches))]
     assert dataset.images.shape == (sum(sizes), 3, 32, 32) and dataset.images.dtype == np.uint8

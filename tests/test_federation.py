@@ -1,0 +1,169 @@
+"""Integration: real node processes over ZeroMQ on 127.0.0.1, real MNIST subsets."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_config(tmp_path, data_dir, name, **overrides):
+    """A small federation config: MNIST subset, 2 rounds, short timeouts."""
+    text = f"""
+name = "{name}"
+nodes = {overrides.pop("nodes", 3)}
+rounds = {overrides.pop("rounds", 2)}
+seed = 7
+[topology]
+kind = "{overrides.pop("topology", "fully_connected")}"
+[data]
+dataset = "mnist"
+dir = "{data_dir}"
+download = false
+subset = 1500
+[exchange]
+codec = "{overrides.pop("codec", "int16")}"
+[timeouts]
+startup = 60
+round = {overrides.pop("round_timeout", 60)}
+shutdown = 5
+[deploy]
+results_dir = "{tmp_path / "results"}"
+"""
+    assert not overrides
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def protofed(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "deploy.cli", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def run_federation(tmp_path, data_dir, name, **overrides):
+    """Run `protofed up` to the end; return (completed process, summary, node results)."""
+    config = write_config(tmp_path, data_dir, name, **overrides)
+    done = protofed("up", "-c", config, "--run-id", name)
+    run_dir = tmp_path / "results" / name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    nodes = [json.loads(p.read_text()) for p in sorted(run_dir.glob("node-*.json"))]
+    return done, summary, nodes
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("federations")
+
+
+@pytest.fixture(scope="module")
+def three_fc(workdir, data_dir):
+    return run_federation(workdir, data_dir, "three-fc")
+
+
+@pytest.fixture(scope="module")
+def four_fc(workdir, data_dir):
+    return run_federation(workdir, data_dir, "four-fc", nodes=4)
+
+
+@pytest.fixture(scope="module")
+def four_ring(workdir, data_dir):
+    return run_federation(workdir, data_dir, "four-ring", nodes=4, topology="ring")
+
+
+@pytest.fixture(scope="module")
+def four_fc_fp32(workdir, data_dir):
+    return run_federation(workdir, data_dir, "four-fc-fp32", nodes=4, codec="fp32")
+
+
+def test_every_node_finishes_and_the_table_is_printed(three_fc):
+    done, summary, nodes = three_fc
+    assert done.returncode == 0, done.stderr
+    assert [n["status"] for n in nodes] == ["finished"] * 3
+    assert all(n["rounds_done"] == 2 and len(n["rounds"]) == 3 for n in nodes)
+    assert "bytes sent" in done.stdout and "total" in done.stdout
+    assert summary["failed_nodes"] == []
+    assert all(0.0 <= n["rounds"][-1]["global_test"]["f1"] <= 1.0 for n in nodes)
+    assert all(n["dropped_messages"] == [] for n in nodes)
+
+
+def test_bytes_sent_to_a_peer_equal_bytes_that_peer_received(three_fc):
+    _, _, nodes = three_fc
+    by_id = {n["node"]: n for n in nodes}
+    for sender in by_id.values():
+        for peer, kinds in sender["bytes_sent_by_peer"].items():
+            received = by_id[int(peer)]["bytes_received_by_peer"][str(sender["node"])]
+            assert kinds == received, (sender["node"], peer)
+    assert sum(n["bytes_sent"] for n in nodes) == sum(n["bytes_received"] for n in nodes)
+
+
+def test_ring_and_fully_connected_move_the_bytes_their_graphs_imply(four_fc, four_ring):
+    _, _, fc = four_fc
+    _, _, ring = four_ring
+    assert all(len(n["out_neighbours"]) == 3 and len(n["in_neighbours"]) == 3 for n in fc)
+    assert all(len(n["out_neighbours"]) == 2 and len(n["in_neighbours"]) == 2 for n in ring)
+    for a, b in zip(fc, ring):
+        for kind in ("model", "prototypes"):
+            ratio = b["bytes_sent_by_kind"][kind] / a["bytes_sent_by_kind"][kind]
+            assert ratio == pytest.approx(2 / 3, rel=0.01), (kind, a["node"])
+
+
+def test_int16_sends_about_half_the_model_bytes_of_fp32(four_fc, four_fc_fp32):
+    _, _, int16 = four_fc
+    _, _, fp32 = four_fc_fp32
+    for a, b in zip(int16, fp32):
+        ratio = a["bytes_sent_by_kind"]["model"] / b["bytes_sent_by_kind"]["model"]
+        assert ratio == pytest.approx(0.5, abs=0.01)
+
+
+def test_same_seed_gives_the_same_results(three_fc, workdir, data_dir):
+    _, _, again = run_federation(workdir, data_dir, "three-fc-again")
+    _, _, first = three_fc
+    for a, b in zip(first, again):
+        assert a["train_samples"] == b["train_samples"]
+        assert a["rounds"][-1]["global_test"] == b["rounds"][-1]["global_test"]
+        assert a["bytes_sent"] == b["bytes_sent"]
+
+
+def test_a_node_killed_mid_run_does_not_stop_the_others(workdir, data_dir):
+    name = "killed"
+    config = write_config(workdir, data_dir, name, rounds=3, round_timeout=8)
+    run_dir = workdir / "results" / name
+    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "-c", str(config),
+                                "--run-id", name], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        victim_result = run_dir / "node-2.json"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(victim_result.read_text())["rounds_done"] >= 1:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.2)
+        else:
+            pytest.fail("node 2 never finished its first round")
+        pid = json.loads((run_dir / "run.json").read_text())["pids"]["2"]
+        os.kill(pid, signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1
+    assert "node 2 did not finish" in stderr
+    survivors = [json.loads((run_dir / f"node-{i}.json").read_text()) for i in (0, 1)]
+    for node in survivors:
+        assert node["status"] == "finished"
+        assert node["rounds_done"] == 3
+        assert 2 in node["rounds"][-1]["missing_peers"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["failed_nodes"] == [2]

@@ -1,0 +1,106 @@
+"""The messaging layer over the in-memory transport: handshake, rounds, metering, drops."""
+
+import threading
+
+import pytest
+import torch
+
+from node.errors import PeerTimeout
+from node.message import encode_message
+from node.peers import RECEIVED, SENT, Peers
+from node.transport import MemoryHub
+
+CODECS = {"model": "int16", "prototypes": "fp32"}
+
+
+def make_peers(hub, node_id, ins, outs, rounds=3):
+    return Peers(node_id, hub.transport(node_id, outs), ins, outs, rounds, 1 << 20, CODECS)
+
+
+def handshake_all(peers, timeout=5.0):
+    threads = [threading.Thread(target=p.handshake, args=(timeout,)) for p in peers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_handshake_then_round_exchange_with_exact_byte_accounting():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1], outs=[1])
+    b = make_peers(hub, 1, ins=[0], outs=[0])
+    handshake_all([a, b])
+    assert a.ack_from == {1} and a.hello_from == {1}
+    a.broadcast(1, "model", {"w": torch.randn(10)}, {"samples": 5})
+    b.broadcast(1, "model", {"w": torch.randn(10)}, {"samples": 6})
+    updates_b, missing_b = b.collect(1, ["model"], timeout=2.0)
+    updates_a, missing_a = a.collect(1, ["model"], timeout=2.0)
+    assert missing_a == missing_b == []
+    assert updates_b[0]["model"].meta == {"samples": 5}
+    for kind in ("model", "control"):
+        assert a.meter.total(SENT, peer=1, kind=kind) == b.meter.total(RECEIVED, peer=0, kind=kind)
+        assert b.meter.total(SENT, peer=0, kind=kind) == a.meter.total(RECEIVED, peer=1, kind=kind)
+    assert a.meter.total(SENT, kind="model") > 20  # int16: 10 values, 2 bytes each, + header
+
+
+def test_handshake_times_out_naming_the_silent_neighbours():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[2], outs=[1])
+    with pytest.raises(PeerTimeout, match=r"out-neighbours \[1\].*in-neighbours \[2\]"):
+        a.handshake(0.3)
+
+
+def test_missing_peer_is_reported_after_the_round_timeout():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1, 2], outs=[])
+    hub.deliver(0, 1, encode_message(1, 1, "model", {"w": torch.ones(2)}, "fp32",
+                                     {"samples": 1}))
+    updates, missing = a.collect(1, ["model"], timeout=0.3)
+    assert list(updates) == [1]
+    assert missing == [2]
+
+
+def test_future_round_is_kept_and_stale_round_dropped():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1], outs=[])
+    hub.deliver(0, 1, encode_message(1, 2, "model", {"w": torch.ones(2)}, "fp32"))
+    updates, missing = a.collect(1, ["model"], timeout=0.2)
+    assert missing == [1]
+    hub.deliver(0, 1, encode_message(1, 1, "model", {"w": torch.ones(2)}, "fp32"))
+    updates, missing = a.collect(2, ["model"], timeout=0.2)
+    assert list(updates) == [1] and missing == []
+    assert [d["reason"] for d in a.meter.dropped] == ["stale round"]
+
+
+@pytest.mark.parametrize("identity, frames_sender, kind, round_, reason", [
+    (3, 3, "model", 1, "not a neighbour"),       # not an in-neighbour
+    (1, 2, "model", 1, "does not match"),        # header sender differs from connection
+    (1, 1, "model", 9, "beyond the last round"),
+    (1, 1, "ack", 0, "not a neighbour"),         # acks only come from out-neighbours
+    (None, 1, "model", 1, "does not match"),     # connection without a numeric identity
+])
+def test_invalid_envelopes_are_dropped_and_counted(identity, frames_sender, kind, round_, reason):
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1, 2], outs=[])
+    frames = encode_message(frames_sender, round_, kind, {"w": torch.ones(2)}, "fp32")
+    hub.deliver(0, identity, frames)
+    assert a.poll(1.0)
+    assert len(a.meter.dropped) == 1 and reason in a.meter.dropped[0]["reason"]
+    assert a.meter.total(RECEIVED) == 0
+    assert a.meter.dropped[0]["bytes"] == sum(len(f) for f in frames)
+
+
+def test_garbage_is_dropped_not_raised():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1], outs=[])
+    hub.deliver(0, 1, [b"\xff\xfe not msgpack"])
+    assert a.poll(1.0)
+    assert "msgpack" in a.meter.dropped[0]["reason"]
+
+
+def test_bye_stops_the_wait_for_a_finished_peer():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1], outs=[])
+    hub.deliver(0, 1, encode_message(1, 3, "bye"))
+    updates, missing = a.collect(1, ["model"], timeout=30.0)  # returns at once
+    assert missing == [1]
