@@ -1,0 +1,126 @@
+"""Config parsing: defaults, overrides, and one clear message naming the key and the file."""
+
+from pathlib import Path
+
+import pytest
+
+from node.config import FederationConfig, from_dict, load
+from node.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path, text):
+    path = tmp_path / "fed.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_from_an_empty_file(tmp_path):
+    config = load(write(tmp_path, ""))
+    assert config == FederationConfig()
+    assert (config.nodes, config.algorithm, config.topology.kind) == (5, "profe", "fully_connected")
+    assert config.exchange.codec == "int16" and config.prototype_codec == "int16"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.toml"))
+                         + sorted((REPO / "experiments" / "configs").glob("*.toml")),
+                         ids=lambda p: p.name)
+def test_shipped_configs_are_valid(path):
+    load(path)
+
+
+def test_values_are_read_and_ints_accepted_for_floats(tmp_path):
+    config = load(write(tmp_path, 'nodes = 4\n[train]\nlr = 1\n[topology]\nkind = "ring"\n'))
+    assert config.nodes == 4 and config.train.lr == 1.0 and config.topology.kind == "ring"
+
+
+@pytest.mark.parametrize("text, key", [
+    ("nodez = 3", "nodez"),
+    ("[data]\ndatasett = 'mnist'", "data.datasett"),
+    ("[nonsense]\nx = 1", "nonsense"),
+])
+def test_unknown_keys_are_named(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=rf"{path}.*unknown key {key}"):
+        load(path)
+
+
+@pytest.mark.parametrize("text, key", [
+    ('nodes = "five"', "nodes"),
+    ("nodes = 2.5", "nodes"),
+    ("[train]\nlr = 'fast'", "train.lr"),
+    ("[data]\ndownload = 1", "data.download"),
+    ("[model]\nteacher_channels = 32", "model.teacher_channels"),
+    ("topology = 3", "topology"),
+])
+def test_wrong_types_are_named(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=rf"{path}.*{key}"):
+        load(path)
+
+
+@pytest.mark.parametrize("text, key", [
+    ("nodes = 0", "nodes"),
+    ("rounds = 0", "rounds"),
+    ("[data]\nclasses_fraction = 1.5", "data.classes_fraction"),
+    ("[data]\nalpha = 0", "data.alpha"),
+    ("[data]\ndataset = 'svhn'", "data.dataset"),
+    ("[data]\npartition = 'shards'", "data.partition"),
+    ("[exchange]\ncodec = 'int8'", "exchange.codec"),
+    ("algorithm = 'fedsgd'", "algorithm"),
+    ("[topology]\nkind = 'torus'", "topology.kind"),
+    ("[topology]\nkind = 'file'", "topology.path"),
+    ("[timeouts]\nround = 0", "timeouts.round"),
+    ("[train]\ntemperature = 0", "train.temperature"),
+    ("name = 'a b'", "name"),
+])
+def test_impossible_values_are_named(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=rf"{path}: {key}"):
+        load(path)
+
+
+def test_a_topology_that_disconnects_the_graph_is_refused(tmp_path):
+    edges = tmp_path / "split.edgelist"
+    edges.write_text("0 1\n2 3\n")
+    path = write(tmp_path, f'nodes = 4\n[topology]\nkind = "file"\npath = "{edges}"\n')
+    with pytest.raises(ConfigError, match=rf"{path}: \[topology\].*connected"):
+        load(path)
+
+
+def test_graph_file_with_wrong_node_count_is_refused(tmp_path):
+    edges = tmp_path / "three.edgelist"
+    edges.write_text("0 1\n1 2\n")
+    path = write(tmp_path, f'nodes = 5\n[topology]\nkind = "file"\npath = "{edges}"\n')
+    with pytest.raises(ConfigError, match="topology"):
+        load(path)
+
+
+def test_overrides_change_one_run(tmp_path):
+    path = write(tmp_path, "nodes = 3\n")
+    config = load(path, ["topology.kind=ring", "nodes=6", "train.lr=0.5", "name=other",
+                         "data.download=false"])
+    assert (config.topology.kind, config.nodes, config.train.lr, config.name) == (
+        "ring", 6, 0.5, "other")
+    assert config.data.download is False
+
+
+@pytest.mark.parametrize("item, needle", [
+    ("nodes", "KEY=VALUE"), ("nodes=0", "nodes"), ("train.nope=1", "train.nope"),
+])
+def test_bad_overrides_are_named(tmp_path, item, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load(write(tmp_path, ""), [item])
+
+
+def test_missing_and_broken_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load(tmp_path / "absent.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load(write(tmp_path, "nodes = = 3"))
+
+
+def test_digest_follows_the_values():
+    assert from_dict({}).digest() == from_dict({}).digest()
+    assert from_dict({}).digest() != from_dict({"rounds": 4}).digest()
