@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -69,6 +70,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"protofed: run {run_id}: {config.nodes} {config.algorithm} nodes on "
           f"{config.topology.kind} topology, {config.rounds} rounds, results in "
           f"{plan.results_dir}", file=sys.stderr)
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the nodes just as Ctrl-C does
     run = local.start(plan, peers_path)
     progress = Progress(config.rounds)
     try:
@@ -90,6 +92,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(local.log_tail(plan.results_dir, node_id), file=sys.stderr)
     print(f"\nresults: {plan.results_dir}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _write_summary(plan, config, run) -> dict:

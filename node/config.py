@@ -154,7 +154,17 @@ def load(path: str | Path, overrides: typing.Sequence[str] = ()) -> FederationCo
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read: {exc}") from None
+    _resolve_relative_paths(raw, Path(path).resolve().parent)
     return from_dict(raw, source=source, overrides=overrides)
+
+
+def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
+    """File paths written in a config are relative to that config file, not to the CWD."""
+    for table, key in (("topology", "path"), ("data", "dir")):
+        section = raw.get(table)
+        if isinstance(section, dict) and isinstance(section.get(key), str) and section[key]:
+            if not Path(section[key]).is_absolute():
+                section[key] = str(base / section[key])
 
 
 def from_dict(raw: dict[str, Any], *, source: str = "<config>",

@@ -124,3 +124,18 @@ def test_missing_and_broken_files(tmp_path):
 def test_digest_follows_the_values():
     assert from_dict({}).digest() == from_dict({}).digest()
     assert from_dict({}).digest() != from_dict({"rounds": 4}).digest()
+
+
+def test_paths_in_a_config_are_relative_to_the_config_file(tmp_path):
+    (tmp_path / "graphs").mkdir()
+    (tmp_path / "graphs" / "pair.edgelist").write_text("0 1\n")
+    path = write(tmp_path, '''nodes = 2
+[topology]
+kind = "file"
+path = "graphs/pair.edgelist"
+[data]
+dir = "datasets"
+''')
+    config = load(path)
+    assert config.topology.path == str(tmp_path / "graphs" / "pair.edgelist")
+    assert config.data.dir == str(tmp_path / "datasets")

@@ -167,3 +167,66 @@ def test_a_node_killed_mid_run_does_not_stop_the_others(workdir, data_dir):
         assert 2 in node["rounds"][-1]["missing_peers"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["failed_nodes"] == [2]
+
+
+def start_long_federation(workdir, data_dir, name):
+    """Start `protofed up` on a federation that would run for a long time; wait until it trains."""
+    config = write_config(workdir, data_dir, name, rounds=50)
+    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "-c", str(config),
+                                "--run-id", name], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    run_dir = workdir / "results" / name
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            states = [json.loads((run_dir / f"node-{i}.json").read_text())["status"]
+                      for i in range(3)]
+            if states == ["running"] * 3:
+                pids = json.loads((run_dir / "run.json").read_text())["pids"]
+                return process, [int(p) for p in pids.values()]
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    process.kill()
+    pytest.fail(f"{name}: nodes never started training")
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_status_then_down_stops_a_running_federation(workdir, data_dir):
+    process, pids = start_long_federation(workdir, data_dir, "to-stop")
+    try:
+        results = workdir / "results"
+        status = protofed("status", "--results-dir", results)
+        assert "to-stop" in status.stdout
+        down = protofed("down", "to-stop", "--results-dir", results)
+        assert down.returncode == 0, down.stderr
+        assert "stopped to-stop" in down.stdout
+        process.communicate(timeout=60)
+        assert process.returncode != 0
+        assert not any(alive(pid) for pid in pids)
+        assert "no running federations" in protofed("status", "--results-dir", results).stdout
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_ctrl_c_stops_every_child(workdir, data_dir):
+    process, pids = start_long_federation(workdir, data_dir, "interrupted")
+    try:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 130
+        assert "stopping every node" in stderr
+        assert not any(alive(pid) for pid in pids)
+        summary = json.loads((workdir / "results" / "interrupted" / "summary.json").read_text())
+        assert summary["failed_nodes"] == [0, 1, 2]
+    finally:
+        if process.poll() is None:
+            process.kill()
