@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from node.config import load
+from node.config import build_graph, load
 from node.errors import ConfigError, ProtofedError
 from node.runtime import Node
 from node.transport import ZmqTransport
@@ -40,9 +40,9 @@ def read_peers(path: str, nodes: int) -> tuple[dict[int, str], dict[int, str]]:
         connect = {int(k): str(v) for k, v in raw["connect"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{path}: not a valid peers file: {exc}") from None
-    missing = sorted(set(range(nodes)) - set(connect))
-    if missing or set(range(nodes)) - set(bind):
-        raise ConfigError(f"{path}: no address for nodes {missing or sorted(set(range(nodes)) - set(bind))}")
+    missing = sorted(set(range(nodes)) - (set(connect) & set(bind)))
+    if missing:
+        raise ConfigError(f"{path}: no address for nodes {missing}")
     return bind, connect
 
 
@@ -62,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 <= args.node_id < config.nodes:
             raise ConfigError(f"--node-id {args.node_id} is outside 0..{config.nodes - 1}")
         bind, connect = read_peers(args.peers, config.nodes)
-        from node.config import build_graph
         outs = out_neighbours(build_graph(config), args.node_id)
         transport = ZmqTransport(args.node_id, bind[args.node_id],
                                  {peer: connect[peer] for peer in outs},
@@ -71,20 +70,19 @@ def main(argv: list[str] | None = None) -> int:
                     Path(args.results) / f"node-{args.node_id}.json", args.local_nodes)
         node.run()
         return 0
-    except (ProtofedError, SystemExit, KeyboardInterrupt, Exception) as exc:
-        if isinstance(exc, ProtofedError):
-            log.error("%s", exc)
-        elif isinstance(exc, (SystemExit, KeyboardInterrupt)):
-            log.error("stopped by signal")
-        else:
-            log.exception("node failed")
-        if node is not None:
-            node.recorder.result.update({"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
-            node.recorder.write()
-            node.transport.close(0)
-        if isinstance(exc, SystemExit) and isinstance(exc.code, int):
-            return exc.code
-        return 2 if isinstance(exc, ConfigError) else 1
+    except ProtofedError as exc:
+        log.error("%s", exc)
+        code, error = (2 if isinstance(exc, ConfigError) else 1), f"{type(exc).__name__}: {exc}"
+    except (SystemExit, KeyboardInterrupt) as exc:
+        log.error("stopped by signal")
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 130
+        error = "stopped by signal"
+    except Exception as exc:  # any bug must still leave a result file behind
+        log.exception("node failed")
+        code, error = 1, f"{type(exc).__name__}: {exc}"
+    if node is not None:
+        node.fail(error)
+    return code
 
 
 if __name__ == "__main__":

@@ -162,9 +162,9 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
     """File paths written in a config are relative to that config file, not to the CWD."""
     for table, key in (("topology", "path"), ("data", "dir")):
         section = raw.get(table)
-        if isinstance(section, dict) and isinstance(section.get(key), str) and section[key]:
-            if not Path(section[key]).is_absolute():
-                section[key] = str(base / section[key])
+        value = section.get(key) if isinstance(section, dict) else None
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            section[key] = str(base / value)
 
 
 def from_dict(raw: dict[str, Any], *, source: str = "<config>",

@@ -97,7 +97,7 @@ def _unpack_header(frame: bytes) -> dict:
         header = msgpack.unpackb(frame, raw=False, strict_map_key=True,
                                  max_str_len=4096, max_bin_len=0, max_array_len=MAX_TENSORS,
                                  max_map_len=MAX_TENSORS, max_ext_len=0)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many unrelated types on garbage
         raise ProtocolError(f"header is not valid msgpack: {exc}") from None
     if not isinstance(header, dict):
         raise ProtocolError("header is not a map")

@@ -164,6 +164,12 @@ class Node:
         self.recorder.write()
         return result
 
+    def fail(self, error: str) -> None:
+        """Record why the node stopped and release the network at once."""
+        self.recorder.result.update({"status": "failed", "error": error})
+        self.recorder.write()
+        self.transport.close(0)
+
     def _run_round(self, round_: int, algorithm: Algorithm, data: NodeData,
                    peers: Peers) -> dict[str, Any]:
         started = time.monotonic()

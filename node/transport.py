@@ -87,7 +87,7 @@ class ZmqTransport:
             self._poller.register(dealer, zmq.POLLIN)
         return self
 
-    def __enter__(self) -> ZmqTransport:
+    def __enter__(self) -> ZmqTransport:  # noqa: PYI034
         return self.open()
 
     def __exit__(self, *exc_info: object) -> None:

@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from node.aggregation import aggregate_prototypes, local_prototypes, nearest_prototype, weighted_mean
+from node.aggregation import (
+    aggregate_prototypes,
+    local_prototypes,
+    nearest_prototype,
+    weighted_mean,
+)
 
 
 def test_weighted_mean_by_sample_count():

@@ -46,7 +46,7 @@ results_dir = "{tmp_path / "results"}"
 
 def protofed(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "deploy.cli", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def run_federation(tmp_path, data_dir, name, **overrides):
@@ -154,7 +154,7 @@ def test_a_node_killed_mid_run_does_not_stop_the_others(workdir, data_dir):
             pytest.fail("node 2 never finished its first round")
         pid = json.loads((run_dir / "run.json").read_text())["pids"]["2"]
         os.kill(pid, signal.SIGKILL)
-        stdout, stderr = process.communicate(timeout=240)
+        _, stderr = process.communicate(timeout=240)
     finally:
         if process.poll() is None:
             process.kill()

@@ -34,7 +34,7 @@ def test_handshake_then_round_exchange_with_exact_byte_accounting():
     a.broadcast(1, "model", {"w": torch.randn(10)}, {"samples": 5})
     b.broadcast(1, "model", {"w": torch.randn(10)}, {"samples": 6})
     updates_b, missing_b = b.collect(1, ["model"], timeout=2.0)
-    updates_a, missing_a = a.collect(1, ["model"], timeout=2.0)
+    _, missing_a = a.collect(1, ["model"], timeout=2.0)
     assert missing_a == missing_b == []
     assert updates_b[0]["model"].meta == {"samples": 5}
     for kind in ("model", "control"):
@@ -102,5 +102,5 @@ def test_bye_stops_the_wait_for_a_finished_peer():
     hub = MemoryHub()
     a = make_peers(hub, 0, ins=[1], outs=[])
     hub.deliver(0, 1, encode_message(1, 3, "bye"))
-    updates, missing = a.collect(1, ["model"], timeout=30.0)  # returns at once
+    _, missing = a.collect(1, ["model"], timeout=30.0)  # returns at once
     assert missing == [1]

@@ -11,8 +11,12 @@ from torch import nn
 from node.algorithms.base import NodeData, Payload
 from node.config import FederationConfig
 from node.errors import ProtocolError
-from node.models import (DEFAULT_EMBEDDING_DIM, STUDENT_CNN_CHANNELS, TEACHER_CNN_CHANNELS,
-                         build_model)
+from node.models import (
+    DEFAULT_EMBEDDING_DIM,
+    STUDENT_CNN_CHANNELS,
+    TEACHER_CNN_CHANNELS,
+    build_model,
+)
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,24 @@ from collections.abc import Mapping
 
 import torch
 
-from node.aggregation import aggregate_prototypes, local_prototypes, nearest_prototype, weighted_mean
+from node.aggregation import (
+    aggregate_prototypes,
+    local_prototypes,
+    nearest_prototype,
+    weighted_mean,
+)
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
-from node.algorithms.common import (batches, build_role, checked_prototypes, checked_state,
-                                    embed_all, prototype_payload, round_generator, sgd,
-                                    state_payload)
+from node.algorithms.common import (
+    batches,
+    build_role,
+    checked_prototypes,
+    checked_state,
+    embed_all,
+    prototype_payload,
+    round_generator,
+    sgd,
+    state_payload,
+)
 from node.config import FederationConfig
 from node.errors import ProtocolError
 from node.losses import decayed_weight, student_loss, teacher_loss
