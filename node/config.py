@@ -52,14 +52,39 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class ModelGroup:
+    """Different architectures for some nodes; empty values keep the [model] setting."""
+
+    nodes: list[int] = field(default_factory=list)
+    teacher: str = ""
+    student: str = ""
+    teacher_channels: list[int] = field(default_factory=list)
+    student_channels: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
-    """Teacher and student architectures ("auto" picks the paper's pair for the dataset)."""
+    """Teacher and student architectures ("auto" picks the paper's pair for the dataset).
+
+    Single-model algorithms (FedAvg, FedProto, ...) train the teacher-role model.
+    """
 
     teacher: str = "auto"
     student: str = "auto"
     teacher_channels: list[int] = field(default_factory=list)
     student_channels: list[int] = field(default_factory=list)
     embedding_dim: int = 0
+    groups: list[ModelGroup] = field(default_factory=list)
+
+    def for_node(self, node_id: int) -> ModelConfig:
+        """This config with the settings of the group that lists `node_id` applied."""
+        for group in self.groups:
+            if node_id in group.nodes:
+                changes = {name: getattr(group, name) for name in
+                           ("teacher", "student", "teacher_channels", "student_channels")
+                           if getattr(group, name)}
+                return dataclasses.replace(self, groups=[], **changes)
+        return self
 
 
 @dataclass(frozen=True)
@@ -231,6 +256,9 @@ def _coerce(value: Any, hint: Any, key: str, source: str) -> Any:
         (item_hint,) = typing.get_args(hint)
         if not isinstance(value, list):
             raise ConfigError(f"{source}: {key} must be a list, got {value!r}")
+        if dataclasses.is_dataclass(item_hint):
+            return [_build(item_hint, v, prefix=f"{key}[{i}].", source=source)
+                    for i, v in enumerate(value)]
         return [_coerce(v, item_hint, f"{key}[{i}]", source) for i, v in enumerate(value)]
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -282,6 +310,21 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     for key, channels in (("model.teacher_channels", m.teacher_channels),
                           ("model.student_channels", m.student_channels)):
         _check(all(ch >= 1 for ch in channels), source, key, f"must be positive, got {channels}")
+    grouped: set[int] = set()
+    for i, group in enumerate(m.groups):
+        key = f"model.groups[{i}]"
+        _check(bool(group.nodes) and all(0 <= n < c.nodes for n in group.nodes), source,
+               f"{key}.nodes", f"must list node ids in 0..{c.nodes - 1}, got {group.nodes}")
+        _check(not grouped & set(group.nodes), source, f"{key}.nodes",
+               f"lists nodes {sorted(grouped & set(group.nodes))} that an earlier group has")
+        grouped |= set(group.nodes)
+        for role in ("teacher", "student"):
+            if getattr(group, role):
+                _one_of(getattr(group, role), ARCHITECTURES, source, f"{key}.{role}")
+        for name in ("teacher_channels", "student_channels"):
+            channels = getattr(group, name)
+            _check(all(ch >= 1 for ch in channels), source, f"{key}.{name}",
+                   f"must be positive, got {channels}")
     _check(m.embedding_dim >= 0, source, "model.embedding_dim",
            f"must be positive (or 0 for the default), got {m.embedding_dim}")
     t = c.train

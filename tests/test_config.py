@@ -139,3 +139,29 @@ dir = "datasets"
     config = load(path)
     assert config.topology.path == str(tmp_path / "graphs" / "pair.edgelist")
     assert config.data.dir == str(tmp_path / "datasets")
+
+
+def test_model_groups_give_some_nodes_other_architectures(tmp_path):
+    config = load(write(tmp_path, """nodes = 4
+[model]
+teacher = "cnn"
+teacher_channels = [8, 16]
+[[model.groups]]
+nodes = [1, 3]
+teacher_channels = [4, 8]
+"""))
+    assert config.model.for_node(0).teacher_channels == [8, 16]
+    assert config.model.for_node(3).teacher_channels == [4, 8]
+    assert config.model.for_node(3).teacher == "cnn"
+
+
+@pytest.mark.parametrize("groups, key", [
+    ("[[model.groups]]\nnodes = [7]", r"model.groups\[0\].nodes"),
+    ("[[model.groups]]\nnodes = [0]\n[[model.groups]]\nnodes = [0, 1]",
+     r"model.groups\[1\].nodes"),
+    ("[[model.groups]]\nnodes = [0]\nteacher = 'vgg'", r"model.groups\[0\].teacher"),
+    ("[[model.groups]]\nnodes = [0]\ncolour = 'red'", r"model.groups\[0\].colour"),
+])
+def test_bad_model_groups_are_named(tmp_path, groups, key):
+    with pytest.raises(ConfigError, match=key):
+        load(write(tmp_path, f"nodes = 3\n{groups}\n"))

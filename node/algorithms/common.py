@@ -29,10 +29,10 @@ PAPER_PAIRS = {
 }
 
 
-def build_role(config: FederationConfig, data: NodeData, role: str) -> nn.Module:
-    """Build the teacher or the student that [model] describes for this dataset."""
+def build_role(config: FederationConfig, data: NodeData, role: str, node_id: int) -> nn.Module:
+    """Build the teacher or the student that [model] (and its groups) give this node."""
     teacher_arch, student_arch = PAPER_PAIRS[config.data.dataset]
-    m = config.model
+    m = config.model.for_node(node_id)
     arch = (m.teacher if role == "teacher" else m.student)
     if arch == "auto":
         arch = teacher_arch if role == "teacher" else student_arch

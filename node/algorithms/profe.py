@@ -48,8 +48,8 @@ class ProFe(Algorithm):
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
         torch.manual_seed(config.seed)  # every node starts from the same weights
-        self.teacher = build_role(config, data, "teacher").to(device)
-        self.student = build_role(config, data, "student").to(device)
+        self.teacher = build_role(config, data, "teacher", node_id).to(device)
+        self.student = build_role(config, data, "student", node_id).to(device)
         self.teacher_optimizer = sgd(self.teacher, config)
         self.student_optimizer = sgd(self.student, config)
         self.alpha_s = config.train.alpha_s
