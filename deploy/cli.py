@@ -9,10 +9,14 @@ import signal
 import sys
 from pathlib import Path
 
+from deploy import docker_backend as docker
+from deploy import image as docker_image
 from deploy import local
 from deploy.plan import new_run_id, pick_ports, plan_local, write_plan
 from deploy.report import format_table, summarize
+from deploy.runner import watch
 from node.config import load
+from node.data import default_data_dir
 from node.errors import ConfigError, ProtofedError
 
 log = logging.getLogger("protofed")
@@ -30,12 +34,18 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--backend", choices=("local", "docker"), help="overrides deploy.backend")
     up.add_argument("--run-id", help="name of the results folder (default <name>-<time>)")
 
-    down = commands.add_parser("down", help="stop running local federations")
+    down = commands.add_parser("down", help="stop running federations (local and docker)")
     down.add_argument("run_id", nargs="?", help="only this run (default: every running one)")
     down.add_argument("--results-dir", default="results", help="where runs are recorded")
 
     status = commands.add_parser("status", help="list running federations and their nodes")
     status.add_argument("--results-dir", default="results", help="where runs are recorded")
+
+    logs = commands.add_parser("logs", help="print the log of one node of a run")
+    logs.add_argument("run_id")
+    logs.add_argument("node", type=int)
+    logs.add_argument("--tail", type=int, default=200, help="lines to show")
+    logs.add_argument("--results-dir", default="results", help="where runs are recorded")
 
     report = commands.add_parser("report", help="print the table of a finished run")
     report.add_argument("run_dir", help="results/<run-id> folder")
@@ -47,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return {"up": cmd_up, "down": cmd_down, "status": cmd_status,
+        return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "logs": cmd_logs,
                 "report": cmd_report}[args.command](args)
     except ProtofedError as exc:
         print(f"protofed: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -57,38 +67,59 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     overrides = tuple(args.set) + ((f"deploy.backend={args.backend}",) if args.backend else ())
     config = load(args.config, overrides)
-    if config.deploy.backend != "local":
-        raise ConfigError(f"{args.config}: deploy.backend = {config.deploy.backend!r} is not "
-                          "available in this version; use \"local\"")
     run_id = args.run_id or new_run_id(config)
-    plan = plan_local(config, Path(args.config), overrides, run_id, pick_ports(config))
+    docker_backend = config.deploy.backend == "docker"
+    if docker_backend:
+        client = docker.connect()
+        info = client.info()
+        docker.check_capacity(config, int(info.get("MemTotal", 0)), int(info.get("NCPU", 0)))
+        data_dir = Path(config.data.dir or default_data_dir())
+        if not data_dir.is_dir():
+            raise ConfigError(f"data.dir {data_dir} is not a folder: the containers mount it "
+                              "as their dataset folder (set data.dir or PROTOFED_DATA_DIR)")
+        image = config.deploy.image or docker_image.ensure_image(client, config.deploy.base_image)
+        plan = docker.plan_docker(config, Path(args.config), overrides, run_id)
+    else:
+        plan = plan_local(config, Path(args.config), overrides, run_id, pick_ports(config))
     try:
         peers_path = write_plan(plan, config)
     except FileExistsError:
         raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
                           "--run-id") from None
-    print(f"protofed: run {run_id}: {config.nodes} {config.algorithm} nodes on "
-          f"{config.topology.kind} topology, {config.rounds} rounds, results in "
-          f"{plan.results_dir}", file=sys.stderr)
+    print(f"protofed: run {run_id}: {config.nodes} {config.algorithm} nodes "
+          f"({config.deploy.backend}) on {config.topology.kind} topology, {config.rounds} "
+          f"rounds, results in {plan.results_dir}", file=sys.stderr)
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the nodes just as Ctrl-C does
-    run = local.start(plan, peers_path)
-    progress = Progress(config.rounds)
     try:
-        local.watch(run, progress.show)
+        if docker_backend:
+            run = docker.start(config, plan, peers_path, image, client, data_dir)
+        else:
+            run = local.start(plan, peers_path)
     except KeyboardInterrupt:
+        return 130
+    progress = Progress(config.rounds)
+    interrupted = False
+    try:
+        watch(run, progress.show)
+    except KeyboardInterrupt:
+        interrupted = True
         progress.finish()
         print("protofed: interrupted, stopping every node", file=sys.stderr)
-        local.stop(run)
-        _write_summary(plan, config, run)
-        return 130
-    progress.finish()
+        run.stop()
+    finally:
+        progress.finish()
+        run.save_logs()
+        run.remove()
     summary = _write_summary(plan, config, run)
+    if interrupted:
+        return 130
     print(format_table(summary))
     failed = [n for n in summary["nodes"] if n["status"] != "finished"]
     for row in failed:
         node_id = row["node"]
-        print(f"\nnode {node_id} did not finish (exit code {run.exit_codes.get(node_id)}, "
-              f"status {row['status']}); last lines of its log:", file=sys.stderr)
+        why = " (killed: out of memory)" if node_id in getattr(run, "oom_killed", ()) else ""
+        print(f"\nnode {node_id} did not finish (exit code {run.exit_codes.get(node_id)}"
+              f"{why}, status {row['status']}); last lines of its log:", file=sys.stderr)
         print(local.log_tail(plan.results_dir, node_id), file=sys.stderr)
     print(f"\nresults: {plan.results_dir}", file=sys.stderr)
     return 1 if failed else 0
@@ -139,29 +170,59 @@ def _state(result: dict, rounds: int) -> str:
     return {"missing": "wait", "starting": "init"}.get(status, status)
 
 
+def _docker_client_if_running():
+    """A Docker client when an engine answers, else None (local runs need no Docker)."""
+    try:
+        return docker.connect()
+    except ProtofedError:
+        return None
+
+
 def cmd_down(args: argparse.Namespace) -> int:
+    stopped = 0
     runs = local.running_runs(Path(args.results_dir))
     if args.run_id:
         runs = [r for r in runs if r["run_id"] == args.run_id]
-    if not runs:
-        print("protofed: no running federation found"
-              + (f" named {args.run_id}" if args.run_id else "")
-              + f" under {args.results_dir}", file=sys.stderr)
-        return 1 if args.run_id else 0
     for run in runs:
         local.stop_pids(run["alive"])
         print(f"protofed: stopped {run['run_id']} ({len(run['alive'])} node processes)")
+        stopped += 1
+    client = _docker_client_if_running()
+    if client is not None:
+        docker_runs = docker.running_runs(client)
+        for run_id in ([args.run_id] if args.run_id else list(docker_runs)):
+            containers, networks = docker.remove_run(client, run_id)
+            if containers or networks:
+                print(f"protofed: removed {run_id} ({containers} containers, "
+                      f"{networks} networks)")
+                stopped += 1
+    if not stopped:
+        print("protofed: no running federation found"
+              + (f" named {args.run_id}" if args.run_id else ""), file=sys.stderr)
+        return 1 if args.run_id else 0
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    runs = local.running_runs(Path(args.results_dir))
-    if not runs:
-        print("no running federations")
+    lines = [f"{run['run_id']}  local  nodes alive: {', '.join(sorted(run['alive'], key=int))}"
+             for run in local.running_runs(Path(args.results_dir))]
+    client = _docker_client_if_running()
+    if client is not None:
+        lines += [f"{run_id}  docker  {'; '.join(nodes)}"
+                  for run_id, nodes in docker.running_runs(client).items()]
+    print("\n".join(lines) if lines else "no running federations")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    path = Path(args.results_dir) / args.run_id / "logs" / f"node-{args.node}.log"
+    client = _docker_client_if_running()
+    if client is not None and docker.running_runs(client).get(args.run_id):
+        print(docker.container_logs(client, args.run_id, args.node, args.tail), end="")
         return 0
-    for run in runs:
-        print(f"{run['run_id']}  backend={run['backend']}  nodes alive: "
-              f"{', '.join(sorted(run['alive'], key=int))}")
+    if not path.is_file():
+        raise ConfigError(f"no log for node {args.node} of run {args.run_id} ({path})")
+    print(local.log_tail(Path(args.results_dir) / args.run_id, args.node, args.tail))
     return 0
 
 

@@ -9,12 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.plan import Plan
-from deploy.report import read_node_results
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +26,26 @@ class LocalRun:
     plan: Plan
     processes: dict[int, subprocess.Popen] = field(default_factory=dict)
     exit_codes: dict[int, int] = field(default_factory=dict)
+
+    def poll_exits(self) -> dict[int, int]:
+        """Exit codes of the node processes that have ended so far."""
+        for node_id, process in self.processes.items():
+            code = process.poll()
+            if code is not None:
+                self.exit_codes.setdefault(node_id, code)
+        return dict(self.exit_codes)
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM every live node, then SIGKILL whatever is left after `grace` seconds."""
+        stop(self, grace)
+
+    def save_logs(self) -> None:
+        """Node processes write their logs straight into logs/: nothing to collect."""
+
+    def remove(self) -> None:
+        """Record the run as ended; processes leave nothing else behind."""
+        write_run_file(self, "finished" if len(self.exit_codes) == len(self.processes)
+                       else "stopped")
 
 
 def node_command(plan: Plan, node_id: int, peers_path: Path) -> list[str]:
@@ -68,23 +86,6 @@ def write_run_file(run: LocalRun, status: str) -> None:
     (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
 
 
-def watch(run: LocalRun, on_progress: Callable[[list[dict]], None],
-          interval: float = 0.5) -> None:
-    """Wait for every node process to exit, reporting progress from their result files."""
-    nodes = len(run.plan.nodes)
-    while len(run.exit_codes) < nodes:
-        for node_id, process in run.processes.items():
-            code = process.poll()
-            if code is not None and node_id not in run.exit_codes:
-                run.exit_codes[node_id] = code
-                if code != 0:
-                    log.warning("node %d exited with code %d", node_id, code)
-        on_progress(read_node_results(run.plan.results_dir, nodes))
-        if len(run.exit_codes) < nodes:
-            time.sleep(interval)
-    write_run_file(run, "finished")
-
-
 def stop(run: LocalRun, grace: float = 5.0) -> None:
     """SIGTERM every live node, then SIGKILL whatever is left after `grace` seconds."""
     live = [p for p in run.processes.values() if p.poll() is None]
@@ -99,7 +100,6 @@ def stop(run: LocalRun, grace: float = 5.0) -> None:
             process.wait()
     for node_id, process in run.processes.items():
         run.exit_codes.setdefault(node_id, process.returncode)
-    write_run_file(run, "stopped")
 
 
 def _signal_group(pid: int, signum: int) -> None:

@@ -42,7 +42,7 @@ class Plan:
 
 def new_run_id(config: FederationConfig, now: datetime.datetime | None = None) -> str:
     """`<name>-<UTC timestamp>`, unique per second and sortable."""
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.UTC)
     return f"{config.name}-{now:%Y%m%d-%H%M%S}"
 
 

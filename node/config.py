@@ -133,6 +133,11 @@ class DeployConfig:
     base_port: int = 0
     results_dir: str = "results"
     cores: int = 0
+    image: str = ""
+    base_image: str = "python:3.11-slim"
+    cpus: float = 0.0
+    memory: str = ""
+    port: int = 5555
 
 
 @dataclass(frozen=True)
@@ -172,10 +177,13 @@ def load(path: str | Path, overrides: typing.Sequence[str] = ()) -> FederationCo
     source = str(path)
     try:
         with open(path, "rb") as handle:
-            raw = tomllib.load(handle)
+            if str(path).endswith(".json"):  # a resolved config written by the launcher
+                raw = json.load(handle)
+            else:
+                raw = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"{source}: config file not found") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read: {exc}") from None
@@ -355,6 +363,12 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
            f"got {c.deploy.base_port}")
     _check(c.deploy.cores >= 0, source, "deploy.cores",
            f"must be 0 (all) or positive, got {c.deploy.cores}")
+    _check(c.deploy.cpus >= 0.0, source, "deploy.cpus",
+           f"must be 0 (no limit) or positive, got {c.deploy.cpus}")
+    _check(c.deploy.memory == "" or memory_bytes(c.deploy.memory) > 0, source, "deploy.memory",
+           f"must be like \"512m\" or \"2g\" (or empty for no limit), got {c.deploy.memory!r}")
+    _check(1 <= c.deploy.port <= 65535, source, "deploy.port",
+           f"must be a TCP port, got {c.deploy.port}")
     try:
         build_graph(c)
     except ConfigError as exc:
@@ -363,6 +377,18 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
 
 def _one_of(value: str, allowed: tuple[str, ...], source: str, key: str) -> None:
     _check(value in allowed, source, key, f"must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def memory_bytes(text: str) -> int:
+    """Bytes in a Docker-style size ("512m", "2g", "1024k", "4096"); 0 if unreadable."""
+    units = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    number, unit = text.strip().lower()[:-1], text.strip().lower()[-1:]
+    if unit.isdigit():
+        number, unit = text.strip(), ""
+    try:
+        return int(float(number) * units[unit])
+    except (ValueError, KeyError):
+        return 0
 
 
 def build_graph(config: FederationConfig):

@@ -31,3 +31,7 @@ class PeerTimeout(TransportError):
 
 class ProtocolError(TransportError):
     """A received message that breaks the wire protocol; it is dropped and counted."""
+
+
+class DeployError(ProtofedError):
+    """A federation that cannot be started, watched or stopped (Docker, processes, ports)."""

@@ -78,6 +78,15 @@ def load_node_data(config: FederationConfig, node_id: int, device: torch.device)
                     num_classes=dataset.num_classes)
 
 
+def interface_counters(name: str) -> dict[str, int] | None:
+    """rx/tx byte counters of a network interface (the numbers `docker stats` reports)."""
+    statistics = Path("/sys/class/net") / name / "statistics"
+    try:
+        return {key: int((statistics / key).read_text()) for key in ("rx_bytes", "tx_bytes")}
+    except (OSError, ValueError):
+        return None
+
+
 @torch.no_grad()
 def evaluate(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, num_classes: int,
              batch_size: int) -> dict[str, float]:
@@ -158,6 +167,9 @@ class Node:
                      config.rounds, record["global_test"]["f1"], record["missing_peers"])
         result["no_goodbye_from"] = peers.goodbye(config.timeouts.shutdown)
         self.transport.close(config.timeouts.shutdown)
+        interface = os.environ.get("PROTOFED_INTERFACE")
+        if interface:  # set by the docker backend: this container's own interface
+            result["interface_bytes"] = interface_counters(interface)
         result["status"] = "finished"
         result["elapsed_seconds"] = time.monotonic() - started
         self._fill_totals(peers)

@@ -1,0 +1,127 @@
+"""The node image: a content-hash tag, an offline wheelhouse, a base that needs no registry."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from node.errors import DeployError
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+IMAGE_NAME = "protofed-node"
+LOCAL_BASE_IMAGE = "protofed-base:bookworm"
+TORCH_SPEC = "torch==2.13.0"  # the CPU build; never a CUDA one in the image
+SOURCE_DIRS = ("node", "topology", "quant", "deploy")
+
+
+def source_files(root: Path = PROJECT_ROOT) -> list[Path]:
+    """Every file whose change must rebuild the image."""
+    files = [root / "pyproject.toml", root / "deploy" / "Dockerfile"]
+    for folder in SOURCE_DIRS:
+        files += sorted(p for p in (root / folder).rglob("*.py") if "__pycache__" not in p.parts)
+    return files
+
+
+def content_hash(root: Path = PROJECT_ROOT, base_image: str = "") -> str:
+    """A short hash of the project's code, dependencies, Dockerfile and base image name."""
+    digest = hashlib.sha256(f"{TORCH_SPEC}\n{base_image}\n".encode())
+    for path in source_files(root):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def image_tag(root: Path = PROJECT_ROOT, base_image: str = "") -> str:
+    """`protofed-node:<content hash>`: built once, reused until the code changes."""
+    return f"{IMAGE_NAME}:{content_hash(root, base_image)}"
+
+
+def project_requirements(root: Path = PROJECT_ROOT) -> list[str]:
+    """The runtime requirements from pyproject.toml, with torch pinned to the CPU build."""
+    with open(root / "pyproject.toml", "rb") as handle:
+        deps = tomllib.load(handle)["project"]["dependencies"]
+    return [TORCH_SPEC] + [d for d in deps if not d.replace(" ", "").startswith("torch")]
+
+
+def prepare_context(build_dir: Path, root: Path = PROJECT_ROOT) -> Path:
+    """Fill `build_dir` with the Dockerfile and a wheelhouse of everything the node needs."""
+    wheels = build_dir / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "deploy" / "Dockerfile", build_dir / "Dockerfile")
+    for old in wheels.glob("protofed-*.whl"):
+        old.unlink()
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    _run(pip + ["download", "--quiet", "--only-binary=:all:", "--dest", str(wheels),
+                *project_requirements(root)], "download the dependency wheels")
+    _run(pip + ["wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(root)],
+         "build the protofed wheel")
+    return build_dir
+
+
+def _run(command: list[str], what: str) -> None:
+    log.info("running %s", " ".join(command))
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).splitlines()[-10:])
+        raise DeployError(f"could not {what} for the node image:\n{tail}")
+
+
+def resolve_base_image(client, wanted: str) -> str:
+    """The base to build on: `wanted` if present or pullable, else the local debootstrap image."""
+    import docker.errors
+
+    if wanted != LOCAL_BASE_IMAGE:
+        try:
+            client.images.get(wanted)
+            return wanted
+        except docker.errors.ImageNotFound:
+            pass
+        try:
+            log.info("pulling %s", wanted)
+            client.images.pull(wanted)
+            return wanted
+        except docker.errors.APIError as exc:
+            log.warning("cannot pull %s (%s); using the local base %s", wanted,
+                        str(exc).splitlines()[0], LOCAL_BASE_IMAGE)
+    try:
+        client.images.get(LOCAL_BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        script = PROJECT_ROOT / "deploy" / "make-base-image.sh"
+        print(f"protofed: making the local base image {LOCAL_BASE_IMAGE} with debootstrap "
+              "(about a minute, once)", file=sys.stderr)
+        _run(["bash", str(script), LOCAL_BASE_IMAGE], f"make {LOCAL_BASE_IMAGE}")
+    return LOCAL_BASE_IMAGE
+
+
+def ensure_image(client, base_image: str, build_dir: Path | None = None) -> str:
+    """The node image's tag, building it first if this code has no image yet."""
+    import docker.errors
+
+    base = resolve_base_image(client, base_image)
+    tag = image_tag(PROJECT_ROOT, base)
+    try:
+        client.images.get(tag)
+        log.info("reusing node image %s", tag)
+        return tag
+    except docker.errors.ImageNotFound:
+        pass
+    print(f"protofed: building node image {tag} on {base} (a minute or two, once per code "
+          "change)", file=sys.stderr)
+    context = prepare_context(build_dir or PROJECT_ROOT / ".docker-build")
+    try:
+        client.images.build(path=str(context), tag=tag, buildargs={"BASE_IMAGE": base},
+                            rm=True, forcerm=True, network_mode="none", pull=False)
+    except docker.errors.BuildError as exc:
+        lines = [str(item.get("stream") or item.get("error") or "").rstrip()
+                 for item in exc.build_log]
+        tail = "\n".join(line for line in lines if line)[-2000:]
+        raise DeployError(f"building the node image {tag} failed: {exc.msg}\n{tail}") from None
+    except docker.errors.APIError as exc:
+        raise DeployError(f"building the node image {tag} failed: {exc}") from None
+    return tag

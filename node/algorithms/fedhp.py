@@ -1,0 +1,224 @@
+"""FedHP: federated learning with hyperspherical prototypical regularisation (Fonio et al.,
+paper 001, section 2).
+
+Each node trains a backbone f(x; theta) (the teacher-role model up to its embedding,
+z = model(x)[1]; its classifier is dropped) together with learnable class prototypes
+Pi = {pi_j} in R^d (d = the embedding dimension). Only the prototypes travel.
+
+- Eq. (3), uniform hyperspherical initialisation:
+      L_U(Pi) = (1/C) sum_i max_j M_ij,   M = P P^T - 2I,   ||P_i|| = 1,
+  i.e. the mean over classes of the largest cosine similarity to another prototype. The
+  minimiser becomes the fixed anchors pi_bar and the prototypes' starting value.
+- Eq. (2), distance-based cross-entropy:
+      L_D = (1/N) sum_i -log( exp(-d(z_i, pi_{y_i})) / sum_j exp(-d(z_i, pi_j)) ),
+  d the Euclidean distance (averaged over each mini-batch).
+- Eq. (4), anchor regulariser:  L_H = sum_j (1 - cos(pi_bar_j, pi_j)).
+- Eq. (1), local objective:  L = L_D + lambda * L_H,  lambda = 0.1 ("The parameter lambda
+  in (1) is set to 0.1").
+- Optimisers (section 3): "SGD, a learning rate of 0.01, a momentum of 0.9, and weight decay
+  set to 10^-4 for parameters theta and Adam with learning rate 0.005 for the prototypes".
+  The SGD lr and momentum come from [train]; weight decay is the paper's 1e-4
+  (BACKBONE_WEIGHT_DECAY) and Adam's lr PROTOTYPE_LR. Both optimisers live for the run.
+- Eq. (5), aggregation, and replacement: "each client substitutes its local prototypes with
+  the received ones".
+- Prediction: the nearest prototype in Euclidean distance, i.e. the argmax of Eq. (2)'s
+  softmax.
+
+Choices and deviations:
+- Serverless initialisation: the paper computes the initial prototypes on the server and
+  broadcasts them. Here every node computes them itself from ``config.seed`` alone
+  (`hyperspherical_prototypes`): a seeded CPU torch.Generator draws a Gaussian start, and a
+  fixed number of SGD steps (HYPERSPHERE_STEPS, lr HYPERSPHERE_LR, momentum
+  HYPERSPHERE_MOMENTUM; the paper gives no optimiser for Eq. 3, these are ours) with a
+  re-projection onto the sphere after each step minimise L_U, in float64 on one thread and
+  with an element-wise Gram matrix (no BLAS), so every process on the machine gets
+  bit-identical anchors. The result is cast to float32.
+- Serverless aggregation: each node aggregates its own prototypes with its in-neighbours'.
+  Eq. (5) as printed, (1/K_t) sum_i (N_i^j / N_i) pi_i^j, has weights that do not sum to
+  one and would shrink the prototypes; we use the normalised count-weighted mean
+  sum_i N_i^j pi_i^j / sum_i N_i^j (`aggregate_prototypes`), which is the stated intent
+  ("weighting their contribution according to the number of examples of each class").
+  A node sends only the rows of classes it has samples of (with their counts); classes no
+  contributor has keep the node's local prototype.
+- The paper's final personalisation step (one last local fit after the last round) is not
+  done: the runtime has no round after the last aggregation.
+- The backbone's initial weights are the same on every node (seeded by ``config.seed``),
+  as in the rest of protofed; the backbone itself never leaves the node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from node.aggregation import aggregate_prototypes, nearest_prototype
+from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.algorithms.common import (
+    batches,
+    build_role,
+    checked_prototypes,
+    prototype_payload,
+    round_generator,
+)
+from node.config import FederationConfig
+from node.errors import ProtocolError
+
+log = logging.getLogger(__name__)
+
+LAMBDA_H = 0.1  # "The parameter lambda in (1) is set to 0.1"
+PROTOTYPE_LR = 0.005  # "Adam with learning rate 0.005 for the prototypes"
+BACKBONE_WEIGHT_DECAY = 1e-4  # "weight decay set to 10^-4 for parameters theta"
+HYPERSPHERE_STEPS = 1000  # ours: SGD steps minimising L_U (Eq. 3)
+HYPERSPHERE_LR = 0.1  # ours
+HYPERSPHERE_MOMENTUM = 0.9  # ours
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run torch CPU ops on one thread, so results cannot depend on the thread count."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def cosine_matrix(prototypes: torch.Tensor) -> torch.Tensor:
+    """Pairwise cosine similarities [C, C], by element-wise products (no BLAS)."""
+    p = F.normalize(prototypes, dim=1)
+    return (p.unsqueeze(1) * p.unsqueeze(0)).sum(dim=2)
+
+
+def uniformity_loss(prototypes: torch.Tensor) -> torch.Tensor:
+    """L_U (Eq. 3): mean over classes of max_j M_ij, M = P P^T - 2I on unit-norm rows P.
+
+    Rows are normalised here, so M holds the cosine similarities (diagonal 1 - 2 = -1).
+    """
+    m = cosine_matrix(prototypes)
+    m = m - 2.0 * torch.eye(len(m), dtype=m.dtype, device=m.device)
+    return m.max(dim=1).values.mean()
+
+
+def hyperspherical_prototypes(num_classes: int, dim: int, seed: int,
+                              steps: int = HYPERSPHERE_STEPS) -> torch.Tensor:
+    """Unit prototypes [C, d] spread on the sphere by minimising L_U, the same for a seed.
+
+    Only ``seed`` decides the result: a private CPU generator, float64, one thread, no BLAS.
+    """
+    with _one_thread(), torch.enable_grad():
+        generator = torch.Generator().manual_seed(seed)
+        start = torch.randn(num_classes, dim, generator=generator, dtype=torch.float64)
+        p = F.normalize(start, dim=1).requires_grad_()
+        optimizer = torch.optim.SGD([p], lr=HYPERSPHERE_LR, momentum=HYPERSPHERE_MOMENTUM,
+                                    foreach=False)
+        for _ in range(steps):
+            loss = uniformity_loss(p)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                p.copy_(F.normalize(p, dim=1))
+        return p.detach().to(torch.float32)
+
+
+def distance_loss(z: torch.Tensor, labels: torch.Tensor,
+                  prototypes: torch.Tensor) -> torch.Tensor:
+    """L_D (Eq. 2): cross-entropy of softmax(-||z - pi_j||_2) against the labels."""
+    distances = torch.cdist(z, prototypes, compute_mode="donot_use_mm_for_euclid_dist")
+    return F.cross_entropy(-distances, labels)
+
+
+def hyperspherical_loss(prototypes: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """L_H (Eq. 4): sum over classes of the cosine distance 1 - cos(anchor_j, pi_j)."""
+    return (1.0 - F.cosine_similarity(prototypes, anchors, dim=1)).sum()
+
+
+def fedhp_loss(z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
+               anchors: torch.Tensor, lambda_h: float = LAMBDA_H) -> torch.Tensor:
+    """L = L_D + lambda * L_H  (Eq. 1)."""
+    return distance_loss(z, labels, prototypes) + lambda_h * hyperspherical_loss(
+        prototypes, anchors)
+
+
+class FedHP(Algorithm):
+    """The FedHP trainer behind the common algorithm interface."""
+
+    name = "fedhp"
+    kinds = ("prototypes",)
+
+    def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
+                 node_id: int) -> None:
+        super().__init__(config, data, device, node_id)
+        torch.manual_seed(config.seed)  # every node starts from the same backbone
+        self.net = build_role(config, data, "teacher", node_id)
+        dim = self.net.classifier.in_features
+        self.net.classifier = nn.Identity()  # FedHP uses only the backbone
+        self.net.to(device)
+        anchors = hyperspherical_prototypes(data.num_classes, dim, config.seed)
+        self.anchors = anchors.to(device)
+        self.prototypes = nn.Parameter(anchors.clone().to(device))
+        t = config.train
+        self.net_optimizer = torch.optim.SGD(self.net.parameters(), lr=t.lr,
+                                             momentum=t.momentum,
+                                             weight_decay=BACKBONE_WEIGHT_DECAY)
+        self.prototype_optimizer = torch.optim.Adam([self.prototypes], lr=PROTOTYPE_LR)
+        self.counts = torch.bincount(data.train_y.cpu(), minlength=data.num_classes)
+
+    def train_round(self, round_: int) -> dict[str, float]:
+        t = self.config.train
+        generator = round_generator(self.config, self.node_id, round_)
+        sums = {"loss": 0.0, "distance_loss": 0.0, "hyperspherical_loss": 0.0}
+        steps = 0
+        self.net.train()
+        for _ in range(t.epochs):
+            for x, y in batches(self.data.train_x, self.data.train_y, t.batch_size, generator):
+                _, z = self.net(x)
+                l_d = distance_loss(z, y, self.prototypes)
+                l_h = hyperspherical_loss(self.prototypes, self.anchors)
+                loss = l_d + LAMBDA_H * l_h
+                self.net_optimizer.zero_grad()
+                self.prototype_optimizer.zero_grad()
+                loss.backward()
+                self.net_optimizer.step()
+                self.prototype_optimizer.step()
+                sums["loss"] += float(loss)
+                sums["distance_loss"] += float(l_d)
+                sums["hyperspherical_loss"] += float(l_h)
+                steps += 1
+        return {key: value / max(steps, 1) for key, value in sums.items()}
+
+    def payload(self) -> dict[str, Payload]:
+        return {"prototypes": prototype_payload(self.prototypes.detach(), self.counts)}
+
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+        num_classes, dim = self.prototypes.shape
+        contributions = [checked_prototypes(own["prototypes"], num_classes, dim)]
+        rejected = []
+        for peer, update in sorted(received.items()):
+            try:
+                if "prototypes" not in update:
+                    raise ProtocolError(f"update has no prototypes, only {sorted(update)}")
+                contributions.append(checked_prototypes(update["prototypes"], num_classes, dim))
+            except ProtocolError as exc:
+                log.warning("node %d: update from peer %d rejected: %s", self.node_id, peer, exc)
+                rejected.append(peer)
+        global_prototypes, known = aggregate_prototypes(contributions)
+        known = known.to(self.device)
+        with torch.no_grad():
+            self.prototypes[known] = global_prototypes.to(self.device,
+                                                          self.prototypes.dtype)[known]
+        return rejected
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """The nearest prototype in Euclidean distance (argmax of Eq. 2's softmax)."""
+        self.net.eval()
+        _, z = self.net(x)
+        everyone = torch.ones(len(self.prototypes), dtype=torch.bool, device=z.device)
+        return nearest_prototype(z, self.prototypes, everyone)

@@ -1,0 +1,146 @@
+"""FedPR: FedAvg plus class prototypes that regularise local training and drive inference.
+
+Paper: Qiao, Le and Hong, "Boosting Federated Learning Convergence with Prototype
+Regularization". Both the model weights and the class prototypes travel every round
+(Fig. 1, steps 1-5). Equations used:
+
+- Eq. (1): the global model is the sample-weighted average of the client models,
+  w <- sum_i D_i w_i / sum_i D_i (``node.aggregation.weighted_mean``);
+- Eq. (2): the prototype of class j on client i is the mean embedding f_e(w_e; x) of the
+  client's class-j samples (``node.aggregation.local_prototypes``);
+- Eq. (3): y_bar_j = 1/N sum_i y~_ij, "the average of these prototypes from all clients
+  that have samples of the j-th class": an unweighted mean over the clients that have
+  class j (``client_mean_prototypes``; N read as the number of those clients, since
+  dividing by all clients would shrink prototypes of classes some clients lack);
+- Eq. (4): L_i = CE(F(w; x), y) + l2(f_e(w_e; x) - y_bar_y), the Euclidean distance to the
+  global prototype of the label, unweighted (``node.losses_fedpr.fedpr_loss``, weight
+  PROTOTYPE_WEIGHT = 1), over samples whose class has a global prototype;
+- Algorithm 1, inference: the class of the nearest global prototype in l2 distance.
+
+Order within a round (Algorithm 1): local update with Eq. (4), local prototypes with Eq.
+(2) from the locally trained model, then model averaging and prototype aggregation.
+
+Deviations:
+- No server: every node averages its model and aggregates prototypes over itself and the
+  in-neighbours whose update arrived; a fully connected topology equals the server.
+- Prototypes travel as the rows of locally seen classes with class ids and counts (the
+  counts are carried, not used by Eq. 3); a peer is rejected as a whole when its model or
+  its prototypes are malformed.
+- Before any global prototype exists (round 0) prediction is the argmax of the logits.
+- Local prototypes are computed in eval mode after local training over the whole local
+  train set.
+- The model is the teacher-role model of [model]; all nodes must share its architecture.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from node.aggregation import (
+    aggregate_prototypes,
+    local_prototypes,
+    nearest_prototype,
+    weighted_mean,
+)
+from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.algorithms.common import (
+    build_role,
+    checked_prototypes,
+    checked_state,
+    embed_all,
+    prototype_payload,
+    sgd,
+    state_payload,
+)
+from node.algorithms.fedavg import local_sgd, require_kind
+from node.config import FederationConfig
+from node.errors import ProtocolError
+from node.losses_fedpr import PROTOTYPE_WEIGHT, fedpr_loss
+
+log = logging.getLogger(__name__)
+
+
+def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]]
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. (3): per class, the unweighted mean of the prototypes of the nodes that have it.
+
+    Each contribution is (prototypes [C, D], counts [C]); only counts > 0 matter.
+    Returns (prototypes [C, D], known [C] bool).
+    """
+    return aggregate_prototypes([(protos, (counts > 0).to(torch.int64))
+                                 for protos, counts in contributions])
+
+
+class FedPR(Algorithm):
+    """FedPR behind the common algorithm interface: model and prototypes travel."""
+
+    name = "fedpr"
+    kinds = ("model", "prototypes")
+
+    def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
+                 node_id: int) -> None:
+        super().__init__(config, data, device, node_id)
+        torch.manual_seed(config.seed)  # every node starts from the same weights
+        self.model = build_role(config, data, "teacher", node_id).to(device)
+        self.optimizer = sgd(self.model, config)
+        self.weight = PROTOTYPE_WEIGHT
+        self.dim = self.model.classifier.in_features
+        self.global_prototypes = torch.zeros(data.num_classes, self.dim, device=device)
+        self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)
+        self.local_prototypes = torch.zeros(data.num_classes, self.dim)
+        self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
+
+    def _loss_terms(self, logits: torch.Tensor, embeddings: torch.Tensor,
+                    labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        loss, ce, distance = fedpr_loss(logits, embeddings, labels, self.global_prototypes,
+                                        self.known, self.weight)
+        return {"loss": loss, "ce_loss": ce, "proto_loss": distance}
+
+    def train_round(self, round_: int) -> dict[str, float]:
+        stats = local_sgd(self.model, self.optimizer, self.data, self.config, self.node_id,
+                          round_, self._loss_terms)
+        if len(self.data.train_y):
+            embeddings = embed_all(self.model, self.data.train_x,
+                                   self.config.train.eval_batch_size)
+            self.local_prototypes, self.local_counts = local_prototypes(
+                embeddings.cpu(), self.data.train_y.cpu(), self.data.num_classes)
+        return stats
+
+    def payload(self) -> dict[str, Payload]:
+        return {"model": state_payload(self.model, len(self.data.train_y)),
+                "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
+
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+        classes = self.data.num_classes
+        reference = own["model"].tensors
+        states = [(reference, own["model"].meta["samples"])]
+        prototypes = [checked_prototypes(own["prototypes"], classes, self.dim)]
+        rejected = []
+        for peer, update in sorted(received.items()):
+            try:
+                state = checked_state(reference, require_kind(update, "model"))
+                dense = checked_prototypes(require_kind(update, "prototypes"), classes,
+                                           self.dim)
+            except ProtocolError as exc:
+                log.warning("node %d: update from peer %d rejected: %s", self.node_id, peer, exc)
+                rejected.append(peer)
+                continue
+            states.append(state)
+            prototypes.append(dense)
+        self.model.load_state_dict(weighted_mean(states))
+        global_prototypes, known = client_mean_prototypes(prototypes)
+        self.global_prototypes = global_prototypes.to(self.device)
+        self.known = known.to(self.device)
+        return rejected
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Nearest global prototype (Algorithm 1, inference) once one exists, else argmax."""
+        self.model.eval()
+        logits, embeddings = self.model(x)
+        if not bool(self.known.any()):
+            return logits.argmax(dim=1)
+        return nearest_prototype(embeddings, self.global_prototypes, self.known)

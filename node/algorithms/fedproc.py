@@ -1,0 +1,209 @@
+"""FedProc: prototypical contrastive federated learning (Mu et al., paper 004, section 3.3).
+
+Network (3.3, "Local Network Architecture", 4.1): a base encoder (the teacher-role model up
+to and including its embedding, r = model(x)[1]), a projection head "2-layer MLP with an
+output size of 256" (Linear(D, D) -> ReLU -> Linear(D, 256), z in R^256) and an output
+layer "just a single linear layer" s = f_c(z). The whole network (encoder, head and output
+layer) is the model that travels and is averaged.
+
+Loss, Eq. (2)/(3):      l = alpha * l_gpc + (1 - alpha) * l_ce,   alpha = 1 - t/T.
+Global prototypical contrastive loss, Eq. (4), with sim the cosine similarity:
+
+    l_gpc = -log exp(sim(z, c_y)) / (exp(sim(z, c_y)) + sum_{k' != y} exp(sim(z, c_k')))
+
+i.e. a cross-entropy over the cosine similarities to the global class prototypes. Eq. (4)
+has no temperature, so the similarities enter exp() unscaled (GPC_TEMPERATURE = 1).
+Prototypes, Eq. (5): c_k = mean of z = f_e(x) (projection output) over the local samples of
+class k, computed with the model after local training (Algorithm 1, lines 27-30).
+Prediction: argmax of the output layer's logits s (the paper evaluates the global model's
+top-1 accuracy; it never classifies by prototype distance).
+
+Choices and deviations:
+- Serverless: each node does the server's lines 9-10 of Algorithm 1 over itself and its
+  in-neighbours: the model is averaged weighted by training samples (line 10), the
+  prototypes by class counts. Line 9 prints a plain mean (1/m) sum_i c_i; we use the
+  count-weighted mean sum_i |D_i^k| c_i,k / sum_i |D_i^k| so that nodes without class k do
+  not pull c_k towards zero (`aggregate_prototypes`). Classes no contributor has are left
+  out of the contrast (masked from the softmax) until someone has them.
+- Round index: Algorithm 1 counts rounds t = 0..T-1 with alpha = 1 - t/T (lines 3, 21).
+  The runtime's rounds are 1..T, so round r uses t = r - 1: the first round is pure
+  feature learning (alpha = 1) and the last has alpha = 1/T, exactly as in the paper.
+- Initial prototypes c^0 (Algorithm 1, line 2, unspecified there): before its first round
+  a node has received nothing, so it uses its own class means of z under the initial
+  weights, which every node shares (same seed). Without them l_gpc would be empty in round
+  1, where alpha = 1, and the network would not train at all.
+- Samples whose class has no global prototype add nothing to l_gpc (mean over the rest).
+- Optimiser: SGD with the [train] lr, momentum and weight decay, kept across rounds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from node.aggregation import aggregate_prototypes, local_prototypes, weighted_mean
+from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.algorithms.common import (
+    batches,
+    build_role,
+    checked_prototypes,
+    checked_state,
+    embed_all,
+    prototype_payload,
+    round_generator,
+    sgd,
+    state_payload,
+)
+from node.config import FederationConfig
+from node.errors import ProtocolError
+
+log = logging.getLogger(__name__)
+
+PROJECTION_DIM = 256  # "the projection head consists of a 2-layer MLP with an output size of 256"
+GPC_TEMPERATURE = 1.0  # Eq. (4) is exp(sim(z, c)) with no temperature
+
+
+class FedProcNet(nn.Module):
+    """Base encoder -> projection head -> output layer; forward returns (logits s, z).
+
+    ``encoder`` is a model from `build_model`; its own classifier is dropped (replaced by
+    the identity) so that only the layers up to the embedding remain and train.
+    """
+
+    def __init__(self, encoder: nn.Module, num_classes: int,
+                 projection_dim: int = PROJECTION_DIM) -> None:
+        super().__init__()
+        dim = encoder.classifier.in_features
+        encoder.classifier = nn.Identity()
+        self.encoder = encoder
+        self.head = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, projection_dim))
+        self.classifier = nn.Linear(projection_dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return (logits [B, K], projection z [B, projection_dim])."""
+        _, r = self.encoder(x)
+        z = self.head(r)
+        return self.classifier(z), z
+
+
+def alpha_schedule(round_: int, rounds: int) -> float:
+    """alpha = 1 - t/T with the paper's t = round_ - 1 (runtime rounds start at 1)."""
+    if not 1 <= round_ <= rounds:
+        raise ValueError(f"round {round_} is outside 1..{rounds}")
+    return 1.0 - (round_ - 1) / rounds
+
+
+def gpc_loss(z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
+             known: torch.Tensor, temperature: float = GPC_TEMPERATURE) -> torch.Tensor:
+    """Global prototypical contrastive loss, Eq. (4), averaged over the batch.
+
+    Cross-entropy of softmax(cos(z, c_k) / temperature) over the classes with a prototype
+    (``known``); samples whose own class has none are skipped. Zero if none remain.
+    """
+    mask = known[labels]
+    if not bool(mask.any()) or not bool(known.any()):
+        return z.new_zeros(())
+    sims = F.cosine_similarity(z[mask].unsqueeze(1), prototypes.unsqueeze(0), dim=2)
+    logits = (sims / temperature).masked_fill(~known.unsqueeze(0), float("-inf"))
+    return F.cross_entropy(logits, labels[mask])
+
+
+def fedproc_loss(logits: torch.Tensor, z: torch.Tensor, labels: torch.Tensor,
+                 prototypes: torch.Tensor, known: torch.Tensor, alpha: float) -> torch.Tensor:
+    """l = alpha * l_gpc + (1 - alpha) * l_ce  (Eq. 2)."""
+    return (alpha * gpc_loss(z, labels, prototypes, known)
+            + (1.0 - alpha) * F.cross_entropy(logits, labels))
+
+
+class FedProc(Algorithm):
+    """The FedProc trainer behind the common algorithm interface."""
+
+    name = "fedproc"
+    kinds = ("model", "prototypes")
+
+    def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
+                 node_id: int) -> None:
+        super().__init__(config, data, device, node_id)
+        torch.manual_seed(config.seed)  # every node starts from the same weights
+        encoder = build_role(config, data, "teacher", node_id)
+        self.net = FedProcNet(encoder, data.num_classes).to(device)
+        self.optimizer = sgd(self.net, config)
+        dim = self.net.classifier.in_features
+        self.global_prototypes = torch.zeros(data.num_classes, dim, device=device)
+        self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)
+        self.local_prototypes = torch.zeros(data.num_classes, dim)
+        self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
+
+    def _compute_local_prototypes(self) -> None:
+        z = embed_all(self.net, self.data.train_x, self.config.train.eval_batch_size)
+        self.local_prototypes, self.local_counts = local_prototypes(
+            z.cpu(), self.data.train_y.cpu(), self.data.num_classes)
+
+    def train_round(self, round_: int) -> dict[str, float]:
+        t = self.config.train
+        if not bool(self.known.any()):  # c^0: own class means under the shared initial weights
+            self._compute_local_prototypes()
+            self.global_prototypes = self.local_prototypes.to(self.device)
+            self.known = (self.local_counts > 0).to(self.device)
+        alpha = alpha_schedule(round_, self.config.rounds)
+        generator = round_generator(self.config, self.node_id, round_)
+        sums = {"loss": 0.0, "gpc_loss": 0.0, "ce_loss": 0.0}
+        steps = 0
+        self.net.train()
+        for _ in range(t.epochs):
+            for x, y in batches(self.data.train_x, self.data.train_y, t.batch_size, generator):
+                logits, z = self.net(x)
+                gpc = gpc_loss(z, y, self.global_prototypes, self.known)
+                ce = F.cross_entropy(logits, y)
+                loss = alpha * gpc + (1.0 - alpha) * ce
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                sums["loss"] += float(loss)
+                sums["gpc_loss"] += float(gpc)
+                sums["ce_loss"] += float(ce)
+                steps += 1
+        self._compute_local_prototypes()
+        stats = {key: value / max(steps, 1) for key, value in sums.items()}
+        stats["alpha"] = alpha
+        return stats
+
+    def payload(self) -> dict[str, Payload]:
+        return {"model": state_payload(self.net, len(self.data.train_y)),
+                "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
+
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+        reference = own["model"].tensors
+        states = [(reference, own["model"].meta["samples"])]
+        prototypes = [(self.local_prototypes, self.local_counts)]
+        rejected = []
+        for peer, update in sorted(received.items()):
+            try:
+                missing = sorted(set(self.kinds) - set(update))
+                if missing:
+                    raise ProtocolError(f"update lacks the kinds {missing}")
+                state, samples = checked_state(reference, update["model"])
+                dense = checked_prototypes(update["prototypes"], self.data.num_classes,
+                                           self.local_prototypes.shape[1])
+            except ProtocolError as exc:
+                log.warning("node %d: update from peer %d rejected: %s", self.node_id, peer, exc)
+                rejected.append(peer)
+                continue
+            states.append((state, samples))
+            prototypes.append(dense)
+        self.net.load_state_dict(weighted_mean(states))
+        global_prototypes, known = aggregate_prototypes(prototypes)
+        self.global_prototypes = global_prototypes.to(self.device)
+        self.known = known.to(self.device)
+        return rejected
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """argmax of the output layer's logits s = f_c(z)."""
+        self.net.eval()
+        logits, _ = self.net(x)
+        return logits.argmax(dim=1)

@@ -1,0 +1,125 @@
+"""FedProto: only class prototypes travel; models stay local and may differ per node.
+
+Paper: Tan et al., "FedProto: Federated Prototype Learning across Heterogeneous Clients"
+(AAAI 2022). Equations used:
+
+- local prototype of class j on client i (Methodology):
+  C_i^(j) = 1/|D_ij| * sum_{(x,y) in D_ij} f_i(phi_i; x), the mean embedding of the class;
+- global prototype (Global Prototype Aggregation): the average of the C_i^(j) of the clients
+  that have class j, weighted by |D_ij| / N_j. As printed the formula also divides by
+  |N_j|, which would shrink prototypes with the number of clients; we use the normalised
+  count-weighted mean sum_i |D_ij| C_i^(j) / N_j (``node.aggregation.aggregate_prototypes``);
+- local loss (Local Model Update): L = L_S(F_i(w_i; x), y) + lambda * L_R, with L_S the
+  cross-entropy and L_R the distance between f_i(phi_i; x) and C_bar^(y) ("we use L2
+  distance"; lambda * ||f_i(phi_i; x) - C_bar||_2^2 in the appendix). We use the MSE form
+  (``node.losses_fedproto.fedproto_loss``) over samples whose class has a global
+  prototype, with the paper's lambda for the dataset: 1 for MNIST/FEMNIST, 0.1 for CIFAR-10
+  (see LAMBDA_BY_DATASET);
+- inference (Prototype-based model inference): y_hat = argmin_j ||f(phi; x) - C^(j)||_2 over
+  the global prototypes (``nearest_prototype``).
+
+Deviations:
+- No server: every node aggregates its own prototypes with those of its in-neighbours that
+  arrived this round; with a fully connected topology every node holds the server's
+  global prototypes.
+- Local prototypes are computed after the round's local training, in eval mode, with the
+  final local weights over the whole local train set (the paper's definition), not
+  accumulated from the training mini-batches.
+- Before any global prototype exists (round 0, or a node whose neighbourhood has not seen
+  any of its classes) prediction falls back to the argmax of the local classifier, and
+  classes without a global prototype are skipped by the nearest-prototype rule.
+- lambda is a constant per dataset until a config key exists.
+
+Only the "prototypes" kind travels (rows of locally seen classes, their class ids and
+counts); the model (the teacher-role model of [model], per-node [model.groups] honoured)
+never leaves the node, so nodes may run different architectures as long as they share
+``model.embedding_dim``. A peer prototype payload of another dimension is rejected.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import torch
+
+from node.aggregation import aggregate_prototypes, local_prototypes, nearest_prototype
+from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.algorithms.common import (
+    build_role,
+    checked_prototypes,
+    embed_all,
+    prototype_payload,
+    sgd,
+)
+from node.algorithms.fedavg import local_sgd, require_kind
+from node.config import FederationConfig
+from node.errors import ProtocolError
+from node.losses_fedproto import fedproto_loss, paper_lambda
+
+log = logging.getLogger(__name__)
+
+
+class FedProto(Algorithm):
+    """FedProto behind the common algorithm interface: only prototypes travel."""
+
+    name = "fedproto"
+    kinds = ("prototypes",)
+
+    def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
+                 node_id: int) -> None:
+        super().__init__(config, data, device, node_id)
+        torch.manual_seed(config.seed)
+        self.model = build_role(config, data, "teacher", node_id).to(device)
+        self.optimizer = sgd(self.model, config)
+        self.lam = paper_lambda(config.data.dataset)
+        self.dim = self.model.classifier.in_features
+        self.global_prototypes = torch.zeros(data.num_classes, self.dim, device=device)
+        self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)
+        self.local_prototypes = torch.zeros(data.num_classes, self.dim)
+        self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
+
+    def _loss_terms(self, logits: torch.Tensor, embeddings: torch.Tensor,
+                    labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        loss, ce, reg = fedproto_loss(logits, embeddings, labels, self.global_prototypes,
+                                      self.known, self.lam)
+        return {"loss": loss, "ce_loss": ce, "proto_loss": reg}
+
+    def train_round(self, round_: int) -> dict[str, float]:
+        stats = local_sgd(self.model, self.optimizer, self.data, self.config, self.node_id,
+                          round_, self._loss_terms)
+        if len(self.data.train_y):
+            embeddings = embed_all(self.model, self.data.train_x,
+                                   self.config.train.eval_batch_size)
+            self.local_prototypes, self.local_counts = local_prototypes(
+                embeddings.cpu(), self.data.train_y.cpu(), self.data.num_classes)
+        stats["lambda"] = self.lam
+        return stats
+
+    def payload(self) -> dict[str, Payload]:
+        return {"prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
+
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+        classes = self.data.num_classes
+        contributions = [checked_prototypes(own["prototypes"], classes, self.dim)]
+        rejected = []
+        for peer, update in sorted(received.items()):
+            try:
+                contributions.append(checked_prototypes(require_kind(update, "prototypes"),
+                                                        classes, self.dim))
+            except ProtocolError as exc:
+                log.warning("node %d: update from peer %d rejected: %s", self.node_id, peer, exc)
+                rejected.append(peer)
+        global_prototypes, known = aggregate_prototypes(contributions)
+        self.global_prototypes = global_prototypes.to(self.device)
+        self.known = known.to(self.device)
+        return rejected
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Nearest global prototype once prototypes exist, else the local argmax."""
+        self.model.eval()
+        logits, embeddings = self.model(x)
+        if not bool(self.known.any()):
+            return logits.argmax(dim=1)
+        return nearest_prototype(embeddings, self.global_prototypes, self.known)
