@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from deploy import compose as compose_file
 from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import local
@@ -47,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--tail", type=int, default=200, help="lines to show")
     logs.add_argument("--results-dir", default="results", help="where runs are recorded")
 
+    compose = commands.add_parser("compose", help="write a Compose file for the federation "
+                                  "(docker compose up, or docker stack deploy on a Swarm)")
+    compose.add_argument("-c", "--config", required=True, help="federation TOML file")
+    compose.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config key")
+    compose.add_argument("--run-id", help="project name and results folder")
+    compose.add_argument("--image", help="node image to use instead of building one")
+
     report = commands.add_parser("report", help="print the table of a finished run")
     report.add_argument("run_dir", help="results/<run-id> folder")
     return parser
@@ -58,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "logs": cmd_logs,
-                "report": cmd_report}[args.command](args)
+                "compose": cmd_compose, "report": cmd_report}[args.command](args)
     except ProtofedError as exc:
         print(f"protofed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
@@ -226,15 +235,33 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    path = Path(args.run_dir) / "summary.json"
+def cmd_compose(args: argparse.Namespace) -> int:
+    config = load(args.config, tuple(args.set))
+    run_id = args.run_id or new_run_id(config)
+    data_dir = Path(config.data.dir or default_data_dir()).resolve()
+    image = args.image or config.deploy.image
+    if not image:
+        image = docker_image.ensure_image(docker.connect(), config.deploy.base_image)
+    plan = docker.plan_docker(config, Path(args.config), tuple(args.set), run_id)
     try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read a run summary: {exc}") from None
-    print(format_table(summary))
+        peers_path = write_plan(plan, config)
+    except FileExistsError:
+        raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
+                          "--run-id") from None
+    path = compose_file.write_compose(config, plan, peers_path, image, data_dir)
+    print(path)
+    print(f"""protofed: wrote {path} for {config.nodes} nodes (image {image}).
+  one host:  docker compose -f {path} -p {run_id} up      (or docker-compose)
+  swarm:     PROTOFED_NETWORK_DRIVER=overlay docker stack deploy -c {path} {run_id}
+  results:   {plan.results_dir}  (then: protofed report {plan.results_dir})""",
+          file=sys.stderr)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def cmd_report(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    nodes = len(list(run_dir.glob("node-*.json")))
+    if not nodes:
+        raise ConfigError(f"{run_dir}: no node-<i>.json results in this folder")
+    print(format_table(summarize(run_dir, run_dir.name, nodes)))
+    return 0

@@ -45,6 +45,7 @@ def summarize(results_dir: Path, run_id: str, nodes: int,
             "local_f1": local["f1"], "local_accuracy": local["accuracy"],
             "elapsed_seconds": result.get("elapsed_seconds"),
             "dropped_messages": len(result.get("dropped_messages", [])),
+            "interface_bytes": result.get("interface_bytes"),
             "error": result.get("error"),
         })
     finished = [r for r in rows if r["global_f1"] is not None]
@@ -80,10 +81,19 @@ def format_table(summary: dict[str, Any]) -> str:
     rows.append(("total", "", f"{totals['bytes_sent']:,}", f"{totals['bytes_received']:,}",
                  _fmt(summary["mean_global_f1"]), _fmt(summary["mean_global_accuracy"]),
                  "(mean)", ""))
+    if any(r.get("interface_bytes") for r in summary["nodes"]):
+        # Containers: the bytes their network interface moved, beside the application's.
+        header = (*header[:4], "iface sent", "iface received", *header[4:])
+        wire = [r.get("interface_bytes") or {} for r in summary["nodes"]]
+        cells = [(f"{w['tx_bytes']:,}", f"{w['rx_bytes']:,}") if w else ("-", "-") for w in wire]
+        cells.append((f"{sum(w.get('tx_bytes', 0) for w in wire):,}",
+                      f"{sum(w.get('rx_bytes', 0) for w in wire):,}"))
+        rows = [(*row[:4], *cell, *row[4:]) for row, cell in zip(rows, cells)]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    last = len(header) - 1
 
     def line(row: tuple[str, ...]) -> str:
-        return "  ".join(cell.rjust(w) if i and i < 7 else cell.ljust(w)
+        return "  ".join(cell.rjust(w) if 0 < i < last else cell.ljust(w)
                          for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
 
     rule = "  ".join("-" * w for w in widths)

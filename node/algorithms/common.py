@@ -41,7 +41,8 @@ def build_role(config: FederationConfig, data: NodeData, role: str, node_id: int
         channels = list(TEACHER_CNN_CHANNELS if role == "teacher" else STUDENT_CNN_CHANNELS)
     return build_model(arch, in_channels=data.in_channels, image_size=data.image_size,
                        num_classes=data.num_classes,
-                       embedding_dim=m.embedding_dim or DEFAULT_EMBEDDING_DIM, channels=channels)
+                       embedding_dim=m.embedding_dim or DEFAULT_EMBEDDING_DIM, channels=channels,
+                       key=f"model.{role}")
 
 
 def sgd(model: nn.Module, config: FederationConfig) -> torch.optim.Optimizer:
@@ -75,7 +76,8 @@ def embed_all(model: nn.Module, x: torch.Tensor, batch_size: int) -> torch.Tenso
 
 def state_payload(model: nn.Module, samples: int) -> Payload:
     """A model's state dict, detached on the CPU, with its training sample count."""
-    state = {name: t.detach().cpu() for name, t in model.state_dict().items()}
+    # clone: on the CPU .cpu() is the live tensor, which training would change under us
+    state = {name: t.detach().cpu().clone() for name, t in model.state_dict().items()}
     return Payload(tensors=state, meta={"samples": samples})
 
 

@@ -1,0 +1,98 @@
+"""A Compose file for a federation: `docker compose up` on one host, `docker stack deploy`
+on a Swarm (set PROTOFED_NETWORK_DRIVER=overlay). One service per node, stable names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from deploy.docker_backend import (
+    CONFIG_MOUNT,
+    DATA_MOUNT,
+    INTERFACE,
+    RESULTS_MOUNT,
+    container_config,
+)
+from deploy.plan import Plan
+from node.config import FederationConfig
+
+
+def compose_document(config: FederationConfig, plan: Plan, image: str, config_dir: Path,
+                     data_dir: Path) -> str:
+    """The Compose file text (YAML) for the planned federation; paths must be absolute."""
+    lines = [
+        "# Written by `protofed compose`. One host:  docker compose up   (or docker-compose up)",
+        "# Swarm:  PROTOFED_NETWORK_DRIVER=overlay docker stack deploy -c compose.yaml NAME",
+        'version: "3.8"',
+        "services:",
+    ]
+    volumes = [(config_dir, CONFIG_MOUNT, True), (plan.results_dir, RESULTS_MOUNT, False),
+               (data_dir, DATA_MOUNT, True)]
+    for spec in plan.nodes:
+        name = service_name(plan, spec.node_id)
+        command = ["--config", f"{CONFIG_MOUNT}/node-config.json", "--node-id",
+                   str(spec.node_id), "--peers", f"{CONFIG_MOUNT}/peers.json",
+                   "--results", RESULTS_MOUNT, "--local-nodes", str(len(plan.nodes))]
+        lines += [
+            f"  {name}:",
+            f"    image: {_quote(image)}",
+            f"    hostname: {name}",
+            f"    command: {json.dumps(command)}",
+            "    environment:",
+            f"      PROTOFED_INTERFACE: {INTERFACE}",
+            (f'    labels: {{"protofed.run": {_quote(plan.run_id)}, '
+             f'"protofed.node": "{spec.node_id}"}}'),
+            "    networks: [federation]",
+            '    restart: "no"',
+            "    volumes:",
+        ]
+        for source, target, read_only in volumes:
+            lines += [
+                "      - type: bind",
+                f"        source: {_quote(str(Path(source).resolve()))}",
+                f"        target: {target}",
+                f"        read_only: {'true' if read_only else 'false'}",
+            ]
+        lines += [
+            "    deploy:",
+            "      endpoint_mode: dnsrr",  # peers connect to the task itself, not a VIP
+            "      restart_policy: {condition: none}",
+        ]
+        limits = []
+        if config.deploy.cpus:
+            limits.append(f'cpus: "{config.deploy.cpus}"')
+        if config.deploy.memory:
+            limits.append(f"memory: {config.deploy.memory}")
+        if limits:
+            lines.append(f"      resources: {{limits: {{{', '.join(limits)}}}}}")
+    lines += [
+        "networks:",
+        "  federation:",
+        "    driver: ${PROTOFED_NETWORK_DRIVER:-bridge}",
+        "    internal: true",
+        "    attachable: true",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def service_name(plan: Plan, node_id: int) -> str:
+    """The service (and host) name of a node: the address its peers connect to."""
+    return plan.nodes[node_id].address.removeprefix("tcp://").rsplit(":", 1)[0]
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a valid YAML scalar
+
+
+def write_compose(config: FederationConfig, plan: Plan, peers_path: Path, image: str,
+                  data_dir: Path) -> Path:
+    """Write compose.yaml and the node config beside it; return the compose file's path."""
+    config_dir = plan.results_dir / "config"
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "node-config.json").write_text(
+        json.dumps(container_config(config, config_dir), indent=1))
+    (config_dir / "peers.json").write_text(peers_path.read_text())
+    path = plan.results_dir / "compose.yaml"
+    path.write_text(compose_document(config, plan, image, config_dir, data_dir))
+    return path

@@ -1,0 +1,180 @@
+"""FedAvg: its loss, what travels, sample-weighted averaging and a short in-process federation."""
+
+import math
+
+import pytest
+import torch
+
+from node.algorithms.base import NodeData, Payload
+from node.algorithms.fedavg import FedAvg, local_sgd
+from node.config import from_dict
+from node.losses import cross_entropy
+from node.runtime import evaluate, load_node_data
+
+CPU = torch.device("cpu")
+
+
+def tiny_config(**train):
+    """Two nodes, a tiny CNN (channels 2, 4; embedding 4) for 1x8x8 images."""
+    return from_dict({"nodes": 2, "seed": 1,
+                      "model": {"teacher": "cnn", "teacher_channels": [2, 4], "embedding_dim": 4},
+                      "train": {"batch_size": 8, **train}})
+
+
+def tiny_data(samples=20, classes=3):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(samples, 1, 8, 8, generator=g)
+    y = torch.arange(samples) % classes
+    return NodeData(train_x=x, train_y=y, test_x=x[:6], test_y=y[:6], global_x=x[:6],
+                    global_y=y[:6], num_classes=classes)
+
+
+def test_cross_entropy_term_by_hand():
+    logits = torch.tensor([[0.0, math.log(3.0)], [0.0, math.log(3.0)]])
+    # softmax = (1/4, 3/4): label 1 costs -ln(3/4) = ln(4/3), label 0 costs ln 4
+    assert float(cross_entropy(logits[:1], torch.tensor([1]))) == pytest.approx(math.log(4 / 3))
+    both = cross_entropy(logits, torch.tensor([1, 0]))
+    assert float(both) == pytest.approx((math.log(4 / 3) + math.log(4.0)) / 2)
+
+
+def test_reported_loss_is_the_cross_entropy_of_the_step():
+    config = tiny_config(batch_size=64)  # one batch holds all 20 samples: one SGD step
+    data = tiny_data()
+    algorithm = FedAvg(config, data, CPU, 0)
+    with torch.no_grad():
+        expected = float(cross_entropy(algorithm.model(data.train_x)[0], data.train_y))
+    stats = algorithm.train_round(1)
+    assert set(stats) == {"loss"}
+    assert stats["loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_local_sgd_averages_each_term_over_steps():
+    config = tiny_config(batch_size=8)  # 20 samples: batches of 8, 8, 4 -> 3 steps
+    data = tiny_data()
+    algorithm = FedAvg(config, data, CPU, 0)
+    seen = []
+
+    def terms(logits, _embeddings, labels):
+        seen.append(len(labels))
+        return {"loss": cross_entropy(logits, labels), "size": torch.tensor(float(len(labels)))}
+
+    stats = local_sgd(algorithm.model, algorithm.optimizer, data, config, 0, 1, terms)
+    assert seen == [8, 8, 4]
+    assert stats["size"] == pytest.approx((8 + 8 + 4) / 3)
+
+
+def test_payload_is_the_model_and_nothing_else():
+    data = tiny_data()
+    algorithm = FedAvg(tiny_config(), data, CPU, 0)
+    payload = algorithm.payload()
+    assert FedAvg.kinds == ("model",) and set(payload) == {"model"}
+    assert set(payload["model"].tensors) == set(algorithm.model.state_dict())
+    assert payload["model"].meta == {"samples": 20}
+    assert all(not t.requires_grad and t.device.type == "cpu"
+               for t in payload["model"].tensors.values())
+
+
+def shifted(tensors, by):
+    return {name: t + by for name, t in tensors.items()}
+
+
+def snapshot(tensors):
+    """A copy: on the CPU a state payload shares memory with the live model."""
+    return {name: t.clone() for name, t in tensors.items()}
+
+
+def test_aggregate_is_the_sample_weighted_average():
+    algorithm = FedAvg(tiny_config(), tiny_data(), CPU, 0)
+    own = algorithm.payload()
+    mine = snapshot(own["model"].tensors)
+    peer = Payload(shifted(mine, 4.0), {"samples": 60})
+    rejected = algorithm.aggregate(own, {1: {"model": peer}})
+    # (20 * w + 60 * (w + 4)) / 80 = w + 3
+    assert rejected == []
+    for name, value in algorithm.model.state_dict().items():
+        assert torch.allclose(value, mine[name] + 3.0, atol=1e-6)
+
+
+def test_malformed_peers_are_rejected_and_the_rest_averaged():
+    algorithm = FedAvg(tiny_config(), tiny_data(), CPU, 0)
+    own = algorithm.payload()
+    mine = snapshot(own["model"].tensors)
+    first = next(iter(mine))
+    missing = {k: v for k, v in mine.items() if k != first}
+    wrong_shape = {**mine, first: torch.zeros(3)}
+    received = {
+        1: {"model": Payload(missing, {"samples": 5})},
+        2: {"model": Payload(wrong_shape, {"samples": 5})},
+        3: {"model": Payload(shifted(mine, 1.0), {"samples": 0})},
+        4: {"prototypes": Payload({"prototypes": torch.zeros(1, 4)}, {})},
+        5: {"model": Payload(shifted(mine, 4.0), {"samples": 20})},
+    }
+    assert algorithm.aggregate(own, received) == [1, 2, 3, 4]
+    # only peer 5 counts: (20 * w + 20 * (w + 4)) / 40 = w + 2
+    for name, value in algorithm.model.state_dict().items():
+        assert torch.allclose(value, mine[name] + 2.0, atol=1e-6)
+
+
+def test_predict_is_the_argmax_of_the_logits():
+    data = tiny_data()
+    algorithm = FedAvg(tiny_config(), data, CPU, 0)
+    with torch.no_grad():
+        expected = algorithm.model(data.global_x)[0].argmax(dim=1)
+    assert torch.equal(algorithm.predict(data.global_x), expected)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """The machine is shared: train on one thread, as a node of a local federation does."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def mnist_three(data_dir, one_thread):
+    config = from_dict({"nodes": 3, "seed": 5,
+                        "data": {"dataset": "mnist", "dir": str(data_dir), "download": False,
+                                 "subset": 1500},
+                        "model": {"teacher": "cnn", "teacher_channels": [8, 16],
+                                  "embedding_dim": 32},
+                        "train": {"batch_size": 16}})
+    return config, [load_node_data(config, i, CPU) for i in range(3)]
+
+
+def wire(payload):
+    """What a peer receives: a copy, as the runtime encodes a payload before aggregating."""
+    return {kind: Payload(snapshot(p.tensors), dict(p.meta)) for kind, p in payload.items()}
+
+
+def run_federation(cls, config, datas, rounds):
+    """Nodes exchange payloads directly (fully connected); global accuracy per round."""
+    nodes = [cls(config, data, CPU, i) for i, data in enumerate(datas)]
+
+    def accuracies():
+        return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000)["accuracy"]
+                for n, d in zip(nodes, datas, strict=True)]
+
+    history = [accuracies()]
+    for round_ in range(1, rounds + 1):
+        for node in nodes:
+            node.train_round(round_)
+        payloads = [wire(node.payload()) for node in nodes]
+        for i, node in enumerate(nodes):
+            others = {j: p for j, p in enumerate(payloads) if j != i}
+            assert node.aggregate(payloads[i], others) == []
+        history.append(accuracies())
+    return nodes, history
+
+
+def test_a_short_federation_improves_global_accuracy(mnist_three):
+    config, datas = mnist_three
+    nodes, history = run_federation(FedAvg, config, datas, rounds=2)
+    first, last = history[0], history[-1]
+    assert all(b > a for a, b in zip(first, last, strict=True)), history
+    assert sum(last) / 3 > sum(first) / 3 + 0.15, history
+    # a fully connected federation of FedAvg nodes ends with one model
+    states = [n.model.state_dict() for n in nodes]
+    for name, value in states[0].items():
+        assert all(torch.allclose(value, s[name], atol=1e-6) for s in states[1:])

@@ -1,0 +1,224 @@
+"""Teacher/student models: shapes, the embedding contract, sizes, determinism and errors."""
+
+import io
+
+import pytest
+import torch
+from torch import nn
+
+from node import models
+from node.errors import ConfigError
+from node.models import ARCHITECTURES, build_model, parameter_count
+
+# (in_channels, image_size): MNIST-shaped and CIFAR-shaped inputs
+SHAPES = [(1, 28), (3, 32)]
+# narrow widths keep the ResNets fast; the default widths are checked once below
+SMALL_CHANNELS = {
+    "cnn": (4, 8),
+    "resnet8": (4, 8, 8),
+    "resnet18": (4, 8, 8, 8),
+    "resnet32": (4, 8, 8),
+}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and on a busy CPU they stall."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small(
+    arch: str,
+    in_channels: int = 1,
+    image_size: int = 28,
+    *,
+    num_classes: int = 10,
+    embedding_dim: int = 12,
+    **kw,
+) -> nn.Module:
+    """build_model with narrow widths unless ``channels`` is given."""
+    kw.setdefault("channels", SMALL_CHANNELS[arch])
+    return build_model(
+        arch,
+        in_channels=in_channels,
+        image_size=image_size,
+        num_classes=num_classes,
+        embedding_dim=embedding_dim,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("in_channels,image_size", SHAPES)
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_forward_shapes_and_embedding_contract(arch, in_channels, image_size):
+    torch.manual_seed(0)
+    model = small(arch, in_channels, image_size, num_classes=7, embedding_dim=12)
+    seen = []
+    model.classifier.register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
+    x = torch.randn(3, in_channels, image_size, image_size)
+    logits, emb = model(x)
+    assert logits.shape == (3, 7)
+    assert emb.shape == (3, 12)
+    assert (emb >= 0).all()
+    # the embedding is exactly the classifier's input, and the logits are its output
+    assert seen[0] is emb
+    assert torch.equal(logits, model.classifier(emb))
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert linears == [model.embed, model.classifier]
+    assert model.embed.out_features == 12 and model.classifier.in_features == 12
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_default_widths_build_and_run(arch):
+    torch.manual_seed(0)
+    model = build_model(
+        arch,
+        in_channels=1,
+        image_size=28,
+        num_classes=10,
+        embedding_dim=models.DEFAULT_EMBEDDING_DIM,
+    )
+    logits, emb = model(torch.randn(2, 1, 28, 28))
+    assert logits.shape == (2, 10) and emb.shape == (2, models.DEFAULT_EMBEDDING_DIM)
+
+
+def test_default_cnn_widths_are_teacher_and_student_halves_them():
+    assert models.STUDENT_CNN_CHANNELS == tuple(c // 2 for c in models.TEACHER_CNN_CHANNELS)
+    model = build_model("cnn", in_channels=1, image_size=28, num_classes=10, embedding_dim=8)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert tuple(c.out_channels for c in convs) == models.TEACHER_CNN_CHANNELS
+
+
+def test_teacher_and_student_share_embedding_size():
+    teacher = small("resnet8", embedding_dim=16)
+    student = small("cnn", embedding_dim=16)
+    x = torch.randn(2, 1, 28, 28)
+    assert teacher(x)[1].shape == student(x)[1].shape == (2, 16)
+
+
+def test_cnn_parameter_counts_by_hand():
+    k = models.CNN_KERNEL_SIZE
+    teacher = small("cnn", channels=(8, 16), embedding_dim=32, num_classes=10)
+    student = small("cnn", channels=(4, 8), embedding_dim=32, num_classes=10)
+    # conv weights k*k*c_in*c_out plus biases; after two pools a 28x28 image is 7x7
+    t_conv = (k * k * 1 * 8 + 8) + (k * k * 8 * 16 + 16)
+    s_conv = (k * k * 1 * 4 + 4) + (k * k * 4 * 8 + 8)
+    assert parameter_count(teacher.features) == t_conv
+    assert parameter_count(student.features) == s_conv
+    assert parameter_count(teacher) == t_conv + (16 * 49 * 32 + 32) + (32 * 10 + 10)
+    assert parameter_count(student) == s_conv + (8 * 49 * 32 + 32) + (32 * 10 + 10)
+    # halving both widths quarters the c1*c2 term, which dominates
+    assert 0.25 <= s_conv / t_conv < 0.3
+
+
+@pytest.mark.parametrize("arch,convs3x3", [("resnet8", 7), ("resnet18", 17), ("resnet32", 31)])
+def test_resnet_depth(arch, convs3x3):
+    # 6n+2 / 18 weighted layers: the 3x3 convs plus the embed layer (classifier excluded)
+    model = small(arch)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d) and m.kernel_size == (3, 3)]
+    assert len(convs) == convs3x3
+
+
+def test_resnet_channels_override_stage_widths():
+    model = small("resnet8", channels=(5, 6, 7))
+    assert model.embed.in_features == 7
+    widths = {m.num_features for m in model.modules() if isinstance(m, nn.BatchNorm2d)}
+    assert widths == {5, 6, 7}
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_same_seed_same_weights(arch):
+    torch.manual_seed(3)
+    a = small(arch).state_dict()
+    torch.manual_seed(3)
+    b = small(arch).state_dict()
+    torch.manual_seed(4)
+    c = small(arch).state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["classifier.weight"], c["classifier.weight"])
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_state_dict_round_trip(arch):
+    torch.manual_seed(0)
+    model = small(arch)
+    x = torch.randn(4, 1, 28, 28)
+    model(x)  # a train-mode pass moves the BatchNorm running stats off their init
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    buf.seek(0)
+    torch.manual_seed(1)
+    fresh = small(arch)
+    fresh.load_state_dict(torch.load(buf, weights_only=True))
+    model.eval()
+    fresh.eval()
+    with torch.no_grad():
+        for got, want in zip(fresh(x), model(x), strict=True):
+            assert torch.equal(got, want)
+
+
+def test_parameter_count_counts_all_parameters():
+    model = nn.Linear(3, 4)
+    model.bias.requires_grad_(False)
+    assert parameter_count(model) == 16
+
+
+def test_unknown_arch_names_key():
+    with pytest.raises(ConfigError, match=r"model\.teacher.*'vgg'"):
+        build_model(
+            "vgg",
+            in_channels=1,
+            image_size=28,
+            num_classes=10,
+            embedding_dim=8,
+            key="model.teacher",
+        )
+
+
+@pytest.mark.parametrize(
+    "arch,channels",
+    [
+        ("cnn", (4,)),
+        ("cnn", (4, 8, 16)),
+        ("resnet8", (4, 8)),
+        ("resnet18", (4, 8, 16)),
+        ("resnet32", (4, 8, 16, 32)),
+    ],
+)
+def test_wrong_channels_length_names_key(arch, channels):
+    with pytest.raises(ConfigError, match=r"model\.student_channels"):
+        small(arch, channels=channels, key="model.student")
+
+
+@pytest.mark.parametrize("channels", [(0, 8), (4, -1), (4.0, 8), (True, 8), "48", 4])
+def test_bad_channel_values_name_key(channels):
+    with pytest.raises(ConfigError, match=r"model\.teacher_channels"):
+        small("cnn", channels=channels, key="model.teacher")
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("embedding_dim", 0, r"model\.embedding_dim"),
+        ("num_classes", -2, "num_classes"),
+        ("in_channels", 0, "in_channels"),
+        ("image_size", 0, "image_size"),
+        ("image_size", 3, "image_size"),
+    ],
+)
+def test_bad_sizes_name_field(field, value, match):
+    kw = {"in_channels": 1, "image_size": 28, "num_classes": 10, "embedding_dim": 8}
+    kw[field] = value
+    with pytest.raises(ConfigError, match=match):
+        build_model("cnn", **kw)
+
+
+def test_small_resnet_input_still_works():
+    # stride-2 stages shrink 28 -> 14 -> 7 -> 4; even a tiny image keeps a 1x1 map
+    model = small("resnet18", image_size=5)
+    logits, emb = model(torch.randn(2, 1, 5, 5))
+    assert logits.shape == (2, 10) and emb.shape == (2, 12)
