@@ -265,3 +265,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ConfigError(f"{run_dir}: no node-<i>.json results in this folder")
     print(format_table(summarize(run_dir, run_dir.name, nodes)))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from node.algorithms.base import NodeData, Payload
-from node.algorithms.fedavg import FedAvg, local_sgd
+from node.algorithms.common import local_sgd
+from node.algorithms.fedavg import FedAvg
 from node.config import from_dict
 from node.losses import cross_entropy
 from node.runtime import evaluate, load_node_data

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -126,3 +126,39 @@ def checked_prototypes(payload: Payload, num_classes: int,
     dense[classes] = protos.to(torch.float32)
     dense_counts[classes] = counts.to(torch.int64)
     return dense, dense_counts
+
+
+# (logits, embeddings, labels) -> named loss terms; "loss" is the one minimised.
+LossTerms = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
+
+
+def local_sgd(model: nn.Module, optimizer: torch.optim.Optimizer, data: NodeData,
+              config: FederationConfig, node_id: int, round_: int,
+              loss_terms: LossTerms) -> dict[str, float]:
+    """[train] epochs of mini-batch SGD on the local train set minimising terms["loss"].
+
+    Returns each term averaged over the steps (all zero when there are no training samples).
+    """
+    t = config.train
+    generator = round_generator(config, node_id, round_)
+    sums: dict[str, float] = {}
+    steps = 0
+    model.train()
+    for _ in range(t.epochs):
+        for x, y in batches(data.train_x, data.train_y, t.batch_size, generator):
+            logits, embeddings = model(x)
+            terms = loss_terms(logits, embeddings, y)
+            optimizer.zero_grad()
+            terms["loss"].backward()
+            optimizer.step()
+            for key, value in terms.items():
+                sums[key] = sums.get(key, 0.0) + float(value.detach())
+            steps += 1
+    return {key: value / max(steps, 1) for key, value in sums.items()}
+
+
+def require_kind(update: Mapping[str, Payload], kind: str) -> Payload:
+    """The peer's payload of `kind`, or ProtocolError when the peer did not send one."""
+    if kind not in update:
+        raise ProtocolError(f"no {kind!r} payload (got {sorted(update)})")
+    return update[kind]

@@ -21,18 +21,17 @@ Deviations:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import torch
-from torch import nn
 
 from node.aggregation import weighted_mean
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
-    batches,
     build_role,
     checked_state,
-    round_generator,
+    local_sgd,
+    require_kind,
     sgd,
     state_payload,
 )
@@ -41,42 +40,6 @@ from node.errors import ProtocolError
 from node.losses import cross_entropy
 
 log = logging.getLogger(__name__)
-
-# (logits, embeddings, labels) -> named loss terms; "loss" is the one minimised.
-LossTerms = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
-
-
-def local_sgd(model: nn.Module, optimizer: torch.optim.Optimizer, data: NodeData,
-              config: FederationConfig, node_id: int, round_: int,
-              loss_terms: LossTerms) -> dict[str, float]:
-    """[train] epochs of mini-batch SGD on the local train set minimising terms["loss"].
-
-    Returns each term averaged over the steps (all zero when there are no training samples).
-    """
-    t = config.train
-    generator = round_generator(config, node_id, round_)
-    sums: dict[str, float] = {}
-    steps = 0
-    model.train()
-    for _ in range(t.epochs):
-        for x, y in batches(data.train_x, data.train_y, t.batch_size, generator):
-            logits, embeddings = model(x)
-            terms = loss_terms(logits, embeddings, y)
-            optimizer.zero_grad()
-            terms["loss"].backward()
-            optimizer.step()
-            for key, value in terms.items():
-                sums[key] = sums.get(key, 0.0) + float(value.detach())
-            steps += 1
-    return {key: value / max(steps, 1) for key, value in sums.items()}
-
-
-def require_kind(update: Mapping[str, Payload], kind: str) -> Payload:
-    """The peer's payload of `kind`, or ProtocolError when the peer did not send one."""
-    if kind not in update:
-        raise ProtocolError(f"no {kind!r} payload (got {sorted(update)})")
-    return update[kind]
-
 
 class FedAvg(Algorithm):
     """FedAvg behind the common algorithm interface: only model weights travel."""

@@ -28,11 +28,12 @@ Choices and deviations:
 - Serverless initialisation: the paper computes the initial prototypes on the server and
   broadcasts them. Here every node computes them itself from ``config.seed`` alone
   (`hyperspherical_prototypes`): a seeded CPU torch.Generator draws a Gaussian start, and a
-  fixed number of SGD steps (HYPERSPHERE_STEPS, lr HYPERSPHERE_LR, momentum
-  HYPERSPHERE_MOMENTUM; the paper gives no optimiser for Eq. 3, these are ours) with a
-  re-projection onto the sphere after each step minimise L_U, in float64 on one thread and
-  with an element-wise Gram matrix (no BLAS), so every process on the machine gets
-  bit-identical anchors. The result is cast to float32.
+  fixed number of projected gradient steps on the sphere (HYPERSPHERE_STEPS, step size
+  HYPERSPHERE_LR decaying linearly to 0, momentum HYPERSPHERE_MOMENTUM; the paper gives no
+  optimiser for Eq. 3, these are ours) minimise L_U, in float64 on one thread and with an
+  element-wise Gram matrix (no BLAS), so every process on the machine gets bit-identical
+  anchors. The result is cast to float32. For C <= d + 1 the optimum is the regular
+  simplex, L_U = -1/(C - 1); 1000 steps reach about -0.1108 of -0.1111 for C = 10.
 - Serverless aggregation: each node aggregates its own prototypes with its in-neighbours'.
   Eq. (5) as printed, (1/K_t) sum_i (N_i^j / N_i) pi_i^j, has weights that do not sum to
   one and would shrink the prototypes; we use the normalised count-weighted mean
@@ -73,8 +74,8 @@ log = logging.getLogger(__name__)
 LAMBDA_H = 0.1  # "The parameter lambda in (1) is set to 0.1"
 PROTOTYPE_LR = 0.005  # "Adam with learning rate 0.005 for the prototypes"
 BACKBONE_WEIGHT_DECAY = 1e-4  # "weight decay set to 10^-4 for parameters theta"
-HYPERSPHERE_STEPS = 1000  # ours: SGD steps minimising L_U (Eq. 3)
-HYPERSPHERE_LR = 0.1  # ours
+HYPERSPHERE_STEPS = 1000  # ours: projected gradient steps minimising L_U (Eq. 3)
+HYPERSPHERE_LR = 0.1  # ours: initial step size, decays linearly to 0
 HYPERSPHERE_MOMENTUM = 0.9  # ours
 
 
@@ -109,22 +110,28 @@ def hyperspherical_prototypes(num_classes: int, dim: int, seed: int,
                               steps: int = HYPERSPHERE_STEPS) -> torch.Tensor:
     """Unit prototypes [C, d] spread on the sphere by minimising L_U, the same for a seed.
 
-    Only ``seed`` decides the result: a private CPU generator, float64, one thread, no BLAS.
+    Projected gradient descent on the sphere with momentum: the gradient of L_U at unit
+    rows is g_i = (1/C) (p_{j(i)} + sum_{k: j(k) = i} p_k) with j(i) = argmax_j M_ij,
+    projected onto the tangent space at p_i; each step moves against the momentum buffer
+    with a step size decaying linearly from HYPERSPHERE_LR to 0, then re-normalises the
+    rows. Only ``seed`` decides the result: a private CPU generator, float64, one thread,
+    element-wise products instead of BLAS.
     """
-    with _one_thread(), torch.enable_grad():
+    with _one_thread(), torch.no_grad():
         generator = torch.Generator().manual_seed(seed)
-        start = torch.randn(num_classes, dim, generator=generator, dtype=torch.float64)
-        p = F.normalize(start, dim=1).requires_grad_()
-        optimizer = torch.optim.SGD([p], lr=HYPERSPHERE_LR, momentum=HYPERSPHERE_MOMENTUM,
-                                    foreach=False)
-        for _ in range(steps):
-            loss = uniformity_loss(p)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            with torch.no_grad():
-                p.copy_(F.normalize(p, dim=1))
-        return p.detach().to(torch.float32)
+        p = F.normalize(torch.randn(num_classes, dim, generator=generator,
+                                    dtype=torch.float64), dim=1)
+        buffer = torch.zeros_like(p)
+        diagonal = 2.0 * torch.eye(num_classes, dtype=torch.float64)
+        for step in range(steps):
+            nearest = (cosine_matrix(p) - diagonal).argmax(dim=1)
+            grad = p[nearest]
+            grad.index_add_(0, nearest, p)
+            grad /= num_classes
+            grad -= (grad * p).sum(dim=1, keepdim=True) * p
+            buffer.mul_(HYPERSPHERE_MOMENTUM).add_(grad)
+            p = F.normalize(p - HYPERSPHERE_LR * (1.0 - step / steps) * buffer, dim=1)
+        return p.to(torch.float32)
 
 
 def distance_loss(z: torch.Tensor, labels: torch.Tensor,
@@ -187,9 +194,9 @@ class FedHP(Algorithm):
                 loss.backward()
                 self.net_optimizer.step()
                 self.prototype_optimizer.step()
-                sums["loss"] += float(loss)
-                sums["distance_loss"] += float(l_d)
-                sums["hyperspherical_loss"] += float(l_h)
+                sums["loss"] += loss.item()
+                sums["distance_loss"] += l_d.item()
+                sums["hyperspherical_loss"] += l_h.item()
                 steps += 1
         return {key: value / max(steps, 1) for key, value in sums.items()}
 

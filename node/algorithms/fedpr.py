@@ -51,11 +51,12 @@ from node.algorithms.common import (
     checked_prototypes,
     checked_state,
     embed_all,
+    local_sgd,
     prototype_payload,
+    require_kind,
     sgd,
     state_payload,
 )
-from node.algorithms.fedavg import local_sgd, require_kind
 from node.config import FederationConfig
 from node.errors import ProtocolError
 from node.losses_fedpr import PROTOTYPE_WEIGHT, fedpr_loss

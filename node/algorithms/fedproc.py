@@ -33,6 +33,8 @@ Choices and deviations:
   weights, which every node shares (same seed). Without them l_gpc would be empty in round
   1, where alpha = 1, and the network would not train at all.
 - Samples whose class has no global prototype add nothing to l_gpc (mean over the rest).
+- The projection head's hidden width is the embedding dimension D (the paper gives only
+  the output size, 256); the encoder's output r is the model's ReLU embedding.
 - Optimiser: SGD with the [train] lr, momentum and weight decay, kept across rounds.
 """
 
@@ -105,7 +107,7 @@ def gpc_loss(z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
     (``known``); samples whose own class has none are skipped. Zero if none remain.
     """
     mask = known[labels]
-    if not bool(mask.any()) or not bool(known.any()):
+    if not bool(mask.any()):
         return z.new_zeros(())
     sims = F.cosine_similarity(z[mask].unsqueeze(1), prototypes.unsqueeze(0), dim=2)
     logits = (sims / temperature).masked_fill(~known.unsqueeze(0), float("-inf"))
@@ -163,9 +165,9 @@ class FedProc(Algorithm):
                 self.optimizer.zero_grad()
                 loss.backward()
                 self.optimizer.step()
-                sums["loss"] += float(loss)
-                sums["gpc_loss"] += float(gpc)
-                sums["ce_loss"] += float(ce)
+                sums["loss"] += loss.item()
+                sums["gpc_loss"] += gpc.item()
+                sums["ce_loss"] += ce.item()
                 steps += 1
         self._compute_local_prototypes()
         stats = {key: value / max(steps, 1) for key, value in sums.items()}

@@ -49,10 +49,11 @@ from node.algorithms.common import (
     build_role,
     checked_prototypes,
     embed_all,
+    local_sgd,
     prototype_payload,
+    require_kind,
     sgd,
 )
-from node.algorithms.fedavg import local_sgd, require_kind
 from node.config import FederationConfig
 from node.errors import ProtocolError
 from node.losses_fedproto import fedproto_loss, paper_lambda

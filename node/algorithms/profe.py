@@ -77,7 +77,7 @@ class ProFe(Algorithm):
                     self.teacher_optimizer.zero_grad()
                     loss_t.backward()
                     self.teacher_optimizer.step()
-                    sums["teacher_loss"] += float(loss_t)
+                    sums["teacher_loss"] += loss_t.item()
                     teacher_logits = teacher_logits.detach()
                     teacher_embeddings = teacher_embeddings.detach()
                 logits, embeddings = self.student(x)
@@ -87,7 +87,7 @@ class ProFe(Algorithm):
                 self.student_optimizer.zero_grad()
                 loss_s.backward()
                 self.student_optimizer.step()
-                sums["student_loss"] += float(loss_s)
+                sums["student_loss"] += loss_s.item()
                 steps += 1
         embeddings = embed_all(self.student, self.data.train_x, t.eval_batch_size)
         protos, counts = local_prototypes(embeddings.cpu(), self.data.train_y.cpu(),
