@@ -22,6 +22,7 @@ name = "{name}"
 nodes = {overrides.pop("nodes", 3)}
 rounds = {overrides.pop("rounds", 2)}
 seed = 7
+algorithm = "{overrides.pop("algorithm", "profe")}"
 [topology]
 kind = "{overrides.pop("topology", "fully_connected")}"
 [data]
@@ -122,6 +123,19 @@ def test_int16_sends_about_half_the_model_bytes_of_fp32(four_fc, four_fc_fp32):
     for a, b in zip(int16, fp32):
         ratio = a["bytes_sent_by_kind"]["model"] / b["bytes_sent_by_kind"]["model"]
         assert ratio == pytest.approx(0.5, abs=0.01)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedproto", "fedproc", "fedhp", "fedpr"])
+def test_every_algorithm_trains_over_zeromq(workdir, data_dir, algorithm):
+    done, _, nodes = run_federation(workdir, data_dir, f"algo-{algorithm}", algorithm=algorithm)
+    assert done.returncode == 0, done.stderr
+    kinds = {"fedproto": {"prototypes"}, "fedhp": {"prototypes"}, "fedavg": {"model"}}
+    for node in nodes:
+        assert node["algorithm"] == algorithm
+        sent = {kind for kind, n in node["bytes_sent_by_kind"].items() if n and kind != "control"}
+        assert sent == kinds.get(algorithm, {"model", "prototypes"})
+        first, last = node["rounds"][0]["global_test"], node["rounds"][-1]["global_test"]
+        assert last["f1"] > first["f1"] + 0.05, (node["node"], first, last)
 
 
 def test_same_seed_gives_the_same_results(three_fc, workdir, data_dir):
