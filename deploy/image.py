@@ -50,16 +50,18 @@ def project_requirements(root: Path = PROJECT_ROOT) -> list[str]:
 
 
 def prepare_context(build_dir: Path, root: Path = PROJECT_ROOT) -> Path:
-    """Fill `build_dir` with the Dockerfile and a wheelhouse of everything the node needs."""
-    wheels = build_dir / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
+    """Fill `build_dir` with the Dockerfile, the dependency wheelhouse and the protofed wheel."""
+    deps, app = build_dir / "deps", build_dir / "app"
+    deps.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(app, ignore_errors=True)
+    app.mkdir()
     shutil.copy(root / "deploy" / "Dockerfile", build_dir / "Dockerfile")
-    for old in wheels.glob("protofed-*.whl"):
-        old.unlink()
+    requirements = project_requirements(root)
+    (deps / "requirements.txt").write_text("\n".join(requirements) + "\n")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    _run(pip + ["download", "--quiet", "--only-binary=:all:", "--dest", str(wheels),
-                *project_requirements(root)], "download the dependency wheels")
-    _run(pip + ["wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(root)],
+    _run(pip + ["download", "--quiet", "--only-binary=:all:", "--dest", str(deps),
+                *requirements], "download the dependency wheels")
+    _run(pip + ["wheel", "--quiet", "--no-deps", "--wheel-dir", str(app), str(root)],
          "build the protofed wheel")
     return build_dir
 
@@ -124,4 +126,17 @@ def ensure_image(client, base_image: str, build_dir: Path | None = None) -> str:
         raise DeployError(f"building the node image {tag} failed: {exc.msg}\n{tail}") from None
     except docker.errors.APIError as exc:
         raise DeployError(f"building the node image {tag} failed: {exc}") from None
+    remove_stale_images(client, keep=tag)
     return tag
+
+
+def remove_stale_images(client, keep: str) -> None:
+    """Delete node images of older code (best effort: one still in use stays)."""
+    import docker.errors
+
+    for old in client.images.list(name=IMAGE_NAME):
+        if keep not in old.tags:
+            try:
+                client.images.remove(old.id, force=False)
+            except docker.errors.APIError as exc:
+                log.info("keeping %s: %s", old.tags, exc)
