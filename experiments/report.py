@@ -48,6 +48,12 @@ class CellResult:
     f1_per_round: tuple[float, ...]  # mean over nodes, round 0 first
 
 
+def codec_label(exchange: dict) -> str:
+    """"int16", or "int16/fp32" when prototypes travel with a codec of their own."""
+    model, prototypes = exchange["codec"], exchange.get("prototype_codec") or exchange["codec"]
+    return model if prototypes == model else f"{model}/{prototypes}"
+
+
 def load_results(root: Path) -> list[CellResult]:
     """Every cell folder under `root` that has a summary and node results."""
     out = []
@@ -66,7 +72,7 @@ def load_results(root: Path) -> list[CellResult]:
             partition = f"dirichlet:{data['alpha']:g}"
         rounds = min(len(n["rounds"]) for n in finished)
         out.append(CellResult(
-            key=run_dir.name, algorithm=config["algorithm"], codec=config["exchange"]["codec"],
+            key=run_dir.name, algorithm=config["algorithm"], codec=codec_label(config["exchange"]),
             dataset=data["dataset"], partition=partition, topology=config["topology"]["kind"],
             nodes=config["nodes"], seed=config["seed"],
             bytes_sent=tuple(n["bytes_sent"] for n in finished),

@@ -42,7 +42,8 @@ class Cell:
     def key(self) -> str:
         """A folder name that says what the cell is."""
         return "_".join([self.dataset, self.partition.replace(":", "-"), self.topology,
-                         f"n{self.nodes}", self.algorithm, self.codec, f"s{self.seed}"])
+                         f"n{self.nodes}", self.algorithm, self.codec.replace("/", "-proto-"),
+                         f"s{self.seed}"])
 
     def overrides(self) -> dict:
         """The config keys this cell sets on top of the matrix's base."""
@@ -52,9 +53,11 @@ class Cell:
             data["classes_fraction"] = float(value)
         elif scheme == "dirichlet":
             data["alpha"] = float(value)
+        model_codec, _, prototype_codec = self.codec.partition("/")  # "int16/fp32"
         return {"name": self.key.replace(".", "p"), "algorithm": self.algorithm,
                 "nodes": self.nodes, "seed": self.seed, "data": data,
-                "topology": {"kind": self.topology}, "exchange": {"codec": self.codec}}
+                "topology": {"kind": self.topology},
+                "exchange": {"codec": model_codec, "prototype_codec": prototype_codec}}
 
 
 def load_matrix(path: Path) -> dict:
