@@ -126,17 +126,5 @@ def ensure_image(client, base_image: str, build_dir: Path | None = None) -> str:
         raise DeployError(f"building the node image {tag} failed: {exc.msg}\n{tail}") from None
     except docker.errors.APIError as exc:
         raise DeployError(f"building the node image {tag} failed: {exc}") from None
-    remove_stale_images(client, keep=tag)
     return tag
 
-
-def remove_stale_images(client, keep: str) -> None:
-    """Delete node images of older code (best effort: one still in use stays)."""
-    import docker.errors
-
-    for old in client.images.list(name=IMAGE_NAME):
-        if keep not in old.tags:
-            try:
-                client.images.remove(old.id, force=False)
-            except docker.errors.APIError as exc:
-                log.info("keeping %s: %s", old.tags, exc)
