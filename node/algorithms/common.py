@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -162,3 +163,46 @@ def require_kind(update: Mapping[str, Payload], kind: str) -> Payload:
     if kind not in update:
         raise ProtocolError(f"no {kind!r} payload (got {sorted(update)})")
     return update[kind]
+
+
+@dataclass(frozen=True)
+class Contributions:
+    """This node's payload and every in-neighbour's that passed the checks, own first."""
+
+    states: list[tuple[dict[str, torch.Tensor], int]]
+    prototypes: list[tuple[torch.Tensor, torch.Tensor]]
+    rejected: list[int]
+
+
+def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Payload]],
+           node_id: int, num_classes: int = 0, dim: int = 0) -> Contributions:
+    """Check every peer's update against this node's own; a bad one is left out and named.
+
+    The model is checked when `own` has a "model" payload, the prototypes (expanded to
+    [num_classes, dim]) when it has a "prototypes" one.
+    """
+    with_model, with_prototypes = "model" in own, "prototypes" in own
+    reference = own["model"].tensors if with_model else {}
+
+    def check(update: Mapping[str, Payload]) -> tuple:
+        state = checked_state(reference, require_kind(update, "model")) if with_model else None
+        protos = (checked_prototypes(require_kind(update, "prototypes"), num_classes, dim)
+                  if with_prototypes else None)
+        return state, protos
+
+    states = [(dict(reference), own["model"].meta["samples"])] if with_model else []
+    prototypes = ([checked_prototypes(own["prototypes"], num_classes, dim)]
+                  if with_prototypes else [])
+    rejected = []
+    for peer, update in sorted(received.items()):
+        try:
+            state, protos = check(update)
+        except ProtocolError as exc:
+            log.warning("node %d: update from peer %d rejected: %s", node_id, peer, exc)
+            rejected.append(peer)
+            continue
+        if with_model:
+            states.append(state)
+        if with_prototypes:
+            prototypes.append(protos)
+    return Contributions(states, prototypes, rejected)
