@@ -146,13 +146,16 @@ def plot_f1(results: list[CellResult], out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = _rows(results)
+    palette = plt.get_cmap("tab20" if len(rows) > 10 else "tab10")
+    colours = {row: palette(i) for i, row in enumerate(rows)}  # one colour per method everywhere
     paths = []
     for dataset in sorted({r.dataset for r in results}):
         partitions = sorted({r.partition for r in results if r.dataset == dataset})
         figure, axes = plt.subplots(1, len(partitions), figsize=(4.2 * len(partitions), 3.6),
                                     squeeze=False, sharey=True)
         for axis, partition in zip(axes[0], partitions):
-            for algorithm, codec in _rows(results):
+            for algorithm, codec in rows:
                 cells = [r for r in results if (r.dataset, r.partition, r.algorithm, r.codec) ==
                          (dataset, partition, algorithm, codec)]
                 if not cells:
@@ -161,13 +164,14 @@ def plot_f1(results: list[CellResult], out_dir: Path) -> list[Path]:
                 curve = [statistics.fmean(c.f1_per_round[i] for c in cells)
                          for i in range(rounds)]
                 axis.plot(range(rounds), curve, marker="o", markersize=3,
-                          label=label(algorithm, codec))
+                          color=colours[(algorithm, codec)], label=label(algorithm, codec))
             axis.set_title(f"{dataset}, {partition}")
             axis.set_xlabel("round")
             axis.grid(alpha=0.3)
         axes[0][0].set_ylabel("macro-F1 (global test)")
         axes[0][0].set_ylim(0.0, 1.0)
-        axes[0][-1].legend(fontsize=7, loc="lower right")
+        handles = {h.get_label(): h for axis in axes[0] for h in axis.get_lines()}
+        axes[0][-1].legend(handles.values(), handles.keys(), fontsize=7, loc="lower right")
         figure.tight_layout()
         path = out_dir / f"f1_{dataset}.png"
         figure.savefig(path, dpi=110)
@@ -231,7 +235,7 @@ def targets(results: list[CellResult]) -> list[str]:
     return lines
 
 
-def write_report(root: Path, out_dir: Path, command: str = "", commit: str = "",
+def write_report(root: Path, out_dir: Path, runs: list[dict] | None = None,
                  notes: str = "") -> Path:
     """Write report.md and the plots into `out_dir`; return the report's path."""
     results = load_results(root)
@@ -240,8 +244,9 @@ def write_report(root: Path, out_dir: Path, command: str = "", commit: str = "",
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = plot_f1(results, out_dir)
     sections = [f"# Experiment report: {root.name}", ""]
-    if command or commit:
-        sections += [f"Produced by `{command}` on commit `{commit}`.", ""]
+    for run in runs or []:
+        cells = f" ({len(run['cells'])} cells)" if run.get("cells") else ""
+        sections += [f"Produced by `{run['command']}` on commit `{run['commit']}`{cells}.", ""]
     if notes:
         sections += [notes, ""]
     groups = defaultdict(list)
@@ -279,13 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notes", type=Path, help="a markdown file to include verbatim")
     args = parser.parse_args(argv)
     info_path = args.results / "run-info.json"
-    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    commit = info.get("commit") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-        check=False).stdout.strip()
+    runs = json.loads(info_path.read_text()) if info_path.is_file() else []
+    if args.command or not runs:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=False).stdout.strip()
+        runs = [{"command": args.command, "commit": commit}]
     notes = args.notes.read_text() if args.notes else ""
     path = write_report(args.results, args.out or Path("experiments/reports") / args.results.name,
-                        args.command or info.get("command", ""), commit, notes)
+                        runs, notes)
     print(path)
     return 0
 

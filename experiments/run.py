@@ -130,6 +130,16 @@ def run_cell(matrix: dict, cell: Cell, results_root: Path) -> int:
     return done.returncode
 
 
+def record_run(results_root: Path, run: dict) -> None:
+    """Append one invocation (command, commit, cells) to the folder's run-info.json."""
+    path = results_root / "run-info.json"
+    try:
+        runs = json.loads(path.read_text())
+    except (OSError, ValueError):
+        runs = []
+    path.write_text(json.dumps([*runs, run], indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.run", description=__doc__)
     parser.add_argument("matrix", type=Path, help="matrix TOML file")
@@ -155,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     results_root.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
-    (results_root / "run-info.json").write_text(json.dumps(
-        {"command": "python -m experiments.run " + " ".join(argv or sys.argv[1:]),
-         "commit": commit, "started": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=1))
+    record_run(results_root, {"command": "python -m experiments.run "
+                                         + " ".join(argv or sys.argv[1:]),
+                              "commit": commit, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                              "cells": [c.key for c in pending]})
     failures = 0
     for index, cell in enumerate(pending, 1):
         started = time.monotonic()

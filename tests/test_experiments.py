@@ -75,7 +75,8 @@ def fixture_results(tmp_path):
 
 
 def test_report_tables_plots_and_targets_from_a_fixture(fixture_results, tmp_path):
-    path = report.write_report(fixture_results, tmp_path / "out", "cmd", "abc123")
+    path = report.write_report(fixture_results, tmp_path / "out",
+                               [{"command": "cmd", "commit": "abc123"}])
     text = path.read_text()
     # fedavg sent: nodes 1 MB and 3 MB -> 2.000 ± 1.000; profe 0.3 and 0.5 -> 0.400 ± 0.100, -80%
     assert "| fedavg (fp32) | 2.000 ± 1.000 (baseline) |" in text
@@ -92,6 +93,13 @@ def test_report_tables_plots_and_targets_from_a_fixture(fixture_results, tmp_pat
     assert "(+10.0 points; target above FedAvg): met" in text
     assert "mnist iid: fedproto macro-F1 0.5000 vs paper figure 0.84" in text
     assert text.count("MISSED") == 2  # profe 0.89 and fedproto 0.50 fall short of their papers
+
+
+def test_every_invocation_is_recorded(tmp_path):
+    run.record_run(tmp_path, {"command": "a", "commit": "1"})
+    run.record_run(tmp_path, {"command": "b", "commit": "2"})
+    assert [r["command"] for r in json.loads((tmp_path / "run-info.json").read_text())] == [
+        "a", "b"]
 
 
 def test_report_refuses_an_empty_results_folder(tmp_path):
