@@ -47,7 +47,7 @@ def write_cell(root, algorithm, codec, partition, sent, received, elapsed, f1s):
     data = {"dataset": "mnist", "partition": scheme, "classes_fraction": 0.6, "alpha": 0.5}
     if scheme == "classes":
         data["classes_fraction"] = float(value)
-    cell = root / f"{algorithm}-{partition}"
+    cell = root / f"{algorithm}-{codec}-{partition}"
     cell.mkdir()
     config = {"algorithm": algorithm, "exchange": {"codec": codec}, "data": data,
               "topology": {"kind": "fully_connected"}, "nodes": 2, "seed": 1}
@@ -67,6 +67,7 @@ def fixture_results(tmp_path):
     write_cell(root, "fedavg", "fp32", "iid", [1e6, 3e6], [2e6, 2e6], [10, 20], [0.1, 0.9])
     write_cell(root, "profe", "int16", "iid", [3e5, 5e5], [4e5, 4e5], [12, 18], [0.1, 0.89])
     write_cell(root, "fedproto", "fp32", "iid", [1e4, 1e4], [1e4, 1e4], [5, 5], [0.1, 0.5])
+    write_cell(root, "fedavg", "int16", "iid", [1, 1], [1, 1], [1, 1], [0.1, 0.1])  # not the baseline
     write_cell(root, "fedavg", "fp32", "classes:0.2", [2e6, 2e6], [2e6, 2e6], [10, 10],
                [0.1, 0.6])
     write_cell(root, "profe", "int16", "classes:0.2", [8e5, 8e5], [8e5, 8e5], [10, 10],
