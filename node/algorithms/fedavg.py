@@ -20,7 +20,6 @@ Deviations:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 
 import torch
@@ -29,17 +28,13 @@ from node.aggregation import weighted_mean
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     build_role,
-    checked_state,
+    gather,
     local_sgd,
-    require_kind,
     sgd,
     state_payload,
 )
 from node.config import FederationConfig
-from node.errors import ProtocolError
 from node.losses import cross_entropy
-
-log = logging.getLogger(__name__)
 
 class FedAvg(Algorithm):
     """FedAvg behind the common algorithm interface: only model weights travel."""
@@ -62,17 +57,9 @@ class FedAvg(Algorithm):
         return {"model": state_payload(self.model, len(self.data.train_y))}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
-        reference = own["model"].tensors
-        states = [(reference, own["model"].meta["samples"])]
-        rejected = []
-        for peer, update in sorted(received.items()):
-            try:
-                states.append(checked_state(reference, require_kind(update, "model")))
-            except ProtocolError as exc:
-                log.warning("node %d: update from peer %d rejected: %s", self.node_id, peer, exc)
-                rejected.append(peer)
-        self.model.load_state_dict(weighted_mean(states))
-        return rejected
+        update = gather(own, received, self.node_id)
+        self.model.load_state_dict(weighted_mean(update.states))
+        return update.rejected
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:

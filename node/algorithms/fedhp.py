@@ -50,7 +50,6 @@ Choices and deviations:
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator, Mapping
 
 import torch
@@ -62,14 +61,11 @@ from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     batches,
     build_role,
-    checked_prototypes,
+    gather,
     prototype_payload,
     round_generator,
 )
 from node.config import FederationConfig
-from node.errors import ProtocolError
-
-log = logging.getLogger(__name__)
 
 LAMBDA_H = 0.1  # "The parameter lambda in (1) is set to 0.1"
 PROTOTYPE_LR = 0.005  # "Adam with learning rate 0.005 for the prototypes"
@@ -205,22 +201,13 @@ class FedHP(Algorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         num_classes, dim = self.prototypes.shape
-        contributions = [checked_prototypes(own["prototypes"], num_classes, dim)]
-        rejected = []
-        for peer, update in sorted(received.items()):
-            try:
-                if "prototypes" not in update:
-                    raise ProtocolError(f"update has no prototypes, only {sorted(update)}")
-                contributions.append(checked_prototypes(update["prototypes"], num_classes, dim))
-            except ProtocolError as exc:
-                log.warning("node %d: update from peer %d rejected: %s", self.node_id, peer, exc)
-                rejected.append(peer)
-        global_prototypes, known = aggregate_prototypes(contributions)
+        update = gather(own, received, self.node_id, num_classes, dim)
+        global_prototypes, known = aggregate_prototypes(update.prototypes)
         known = known.to(self.device)
         with torch.no_grad():
             self.prototypes[known] = global_prototypes.to(self.device,
                                                           self.prototypes.dtype)[known]
-        return rejected
+        return update.rejected
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,6 @@ Deviations:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -48,21 +47,15 @@ from node.aggregation import (
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     build_role,
-    checked_prototypes,
-    checked_state,
     embed_all,
+    gather,
     local_sgd,
     prototype_payload,
-    require_kind,
     sgd,
     state_payload,
 )
 from node.config import FederationConfig
-from node.errors import ProtocolError
 from node.losses_fedpr import PROTOTYPE_WEIGHT, fedpr_loss
-
-log = logging.getLogger(__name__)
-
 
 def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]]
                            ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,27 +108,12 @@ class FedPR(Algorithm):
                 "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
-        classes = self.data.num_classes
-        reference = own["model"].tensors
-        states = [(reference, own["model"].meta["samples"])]
-        prototypes = [checked_prototypes(own["prototypes"], classes, self.dim)]
-        rejected = []
-        for peer, update in sorted(received.items()):
-            try:
-                state = checked_state(reference, require_kind(update, "model"))
-                dense = checked_prototypes(require_kind(update, "prototypes"), classes,
-                                           self.dim)
-            except ProtocolError as exc:
-                log.warning("node %d: update from peer %d rejected: %s", self.node_id, peer, exc)
-                rejected.append(peer)
-                continue
-            states.append(state)
-            prototypes.append(dense)
-        self.model.load_state_dict(weighted_mean(states))
-        global_prototypes, known = client_mean_prototypes(prototypes)
+        update = gather(own, received, self.node_id, self.data.num_classes, self.dim)
+        self.model.load_state_dict(weighted_mean(update.states))
+        global_prototypes, known = client_mean_prototypes(update.prototypes)
         self.global_prototypes = global_prototypes.to(self.device)
         self.known = known.to(self.device)
-        return rejected
+        return update.rejected
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:

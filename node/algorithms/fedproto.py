@@ -38,7 +38,6 @@ never leaves the node, so nodes may run different architectures as long as they 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 
 import torch
@@ -47,19 +46,14 @@ from node.aggregation import aggregate_prototypes, local_prototypes, nearest_pro
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     build_role,
-    checked_prototypes,
     embed_all,
+    gather,
     local_sgd,
     prototype_payload,
-    require_kind,
     sgd,
 )
 from node.config import FederationConfig
-from node.errors import ProtocolError
 from node.losses_fedproto import fedproto_loss, paper_lambda
-
-log = logging.getLogger(__name__)
-
 
 class FedProto(Algorithm):
     """FedProto behind the common algorithm interface: only prototypes travel."""
@@ -101,20 +95,11 @@ class FedProto(Algorithm):
         return {"prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
-        classes = self.data.num_classes
-        contributions = [checked_prototypes(own["prototypes"], classes, self.dim)]
-        rejected = []
-        for peer, update in sorted(received.items()):
-            try:
-                contributions.append(checked_prototypes(require_kind(update, "prototypes"),
-                                                        classes, self.dim))
-            except ProtocolError as exc:
-                log.warning("node %d: update from peer %d rejected: %s", self.node_id, peer, exc)
-                rejected.append(peer)
-        global_prototypes, known = aggregate_prototypes(contributions)
+        update = gather(own, received, self.node_id, self.data.num_classes, self.dim)
+        global_prototypes, known = aggregate_prototypes(update.prototypes)
         self.global_prototypes = global_prototypes.to(self.device)
         self.known = known.to(self.device)
-        return rejected
+        return update.rejected
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:

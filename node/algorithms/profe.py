@@ -8,7 +8,6 @@ limit (III-A1), after which the teacher is neither trained nor run.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 
 import torch
@@ -23,20 +22,15 @@ from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     batches,
     build_role,
-    checked_prototypes,
-    checked_state,
     embed_all,
+    gather,
     prototype_payload,
     round_generator,
     sgd,
     state_payload,
 )
 from node.config import FederationConfig
-from node.errors import ProtocolError
 from node.losses import decayed_weight, student_loss, teacher_loss
-
-log = logging.getLogger(__name__)
-
 
 class ProFe(Algorithm):
     """The ProFe trainer behind the common algorithm interface."""
@@ -104,26 +98,13 @@ class ProFe(Algorithm):
                 "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
-        reference = own["model"].tensors
-        states = [(reference, own["model"].meta["samples"])]
-        prototypes = [(self.local_prototypes, self.local_counts)]
-        rejected = []
-        for peer, update in sorted(received.items()):
-            try:
-                state, samples = checked_state(reference, update["model"])
-                dense = checked_prototypes(update["prototypes"], self.data.num_classes,
-                                           self.local_prototypes.shape[1])
-            except ProtocolError as exc:
-                log.warning("node %d: update from peer %d rejected: %s", self.node_id, peer, exc)
-                rejected.append(peer)
-                continue
-            states.append((state, samples))
-            prototypes.append(dense)
-        self.student.load_state_dict(weighted_mean(states))
-        global_prototypes, known = aggregate_prototypes(prototypes)
+        update = gather(own, received, self.node_id, self.data.num_classes,
+                        self.local_prototypes.shape[1])
+        self.student.load_state_dict(weighted_mean(update.states))
+        global_prototypes, known = aggregate_prototypes(update.prototypes)
         self.global_prototypes = global_prototypes.to(self.device)
         self.known = known.to(self.device)
-        return rejected
+        return update.rejected
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:
