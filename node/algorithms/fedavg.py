@@ -36,6 +36,7 @@ from node.algorithms.common import (
 from node.config import FederationConfig
 from node.losses import cross_entropy
 
+
 class FedAvg(Algorithm):
     """FedAvg behind the common algorithm interface: only model weights travel."""
 

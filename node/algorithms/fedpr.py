@@ -57,6 +57,7 @@ from node.algorithms.common import (
 from node.config import FederationConfig
 from node.losses_fedpr import PROTOTYPE_WEIGHT, fedpr_loss
 
+
 def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]]
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. (3): per class, the unweighted mean of the prototypes of the nodes that have it.

@@ -55,6 +55,7 @@ from node.algorithms.common import (
 from node.config import FederationConfig
 from node.losses_fedproto import fedproto_loss, paper_lambda
 
+
 class FedProto(Algorithm):
     """FedProto behind the common algorithm interface: only prototypes travel."""
 

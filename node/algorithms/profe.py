@@ -32,6 +32,7 @@ from node.algorithms.common import (
 from node.config import FederationConfig
 from node.losses import decayed_weight, student_loss, teacher_loss
 
+
 class ProFe(Algorithm):
     """The ProFe trainer behind the common algorithm interface."""
 
