@@ -141,6 +141,38 @@ class DeployConfig:
 
 
 @dataclass(frozen=True)
+class FedProtoConfig:
+    """FedProto's prototype-loss weight lambda; unset = the paper's value for the dataset."""
+
+    weight: float | None = None
+
+
+@dataclass(frozen=True)
+class FedPRConfig:
+    """FedPR's weight on the l2 distance to the global prototype (Eq. 4 has none: 1)."""
+
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class FedProcConfig:
+    """FedProc's projection head output size and contrastive temperature (paper: 256, 1)."""
+
+    projection_dim: int = 256
+    temperature: float = 1.0
+
+
+@dataclass(frozen=True)
+class FedHPConfig:
+    """FedHP's anchor weight, prototype Adam lr, backbone weight decay, L_U init steps."""
+
+    weight: float = 0.1
+    prototype_lr: float = 0.005
+    weight_decay: float = 1e-4
+    init_steps: int = 1000
+
+
+@dataclass(frozen=True)
 class FederationConfig:
     """A whole federation, as one TOML file describes it."""
 
@@ -156,6 +188,10 @@ class FederationConfig:
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
+    fedproto: FedProtoConfig = field(default_factory=FedProtoConfig)
+    fedpr: FedPRConfig = field(default_factory=FedPRConfig)
+    fedproc: FedProcConfig = field(default_factory=FedProcConfig)
+    fedhp: FedHPConfig = field(default_factory=FedHPConfig)
 
     @property
     def prototype_codec(self) -> str:
@@ -357,6 +393,16 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     for key in ("startup", "round", "shutdown"):
         value = getattr(c.timeouts, key)
         _check(value > 0.0, source, f"timeouts.{key}", f"must be positive seconds, got {value}")
+    for key, value in (("fedproto.weight", c.fedproto.weight or 0.0),
+                       ("fedpr.weight", c.fedpr.weight), ("fedhp.weight", c.fedhp.weight),
+                       ("fedhp.weight_decay", c.fedhp.weight_decay)):
+        _check(value >= 0.0, source, key, f"must be non-negative, got {value}")
+    for key, value in (("fedproc.temperature", c.fedproc.temperature),
+                       ("fedhp.prototype_lr", c.fedhp.prototype_lr)):
+        _check(value > 0.0, source, key, f"must be positive, got {value}")
+    for key, value in (("fedproc.projection_dim", c.fedproc.projection_dim),
+                       ("fedhp.init_steps", c.fedhp.init_steps)):
+        _check(value >= 1, source, key, f"must be at least 1, got {value}")
     _one_of(c.deploy.backend, BACKENDS, source, "deploy.backend")
     _check(0 <= c.deploy.base_port <= 65535 - c.nodes, source, "deploy.base_port",
            f"must leave room for {c.nodes} ports below 65536 (0 picks free ports), "

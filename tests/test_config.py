@@ -165,3 +165,23 @@ teacher_channels = [4, 8]
 def test_bad_model_groups_are_named(tmp_path, groups, key):
     with pytest.raises(ConfigError, match=key):
         load(write(tmp_path, f"nodes = 3\n{groups}\n"))
+
+
+def test_algorithm_tables_default_to_the_papers_values(tmp_path):
+    config = load(write(tmp_path, "[fedhp]\nprototype_lr = 0.01\n[fedproto]\nweight = 0.5\n"))
+    assert (config.fedhp.prototype_lr, config.fedhp.weight, config.fedhp.weight_decay) == (
+        0.01, 0.1, 1e-4)
+    assert config.fedproto.weight == 0.5 and FederationConfig().fedproto.weight is None
+    assert (config.fedproc.projection_dim, config.fedproc.temperature) == (256, 1.0)
+    assert config.fedpr.weight == 1.0
+
+
+@pytest.mark.parametrize("text, key", [
+    ("[fedpr]\nweight = -1", "fedpr.weight"),
+    ("[fedhp]\nprototype_lr = 0", "fedhp.prototype_lr"),
+    ("[fedproc]\nprojection_dim = 0", "fedproc.projection_dim"),
+    ("[fedproc]\ntemperature = 0", "fedproc.temperature"),
+])
+def test_bad_algorithm_settings_are_named(tmp_path, text, key):
+    with pytest.raises(ConfigError, match=key):
+        load(write(tmp_path, text))

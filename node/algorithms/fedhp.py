@@ -17,8 +17,9 @@ Pi = {pi_j} in R^d (d = the embedding dimension). Only the prototypes travel.
   in (1) is set to 0.1").
 - Optimisers (section 3): "SGD, a learning rate of 0.01, a momentum of 0.9, and weight decay
   set to 10^-4 for parameters theta and Adam with learning rate 0.005 for the prototypes".
-  The SGD lr and momentum come from [train]; weight decay is the paper's 1e-4
-  (BACKBONE_WEIGHT_DECAY) and Adam's lr PROTOTYPE_LR. Both optimisers live for the run.
+  The SGD lr and momentum come from [train]; the weight decay ([fedhp] weight_decay), Adam's
+  lr ([fedhp] prototype_lr) and lambda ([fedhp] weight) default to the paper's values. Both
+  optimisers live for the run.
 - Eq. (5), aggregation, and replacement: "each client substitutes its local prototypes with
   the received ones".
 - Prediction: the nearest prototype in Euclidean distance, i.e. the argmax of Eq. (2)'s
@@ -68,8 +69,6 @@ from node.algorithms.common import (
 from node.config import FederationConfig
 
 LAMBDA_H = 0.1  # "The parameter lambda in (1) is set to 0.1"
-PROTOTYPE_LR = 0.005  # "Adam with learning rate 0.005 for the prototypes"
-BACKBONE_WEIGHT_DECAY = 1e-4  # "weight decay set to 10^-4 for parameters theta"
 HYPERSPHERE_STEPS = 1000  # ours: projected gradient steps minimising L_U (Eq. 3)
 HYPERSPHERE_LR = 0.1  # ours: initial step size, decays linearly to 0
 HYPERSPHERE_MOMENTUM = 0.9  # ours
@@ -163,14 +162,15 @@ class FedHP(Algorithm):
         dim = self.net.classifier.in_features
         self.net.classifier = nn.Identity()  # FedHP uses only the backbone
         self.net.to(device)
-        anchors = hyperspherical_prototypes(data.num_classes, dim, config.seed)
+        h = config.fedhp
+        anchors = hyperspherical_prototypes(data.num_classes, dim, config.seed, h.init_steps)
         self.anchors = anchors.to(device)
         self.prototypes = nn.Parameter(anchors.clone().to(device))
         t = config.train
         self.net_optimizer = torch.optim.SGD(self.net.parameters(), lr=t.lr,
                                              momentum=t.momentum,
-                                             weight_decay=BACKBONE_WEIGHT_DECAY)
-        self.prototype_optimizer = torch.optim.Adam([self.prototypes], lr=PROTOTYPE_LR)
+                                             weight_decay=h.weight_decay)
+        self.prototype_optimizer = torch.optim.Adam([self.prototypes], lr=h.prototype_lr)
         self.counts = torch.bincount(data.train_y.cpu(), minlength=data.num_classes)
 
     def train_round(self, round_: int) -> dict[str, float]:
@@ -184,7 +184,7 @@ class FedHP(Algorithm):
                 _, z = self.net(x)
                 l_d = distance_loss(z, y, self.prototypes)
                 l_h = hyperspherical_loss(self.prototypes, self.anchors)
-                loss = l_d + LAMBDA_H * l_h
+                loss = l_d + self.config.fedhp.weight * l_h
                 self.net_optimizer.zero_grad()
                 self.prototype_optimizer.zero_grad()
                 loss.backward()

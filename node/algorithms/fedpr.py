@@ -55,7 +55,7 @@ from node.algorithms.common import (
     state_payload,
 )
 from node.config import FederationConfig
-from node.losses_fedpr import PROTOTYPE_WEIGHT, fedpr_loss
+from node.losses_fedpr import fedpr_loss
 
 
 def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]]
@@ -81,7 +81,7 @@ class FedPR(Algorithm):
         torch.manual_seed(config.seed)  # every node starts from the same weights
         self.model = build_role(config, data, "teacher", node_id).to(device)
         self.optimizer = sgd(self.model, config)
-        self.weight = PROTOTYPE_WEIGHT
+        self.weight = config.fedpr.weight
         self.dim = self.model.classifier.in_features
         self.global_prototypes = torch.zeros(data.num_classes, self.dim, device=device)
         self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)

@@ -127,7 +127,8 @@ class FedProc(Algorithm):
         super().__init__(config, data, device, node_id)
         torch.manual_seed(config.seed)  # every node starts from the same weights
         encoder = build_role(config, data, "teacher", node_id)
-        self.net = FedProcNet(encoder, data.num_classes).to(device)
+        self.net = FedProcNet(encoder, data.num_classes,
+                              projection_dim=config.fedproc.projection_dim).to(device)
         self.optimizer = sgd(self.net, config)
         dim = self.net.classifier.in_features
         self.global_prototypes = torch.zeros(data.num_classes, dim, device=device)
@@ -154,7 +155,8 @@ class FedProc(Algorithm):
         for _ in range(t.epochs):
             for x, y in batches(self.data.train_x, self.data.train_y, t.batch_size, generator):
                 logits, z = self.net(x)
-                gpc = gpc_loss(z, y, self.global_prototypes, self.known)
+                gpc = gpc_loss(z, y, self.global_prototypes, self.known,
+                               self.config.fedproc.temperature)
                 ce = F.cross_entropy(logits, y)
                 loss = alpha * gpc + (1.0 - alpha) * ce
                 self.optimizer.zero_grad()

@@ -68,7 +68,8 @@ class FedProto(Algorithm):
         torch.manual_seed(config.seed)
         self.model = build_role(config, data, "teacher", node_id).to(device)
         self.optimizer = sgd(self.model, config)
-        self.lam = paper_lambda(config.data.dataset)
+        weight = config.fedproto.weight
+        self.lam = paper_lambda(config.data.dataset) if weight is None else weight
         self.dim = self.model.classifier.in_features
         self.global_prototypes = torch.zeros(data.num_classes, self.dim, device=device)
         self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)
