@@ -280,3 +280,14 @@ def test_compose_file_runs_as_a_swarm_stack_on_an_overlay_network(client, node_i
     for sender in nodes:
         for peer, kinds in sender["bytes_sent_by_peer"].items():
             assert by_id[int(peer)]["bytes_received_by_peer"][str(sender["node"])] == kinds
+
+
+def test_no_engine_gives_one_clear_message_and_starts_nothing(tmp_path, data_dir):
+    config = write_config(tmp_path, data_dir, "dk-no-engine")
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-such.sock")
+    done = subprocess.run([sys.executable, "-m", "deploy.cli", "up", "-c", str(config)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+                          env=env)
+    assert done.returncode == 1
+    assert "Docker is not available" in done.stderr and "start dockerd" in done.stderr
+    assert not (tmp_path / "results").exists()
