@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     except ProtofedError as exc:
         print(f"protofed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
+    except KeyboardInterrupt:  # before any node started (e.g. while building the image)
+        print("protofed: interrupted", file=sys.stderr)
+        return 130
 
 
 def cmd_up(args: argparse.Namespace) -> int:
