@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from node.aggregation import local_prototypes
 from node.algorithms.base import NodeData, Payload
 from node.config import FederationConfig
 from node.errors import ProtocolError
@@ -73,6 +74,13 @@ def embed_all(model: nn.Module, x: torch.Tensor, batch_size: int) -> torch.Tenso
     model.eval()
     parts = [model(x[start:start + batch_size])[1] for start in range(0, len(x), batch_size)]
     return torch.cat(parts) if parts else x.new_zeros((0, 0))
+
+
+def train_prototypes(model: nn.Module, data: NodeData,
+                     batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Class means of the model's embeddings over the local train set, and counts (Eq. 3)."""
+    embeddings = embed_all(model, data.train_x, batch_size)
+    return local_prototypes(embeddings.cpu(), data.train_y.cpu(), data.num_classes)
 
 
 def state_payload(model: nn.Module, samples: int) -> Payload:

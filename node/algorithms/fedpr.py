@@ -40,19 +40,18 @@ import torch
 
 from node.aggregation import (
     aggregate_prototypes,
-    local_prototypes,
     nearest_prototype,
     weighted_mean,
 )
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     build_role,
-    embed_all,
     gather,
     local_sgd,
     prototype_payload,
     sgd,
     state_payload,
+    train_prototypes,
 )
 from node.config import FederationConfig
 from node.losses_fedpr import fedpr_loss
@@ -98,10 +97,8 @@ class FedPR(Algorithm):
         stats = local_sgd(self.model, self.optimizer, self.data, self.config, self.node_id,
                           round_, self._loss_terms)
         if len(self.data.train_y):
-            embeddings = embed_all(self.model, self.data.train_x,
-                                   self.config.train.eval_batch_size)
-            self.local_prototypes, self.local_counts = local_prototypes(
-                embeddings.cpu(), self.data.train_y.cpu(), self.data.num_classes)
+            self.local_prototypes, self.local_counts = train_prototypes(
+                self.model, self.data, self.config.train.eval_batch_size)
         return stats
 
     def payload(self) -> dict[str, Payload]:

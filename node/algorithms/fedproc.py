@@ -46,17 +46,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from node.aggregation import aggregate_prototypes, local_prototypes, weighted_mean
+from node.aggregation import aggregate_prototypes, weighted_mean
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     batches,
     build_role,
-    embed_all,
     gather,
     prototype_payload,
     round_generator,
     sgd,
     state_payload,
+    train_prototypes,
 )
 from node.config import FederationConfig
 
@@ -137,9 +137,8 @@ class FedProc(Algorithm):
         self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
 
     def _compute_local_prototypes(self) -> None:
-        z = embed_all(self.net, self.data.train_x, self.config.train.eval_batch_size)
-        self.local_prototypes, self.local_counts = local_prototypes(
-            z.cpu(), self.data.train_y.cpu(), self.data.num_classes)
+        self.local_prototypes, self.local_counts = train_prototypes(
+            self.net, self.data, self.config.train.eval_batch_size)
 
     def train_round(self, round_: int) -> dict[str, float]:
         t = self.config.train

@@ -14,7 +14,6 @@ import torch
 
 from node.aggregation import (
     aggregate_prototypes,
-    local_prototypes,
     nearest_prototype,
     weighted_mean,
 )
@@ -22,12 +21,12 @@ from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     batches,
     build_role,
-    embed_all,
     gather,
     prototype_payload,
     round_generator,
     sgd,
     state_payload,
+    train_prototypes,
 )
 from node.config import FederationConfig
 from node.losses import decayed_weight, student_loss, teacher_loss
@@ -84,10 +83,8 @@ class ProFe(Algorithm):
                 self.student_optimizer.step()
                 sums["student_loss"] += loss_s.item()
                 steps += 1
-        embeddings = embed_all(self.student, self.data.train_x, t.eval_batch_size)
-        protos, counts = local_prototypes(embeddings.cpu(), self.data.train_y.cpu(),
-                                          self.data.num_classes)
-        self.local_prototypes, self.local_counts = protos, counts
+        self.local_prototypes, self.local_counts = train_prototypes(
+            self.student, self.data, t.eval_batch_size)
         stats = {key: value / max(steps, 1) for key, value in sums.items()}
         stats["alpha_s"] = self.alpha_s
         stats["teacher_trained"] = float(use_teacher)
