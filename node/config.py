@@ -19,6 +19,7 @@ TOPOLOGY_KINDS = ("fully_connected", "ring", "star", "line", "random", "small_wo
 DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 PARTITIONS = ("iid", "classes", "dirichlet")
 CODECS = ("int16", "fp16", "fp32")
+PROTOTYPE_SOURCES = ("aggregated", "local")
 ARCHITECTURES = ("auto", "cnn", "resnet8", "resnet18", "resnet32")
 BACKENDS = ("local", "docker")
 DEVICES = ("auto", "cpu", "cuda")
@@ -108,10 +109,12 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class ExchangeConfig:
-    """How tensors travel: codec for the model and for the prototypes."""
+    """How tensors travel: codec for the model and for the prototypes, and which model's
+    embeddings the prototypes of model-sharing methods come from."""
 
     codec: str = "int16"
     prototype_codec: str = ""
+    prototypes_from: str = "aggregated"
     max_message_bytes: int = 256 * 1024 * 1024
 
 
@@ -388,6 +391,7 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     _one_of(c.exchange.codec, CODECS, source, "exchange.codec")
     if c.exchange.prototype_codec:
         _one_of(c.exchange.prototype_codec, CODECS, source, "exchange.prototype_codec")
+    _one_of(c.exchange.prototypes_from, PROTOTYPE_SOURCES, source, "exchange.prototypes_from")
     _check(c.exchange.max_message_bytes >= 1024, source, "exchange.max_message_bytes",
            f"must be at least 1024, got {c.exchange.max_message_bytes}")
     for key in ("startup", "round", "shutdown"):

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +21,17 @@ import torch
 from node.algorithms import ALGORITHMS, Algorithm, NodeData, Payload
 from node.config import FederationConfig, build_graph
 from node.data import default_data_dir, load_dataset
-from node.metrics import accuracy, macro_f1
+from node.metrics import prediction_metrics
 from node.partition import federated_split
 from node.peers import RECEIVED, SENT, Peers
 from node.transport import Transport
 from topology import in_neighbours, out_neighbours
 
 log = logging.getLogger(__name__)
+
+# Algorithms seed torch's global generator to start every node from the same weights; nodes
+# sharing one process (in-process federations) must not interleave those draws.
+_CONSTRUCTION = threading.Lock()
 
 # Per-dataset pixel mean and std used to standardise inputs.
 NORMALIZATION = {
@@ -89,14 +94,20 @@ def interface_counters(name: str) -> dict[str, int] | None:
 
 @torch.no_grad()
 def evaluate(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, num_classes: int,
-             batch_size: int) -> dict[str, float]:
-    """Accuracy and macro-F1 of the algorithm's predictions on one set."""
+             batch_size: int) -> dict[str, Any]:
+    """Accuracy, macro-F1 and top-class share on one set under every prediction rule.
+
+    The top-level figures are those of the rule the algorithm's paper reports ("rule").
+    """
+    rule = algorithm.reported_rule
     if len(y) == 0:
-        return {"accuracy": 0.0, "f1": 0.0}
-    predicted = torch.cat([algorithm.predict(x[i:i + batch_size])
-                           for i in range(0, len(x), batch_size)]).cpu().numpy()
+        return {"accuracy": 0.0, "f1": 0.0, "top_class_share": 0.0, "rule": rule,
+                "by_rule": {}}
+    parts = [algorithm.predictions(x[i:i + batch_size]) for i in range(0, len(x), batch_size)]
     truth = y.cpu().numpy()
-    return {"accuracy": accuracy(predicted, truth), "f1": macro_f1(predicted, truth, num_classes)}
+    by_rule = {name: prediction_metrics(torch.cat([p[name] for p in parts]).cpu().numpy(),
+                                        truth, num_classes) for name in parts[0]}
+    return {**by_rule[rule], "rule": rule, "by_rule": by_rule}
 
 
 @dataclass
@@ -144,7 +155,8 @@ class Node:
         self.recorder.write()
         started = time.monotonic()
         data = load_node_data(config, node_id, device)
-        algorithm = ALGORITHMS[config.algorithm](config, data, device, node_id)
+        with _CONSTRUCTION:
+            algorithm = ALGORITHMS[config.algorithm](config, data, device, node_id)
         result.update({"train_samples": len(data.train_y), "test_samples": len(data.test_y),
                        "global_test_samples": len(data.global_y),
                        "setup_seconds": time.monotonic() - started})
@@ -187,20 +199,26 @@ class Node:
         started = time.monotonic()
         train_stats = algorithm.train_round(round_)
         trained = time.monotonic()
-        own = algorithm.payload()
-        for kind in algorithm.kinds:
-            peers.broadcast(round_, kind, own[kind].tensors, own[kind].meta)
-        updates, missing = peers.collect(round_, algorithm.kinds, self.config.timeouts.round)
-        communicated = time.monotonic()
-        received = {peer: {kind: Payload(m.tensors, m.meta) for kind, m in by_kind.items()}
-                    for peer, by_kind in updates.items()}
-        rejected = algorithm.aggregate(own, received)
-        aggregated = time.monotonic()
-        timings = {"train_seconds": trained - started,
-                   "communication_seconds": communicated - trained,
-                   "aggregation_seconds": aggregated - communicated}
+        missing: set[int] = set()
+        rejected: set[int] = set()
+        timings = {"train_seconds": trained - started, "communication_seconds": 0.0,
+                   "aggregation_seconds": 0.0}
+        for kinds in algorithm.exchange_steps():
+            step_started = time.monotonic()
+            own = {kind: payload for kind, payload in algorithm.payload().items()
+                   if kind in kinds}
+            for kind in kinds:
+                peers.broadcast(round_, kind, own[kind].tensors, own[kind].meta)
+            updates, step_missing = peers.collect(round_, kinds, self.config.timeouts.round)
+            received = {peer: {kind: Payload(m.tensors, m.meta) for kind, m in by_kind.items()}
+                        for peer, by_kind in updates.items()}
+            missing.update(step_missing)
+            communicated = time.monotonic()
+            rejected.update(algorithm.aggregate(own, received))
+            timings["communication_seconds"] += communicated - step_started
+            timings["aggregation_seconds"] += time.monotonic() - communicated
         return self._round_record(round_, algorithm, data, peers, train_stats, timings,
-                                  missing, rejected)
+                                  sorted(missing), sorted(rejected))
 
     def _round_record(self, round_: int, algorithm: Algorithm, data: NodeData, peers: Peers,
                       train_stats: dict, timings: dict, missing: list[int],

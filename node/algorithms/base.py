@@ -43,6 +43,9 @@ class NodeData:
 
 Updates = Mapping[int, Mapping[str, Payload]]
 
+ARGMAX = "argmax"  # the class of the model's largest logit
+PROTOTYPE = "prototype"  # the class of the nearest global prototype
+
 
 class Algorithm(abc.ABC):
     """Local training, what to send, how to aggregate, how to predict.
@@ -56,6 +59,7 @@ class Algorithm(abc.ABC):
 
     name: ClassVar[str]
     kinds: ClassVar[tuple[str, ...]]  # the payload kinds sent every round, e.g. ("model",)
+    reported_rule: ClassVar[str] = ARGMAX  # the prediction rule the algorithm's paper reports
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
@@ -68,17 +72,30 @@ class Algorithm(abc.ABC):
     def train_round(self, round_: int) -> dict[str, float]:
         """Train locally for one round; return scalar statistics (losses, weights)."""
 
+    def exchange_steps(self) -> tuple[tuple[str, ...], ...]:
+        """The kinds sent in each exchange step of a round, in order; each kind once a round.
+
+        Each step is send, collect, aggregate; a later step's payload may depend on what
+        the earlier steps aggregated.
+        """
+        return (self.kinds,)
+
     @abc.abstractmethod
     def payload(self) -> dict[str, Payload]:
-        """What this node sends to its out-neighbours this round, by kind."""
+        """What this node would send to its out-neighbours now, by kind."""
 
     @abc.abstractmethod
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         """Combine this node's payload with the in-neighbours' that arrived (by peer id).
 
-        Returns the peers whose update was malformed for this algorithm and left out.
+        `own` holds the kinds of one exchange step. Returns the peers whose update was
+        malformed for this algorithm and left out.
         """
 
     @abc.abstractmethod
+    def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Class predictions for a batch of inputs under every rule the algorithm has."""
+
     def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """Class predictions for a batch of inputs."""
+        """Class predictions under the rule the algorithm's paper reports."""
+        return self.predictions(x)[self.reported_rule]

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from node.aggregation import local_prototypes
-from node.algorithms.base import NodeData, Payload
+from node.aggregation import local_prototypes, nearest_prototype
+from node.algorithms.base import ARGMAX, PROTOTYPE, NodeData, Payload
 from node.config import FederationConfig
 from node.errors import ProtocolError
 from node.models import (
@@ -81,6 +81,34 @@ def train_prototypes(model: nn.Module, data: NodeData,
     """Class means of the model's embeddings over the local train set, and counts (Eq. 3)."""
     embeddings = embed_all(model, data.train_x, batch_size)
     return local_prototypes(embeddings.cpu(), data.train_y.cpu(), data.num_classes)
+
+
+@torch.no_grad()
+def classify(model: nn.Module, x: torch.Tensor, global_prototypes: torch.Tensor,
+             known: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Both rules from one forward pass: the logits' argmax and the nearest known prototype.
+
+    Before any prototype is known the prototype rule falls back to the argmax.
+    """
+    model.eval()
+    logits, embeddings = model(x)
+    argmax = logits.argmax(dim=1)
+    if not bool(known.any()):
+        return {ARGMAX: argmax, PROTOTYPE: argmax}
+    return {ARGMAX: argmax, PROTOTYPE: nearest_prototype(embeddings, global_prototypes, known)}
+
+
+def model_then_prototypes(config: FederationConfig,
+                          kinds: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Exchange steps of a method sharing a model and prototypes.
+
+    "aggregated": the model first, then prototypes recomputed on the aggregated model, so
+    inference and the next round's loss use prototypes of the model they are applied to.
+    "local": both at once, prototypes from the locally trained model (the papers' order).
+    """
+    if config.exchange.prototypes_from == "aggregated":
+        return (("model",), ("prototypes",))
+    return (kinds,)
 
 
 def state_payload(model: nn.Module, samples: int) -> Payload:

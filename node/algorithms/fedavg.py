@@ -25,7 +25,7 @@ from collections.abc import Mapping
 import torch
 
 from node.aggregation import weighted_mean
-from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     build_role,
     gather,
@@ -63,8 +63,8 @@ class FedAvg(Algorithm):
         return update.rejected
 
     @torch.no_grad()
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
+    def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """The argmax of the model's logits."""
         self.model.eval()
         logits, _ = self.model(x)
-        return logits.argmax(dim=1)
+        return {ARGMAX: logits.argmax(dim=1)}

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from node.aggregation import aggregate_prototypes, nearest_prototype
-from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     batches,
     build_role,
@@ -153,6 +153,7 @@ class FedHP(Algorithm):
 
     name = "fedhp"
     kinds = ("prototypes",)
+    reported_rule = PROTOTYPE
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
@@ -210,9 +211,12 @@ class FedHP(Algorithm):
         return update.rejected
 
     @torch.no_grad()
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """The nearest prototype in Euclidean distance (argmax of Eq. 2's softmax)."""
+    def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The nearest prototype in Euclidean distance (argmax of Eq. 2's softmax).
+
+        The backbone has no classifier, so this is FedHP's only rule.
+        """
         self.net.eval()
         _, z = self.net(x)
         everyone = torch.ones(len(self.prototypes), dtype=torch.bool, device=z.device)
-        return nearest_prototype(z, self.prototypes, everyone)
+        return {PROTOTYPE: nearest_prototype(z, self.prototypes, everyone)}

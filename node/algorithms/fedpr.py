@@ -38,16 +38,14 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from node.aggregation import (
-    aggregate_prototypes,
-    nearest_prototype,
-    weighted_mean,
-)
-from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.aggregation import aggregate_prototypes, weighted_mean
+from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     build_role,
+    classify,
     gather,
     local_sgd,
+    model_then_prototypes,
     prototype_payload,
     sgd,
     state_payload,
@@ -73,6 +71,7 @@ class FedPR(Algorithm):
 
     name = "fedpr"
     kinds = ("model", "prototypes")
+    reported_rule = PROTOTYPE
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
@@ -105,19 +104,23 @@ class FedPR(Algorithm):
         return {"model": state_payload(self.model, len(self.data.train_y)),
                 "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
 
+    def exchange_steps(self) -> tuple[tuple[str, ...], ...]:
+        return model_then_prototypes(self.config, self.kinds)
+
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim)
-        self.model.load_state_dict(weighted_mean(update.states))
-        global_prototypes, known = client_mean_prototypes(update.prototypes)
-        self.global_prototypes = global_prototypes.to(self.device)
-        self.known = known.to(self.device)
+        if "model" in own:
+            self.model.load_state_dict(weighted_mean(update.states))
+            if self.config.exchange.prototypes_from == "aggregated" and len(self.data.train_y):
+                self.local_prototypes, self.local_counts = train_prototypes(
+                    self.model, self.data, self.config.train.eval_batch_size)
+        if "prototypes" in own:
+            global_prototypes, known = client_mean_prototypes(update.prototypes)
+            self.global_prototypes = global_prototypes.to(self.device)
+            self.known = known.to(self.device)
         return update.rejected
 
-    @torch.no_grad()
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """Nearest global prototype (Algorithm 1, inference) once one exists, else argmax."""
-        self.model.eval()
-        logits, embeddings = self.model(x)
-        if not bool(self.known.any()):
-            return logits.argmax(dim=1)
-        return nearest_prototype(embeddings, self.global_prototypes, self.known)
+    def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Nearest global prototype (Algorithm 1, inference; argmax until one exists) and the
+        logits' argmax."""
+        return classify(self.model, x, self.global_prototypes, self.known)

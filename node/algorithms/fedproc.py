@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from node.aggregation import aggregate_prototypes, weighted_mean
-from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     batches,
     build_role,
@@ -184,8 +184,8 @@ class FedProc(Algorithm):
         return update.rejected
 
     @torch.no_grad()
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
+    def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """argmax of the output layer's logits s = f_c(z)."""
         self.net.eval()
         logits, _ = self.net(x)
-        return logits.argmax(dim=1)
+        return {ARGMAX: logits.argmax(dim=1)}

@@ -42,10 +42,11 @@ from collections.abc import Mapping
 
 import torch
 
-from node.aggregation import aggregate_prototypes, nearest_prototype
-from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.aggregation import aggregate_prototypes
+from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     build_role,
+    classify,
     gather,
     local_sgd,
     prototype_payload,
@@ -61,6 +62,7 @@ class FedProto(Algorithm):
 
     name = "fedproto"
     kinds = ("prototypes",)
+    reported_rule = PROTOTYPE
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
@@ -101,11 +103,6 @@ class FedProto(Algorithm):
         self.known = known.to(self.device)
         return update.rejected
 
-    @torch.no_grad()
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """Nearest global prototype once prototypes exist, else the local argmax."""
-        self.model.eval()
-        logits, embeddings = self.model(x)
-        if not bool(self.known.any()):
-            return logits.argmax(dim=1)
-        return nearest_prototype(embeddings, self.global_prototypes, self.known)
+    def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Nearest global prototype (argmax until one exists) and the local model's argmax."""
+        return classify(self.model, x, self.global_prototypes, self.known)

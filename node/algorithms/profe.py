@@ -12,16 +12,14 @@ from collections.abc import Mapping
 
 import torch
 
-from node.aggregation import (
-    aggregate_prototypes,
-    nearest_prototype,
-    weighted_mean,
-)
+from node.aggregation import aggregate_prototypes, weighted_mean
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     batches,
     build_role,
+    classify,
     gather,
+    model_then_prototypes,
     prototype_payload,
     round_generator,
     sgd,
@@ -95,20 +93,23 @@ class ProFe(Algorithm):
         return {"model": state_payload(self.student, len(self.data.train_y)),
                 "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
 
+    def exchange_steps(self) -> tuple[tuple[str, ...], ...]:
+        return model_then_prototypes(self.config, self.kinds)
+
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes,
                         self.local_prototypes.shape[1])
-        self.student.load_state_dict(weighted_mean(update.states))
-        global_prototypes, known = aggregate_prototypes(update.prototypes)
-        self.global_prototypes = global_prototypes.to(self.device)
-        self.known = known.to(self.device)
+        if "model" in own:
+            self.student.load_state_dict(weighted_mean(update.states))
+            if self.config.exchange.prototypes_from == "aggregated":
+                self.local_prototypes, self.local_counts = train_prototypes(
+                    self.student, self.data, self.config.train.eval_batch_size)
+        if "prototypes" in own:
+            global_prototypes, known = aggregate_prototypes(update.prototypes)
+            self.global_prototypes = global_prototypes.to(self.device)
+            self.known = known.to(self.device)
         return update.rejected
 
-    @torch.no_grad()
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """Nearest global prototype (Eq. 5) once prototypes exist, else the student's argmax."""
-        self.student.eval()
-        logits, embeddings = self.student(x)
-        if not bool(self.known.any()):
-            return logits.argmax(dim=1)
-        return nearest_prototype(embeddings, self.global_prototypes, self.known)
+    def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The student's argmax (what the paper reports) and the nearest prototype (Eq. 5)."""
+        return classify(self.student, x, self.global_prototypes, self.known)
