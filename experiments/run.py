@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import logging
@@ -23,14 +24,15 @@ log = logging.getLogger("experiments")
 
 DEFAULT_CODECS = {"profe": "int16"}  # "auto": the paper's codec for ProFe, fp32 otherwise
 MATRIX_KEYS = {"name", "algorithms", "datasets", "partitions", "topologies", "codecs", "nodes",
-               "seeds", "base"}
+               "seeds", "base", "variants"}
+OPTIONAL_KEYS = {"base", "variants"}
 
 
 @dataclass(frozen=True)
 class Cell:
     """One federation of the matrix."""
 
-    algorithm: str
+    algorithm: str  # a registered algorithm or a [variants] name
     dataset: str
     partition: str
     topology: str
@@ -45,8 +47,8 @@ class Cell:
                          f"n{self.nodes}", self.algorithm, self.codec.replace("/", "-proto-"),
                          f"s{self.seed}"])
 
-    def overrides(self) -> dict:
-        """The config keys this cell sets on top of the matrix's base."""
+    def overrides(self, variants: dict | None = None) -> dict:
+        """The config keys this cell sets on top of the matrix's base (and its variant)."""
         scheme, _, value = self.partition.partition(":")
         data = {"dataset": self.dataset, "partition": scheme}
         if scheme == "classes":
@@ -54,10 +56,11 @@ class Cell:
         elif scheme == "dirichlet":
             data["alpha"] = float(value)
         model_codec, _, prototype_codec = self.codec.partition("/")  # "int16/fp32"
-        return {"name": self.key.replace(".", "p"), "algorithm": self.algorithm,
-                "nodes": self.nodes, "seed": self.seed, "data": data,
-                "topology": {"kind": self.topology},
-                "exchange": {"codec": model_codec, "prototype_codec": prototype_codec}}
+        variant = (variants or {}).get(self.algorithm, {"algorithm": self.algorithm})
+        return merge(variant, {
+            "name": self.key.replace(".", "p"), "nodes": self.nodes, "seed": self.seed,
+            "data": data, "topology": {"kind": self.topology},
+            "exchange": {"codec": model_codec, "prototype_codec": prototype_codec}})
 
 
 def load_matrix(path: Path) -> dict:
@@ -69,22 +72,31 @@ def load_matrix(path: Path) -> dict:
     unknown = sorted(set(matrix) - MATRIX_KEYS)
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]} (known: {sorted(MATRIX_KEYS)})")
-    missing = sorted(MATRIX_KEYS - set(matrix) - {"base"})
+    missing = sorted(MATRIX_KEYS - set(matrix) - OPTIONAL_KEYS)
     if missing:
         raise ConfigError(f"{path}: missing key {missing[0]}")
+    for name, variant in matrix.get("variants", {}).items():
+        if not isinstance(variant, dict) or not isinstance(variant.get("algorithm"), str):
+            raise ConfigError(f"{path}: [variants.{name}] must be a table with an algorithm key")
     return matrix
 
 
 def cells(matrix: dict) -> list[Cell]:
-    """Every combination of the matrix's axes; codec "auto" picks each algorithm's default."""
+    """Every combination of the matrix's axes, by dataset, partition and then algorithm;
+    codec "auto" picks each algorithm's default."""
     out = []
     for algorithm, dataset, partition, topology, codec, nodes, seed in itertools.product(
             matrix["algorithms"], matrix["datasets"], matrix["partitions"],
             matrix["topologies"], matrix["codecs"], matrix["nodes"], matrix["seeds"]):
         if codec == "auto":
-            codec = DEFAULT_CODECS.get(algorithm, "fp32")
+            base = matrix.get("variants", {}).get(algorithm, {}).get("algorithm", algorithm)
+            codec = DEFAULT_CODECS.get(base, "fp32")
         out.append(Cell(algorithm, dataset, partition, topology, codec, nodes, seed))
-    return out
+    order = {axis: {value: i for i, value in enumerate(matrix[axis])}
+             for axis in ("datasets", "partitions", "algorithms")}
+    return sorted(out, key=lambda c: (order["datasets"][c.dataset],
+                                      order["partitions"][c.partition],
+                                      order["algorithms"][c.algorithm]))
 
 
 def merge(base: dict, extra: dict) -> dict:
@@ -100,7 +112,7 @@ def merge(base: dict, extra: dict) -> dict:
 
 def cell_config(matrix: dict, cell: Cell, results_root: Path) -> dict:
     """The full federation config of one cell, results under `results_root`."""
-    config = merge(matrix.get("base", {}), cell.overrides())
+    config = merge(matrix.get("base", {}), cell.overrides(matrix.get("variants")))
     return merge(config, {"deploy": {"results_dir": str(results_root)}})
 
 
@@ -125,6 +137,8 @@ def run_cell(matrix: dict, cell: Cell, results_root: Path) -> int:
     config_path.write_text(json.dumps(cell_config(matrix, cell, results_root), indent=1))
     done = subprocess.run([sys.executable, "-m", "deploy.cli", "up", "-c", str(config_path),
                            "--run-id", cell.key], capture_output=True, text=True, check=False)
+    if run_dir.is_dir():  # what the report calls this cell, variants included
+        (run_dir / "cell.json").write_text(json.dumps(dataclasses.asdict(cell), indent=1))
     (results_root / "logs").mkdir(exist_ok=True)
     (results_root / "logs" / f"{cell.key}.txt").write_text(done.stdout + done.stderr)
     return done.returncode
