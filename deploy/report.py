@@ -23,7 +23,7 @@ def final_metrics(result: dict[str, Any], split: str) -> dict[str, float | None]
     """The last recorded round's accuracy and F1 on `split` (local_test or global_test)."""
     rounds = result.get("rounds") or []
     if not rounds:
-        return {"accuracy": None, "f1": None}
+        return {"accuracy": None, "f1": None, "rule": None, "by_rule": {}}
     return dict(rounds[-1][split])
 
 
@@ -34,8 +34,10 @@ def summarize(results_dir: Path, run_id: str, nodes: int,
     for result in read_node_results(results_dir, nodes):
         global_ = final_metrics(result, "global_test")
         local = final_metrics(result, "local_test")
+        by_rule = {rule: metrics["f1"] for rule, metrics in global_.get("by_rule", {}).items()}
         rows.append({
             "node": result["node"], "status": result.get("status", "missing"),
+            "rule": global_.get("rule"), "global_f1_by_rule": by_rule,
             "in_neighbours": result.get("in_neighbours", []),
             "out_neighbours": result.get("out_neighbours", []),
             "rounds_done": result.get("rounds_done", 0),
@@ -71,16 +73,26 @@ def _fmt(value: float | None) -> str:
 
 def format_table(summary: dict[str, Any]) -> str:
     """A fixed-width table: one row per node, then the totals."""
-    header = ("node", "out/in", "bytes sent", "bytes received", "F1 global", "acc global",
-              "F1 local", "status")
+    rule = next((r["rule"] for r in summary["nodes"] if r.get("rule")), None)
+    others = sorted({o for r in summary["nodes"] for o in r.get("global_f1_by_rule", {})}
+                    - {rule})
+    named = f" ({rule})" if rule else ""
+    header = ("node", "out/in", "bytes sent", "bytes received", f"F1 global{named}",
+              f"acc global{named}", f"F1 local{named}",
+              *(f"F1 global ({o})" for o in others), "status")
     rows = [(str(r["node"]), f"{len(r['out_neighbours'])}/{len(r['in_neighbours'])}",
              f"{r['bytes_sent']:,}", f"{r['bytes_received']:,}", _fmt(r["global_f1"]),
-             _fmt(r["global_accuracy"]), _fmt(r["local_f1"]), r["status"])
+             _fmt(r["global_accuracy"]), _fmt(r["local_f1"]),
+             *(_fmt(r.get("global_f1_by_rule", {}).get(o)) for o in others), r["status"])
             for r in summary["nodes"]]
     totals = summary["totals"]
+    finished = [r for r in summary["nodes"] if r["global_f1"] is not None]
     rows.append(("total", "", f"{totals['bytes_sent']:,}", f"{totals['bytes_received']:,}",
                  _fmt(summary["mean_global_f1"]), _fmt(summary["mean_global_accuracy"]),
-                 "(mean)", ""))
+                 "(mean)",
+                 *(_fmt(_mean([r["global_f1_by_rule"][o] for r in finished
+                               if o in r.get("global_f1_by_rule", {})])) for o in others),
+                 ""))
     if any(r.get("interface_bytes") for r in summary["nodes"]):
         # Containers: the bytes their network interface moved, beside the application's.
         header = (*header[:4], "iface sent", "iface received", *header[4:])

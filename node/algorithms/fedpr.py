@@ -21,6 +21,12 @@ Order within a round (Algorithm 1): local update with Eq. (4), local prototypes 
 (2) from the locally trained model, then model averaging and prototype aggregation.
 
 Deviations:
+- When prototypes are computed ([exchange] prototypes_from, default "aggregated"): after
+  model averaging, each node recomputes its class means on the averaged model and sends
+  them in a second exchange step, so inference (Algorithm 1) and the next round's Eq. (4)
+  use prototypes of the model they are applied to. "local" keeps the paper's order below.
+- Reported metric: the nearest global prototype (the paper's inference); the argmax of the
+  logits is recorded beside it.
 - No server: every node averages its model and aggregates prototypes over itself and the
   in-neighbours whose update arrived; a fully connected topology equals the server.
 - Prototypes travel as the rows of locally seen classes with class ids and counts (the

@@ -2,8 +2,40 @@
 
 Each node trains a large local teacher and a small student. Only the student's weights and
 the student's class prototypes (with class counts) travel; the teacher never leaves the
-node. The distillation weight alpha_s halves after every round and becomes 0 below its
-limit (III-A1), after which the teacher is neither trained nor run.
+node. Equations used (``node.losses``, ``node.aggregation``):
+
+- Eq. (8), student: CE + beta_s * MSE(f_s1(x), C_bar(y)) + alpha_s * [KD(y_s, y_t) +
+  MSE(f_s1(x), f_t1(x))]; Eq. (9), teacher: CE + beta_t * MSE(f_t1(x), C_bar(y)).
+- Eq. (3) local prototypes, Eq. (4) their count-weighted aggregation, Eq. (5) inference by
+  the nearest global prototype; III-D 16-bit quantization of everything that travels.
+
+Deviations and readings, each a choice the paper leaves open or one we changed:
+- **When prototypes are computed** ([exchange] prototypes_from, default "aggregated"): the
+  paper computes them with the locally trained student and sends them with it. Inference
+  and the next round's loss then apply prototypes of pre-aggregation students to the
+  aggregated one; on disjoint classes every input fell to one prototype (macro-F1 0.018).
+  By default the round has two exchange steps: the student first, then prototypes
+  recomputed on the aggregated student (the same prototype message, sent later).
+  "local" restores the paper's order.
+- **Reported metric**: the student's argmax, as the paper's reference implementation
+  (NEBULA, KD_prototypes) logs its F1; the nearest-prototype rule (Eq. 5) is recorded
+  beside it every round.
+- **alpha_s schedule**: halved after every round and 0 below [train] alpha_limit (our
+  reading of III-A1, which speaks of beta); NEBULA instead subtracts 2 * alpha_0 / rounds.
+  With alpha_s = 1 and limit 0.1, the teacher trains in rounds 1-4 only.
+- **Teacher and student steps alternate per batch**: the teacher takes its step on a batch,
+  then the student distils from the teacher's detached outputs on the same batch.
+- **Prototype term**: the MSE of Eq. (6), mean over samples whose class has a global
+  prototype and over the embedding dimension, weights beta_s = beta_t = 1 ([train]).
+- **KD term**: KL(p_t || p_s) * T^2 with T = [train] temperature (2); the paper gives no T.
+- **Optimizer**: SGD, lr 0.01, momentum 0.9, no weight decay, batch 64, 1 epoch per round
+  ([train]); the paper names none of these.
+- **Models**: MNIST/Fashion-MNIST CNN teacher (16, 32 channels) and student (8, 16), both
+  with a 128-dimensional embedding (the paper: "a two-layer CNN"; it gives no sizes).
+- **Evaluation**: every node evaluates its student on its local 20% test split and on the
+  federation's 10% global test set after each round's aggregation (IV).
+- **No server**: each node aggregates itself and the in-neighbours whose update arrived;
+  a fully connected topology equals the paper's setting.
 """
 
 from __future__ import annotations

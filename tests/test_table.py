@@ -1,0 +1,44 @@
+"""The end-of-run summary and table, from node result files (no processes)."""
+
+import json
+
+from deploy.report import format_table, summarize
+
+
+def write_node(folder, node, f1, prototype_f1=None):
+    by_rule = {"argmax": {"accuracy": f1, "f1": f1}}
+    if prototype_f1 is not None:
+        by_rule["prototype"] = {"accuracy": prototype_f1, "f1": prototype_f1}
+    final = {"accuracy": f1, "f1": f1, "rule": "argmax", "by_rule": by_rule}
+    (folder / f"node-{node}.json").write_text(json.dumps({
+        "node": node, "status": "finished", "in_neighbours": [1 - node],
+        "out_neighbours": [1 - node], "rounds_done": 1, "bytes_sent": 1000 + node,
+        "bytes_received": 1001 - node,
+        "rounds": [{"global_test": final, "local_test": final}]}))
+
+
+def test_the_table_names_the_rule_it_prints_and_shows_the_other_beside_it(tmp_path):
+    write_node(tmp_path, 0, 0.9, 0.8)
+    write_node(tmp_path, 1, 0.7, 0.6)
+    summary = summarize(tmp_path, "run", 2)
+    assert summary["mean_global_f1"] == 0.8
+    table = format_table(summary)
+    header = table.splitlines()[0]
+    assert "F1 global (argmax)" in header and "F1 global (prototype)" in header
+    total = table.splitlines()[-1].split()
+    assert total[:5] == ["total", "2,001", "2,001", "0.8000", "0.8000"]
+    assert "0.7000" in total  # the prototype rule's mean, beside the argmax one
+
+
+def test_a_single_rule_run_has_no_extra_column(tmp_path):
+    write_node(tmp_path, 0, 0.9)
+    write_node(tmp_path, 1, 0.7)
+    table = format_table(summarize(tmp_path, "run", 2))
+    assert "prototype" not in table and "F1 global (argmax)" in table
+
+
+def test_a_missing_node_is_shown_as_missing(tmp_path):
+    write_node(tmp_path, 0, 0.9, 0.8)
+    summary = summarize(tmp_path, "run", 2)
+    assert summary["failed_nodes"] == [1]
+    assert "missing" in format_table(summary)
