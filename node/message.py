@@ -87,6 +87,9 @@ def decode_message(frames: Sequence[bytes], *, max_bytes: int) -> Message:
             tensors[spec.name] = decode(spec, data)
         except QuantizationError as exc:
             raise ProtocolError(f"bad tensor spec: {exc}") from None
+        except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+            # a spec the checks above let through but numpy or torch cannot lay out
+            raise ProtocolError(f"tensor cannot be decoded: {exc}") from None
     return Message(sender=sender, round=round_, kind=kind, tensors=tensors, meta=dict(meta))
 
 

@@ -137,6 +137,11 @@ class Peers:
                         exc)
             self.meter.drop(peer, nbytes, str(exc))
             return True
+        except Exception as exc:
+            log.exception("node %d: a message of %d bytes from %s could not be decoded",
+                          self.node_id, nbytes, "unknown peer" if peer is None else f"peer {peer}")
+            self.meter.drop(peer, nbytes, f"undecodable: {type(exc).__name__}: {exc}")
+            return True
         self.meter.add(RECEIVED, message.round, message.sender, message.kind, nbytes)
         self._file(message)
         return True

@@ -26,6 +26,7 @@ WIRE_CODECS = (*CODECS, RAW)
 INT16_MAX = 32767
 MAX_RANK = 8
 MAX_NAME_LEN = 256
+MAX_ELEMENTS = 2**31 - 1  # per tensor; far above any model here, far below numpy's limits
 
 _FLOAT_DTYPES = {
     "float32": torch.float32,
@@ -111,14 +112,21 @@ def _check_dtype(dtype: object) -> str:
 
 
 def _check_shape(shape: object) -> tuple[int, ...]:
-    """A list or tuple of at most MAX_RANK non-negative ints."""
+    """At most MAX_RANK non-negative ints, each and their product at most MAX_ELEMENTS.
+
+    Each dimension is bounded on its own too: [0, 2**63] has no elements but cannot be
+    laid out by numpy.
+    """
     if not isinstance(shape, list | tuple):
         raise _field_error("shape", f"must be a list, got {type(shape).__name__}")
     if len(shape) > MAX_RANK:
         raise _field_error("shape", f"rank {len(shape)} exceeds the maximum {MAX_RANK}")
     for dim in shape:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
-            raise _field_error("shape", f"dimensions must be non-negative ints, got {dim!r}")
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim <= MAX_ELEMENTS:
+            raise _field_error("shape", f"dimensions must be ints in 0..{MAX_ELEMENTS}, "
+                                        f"got {dim!r}")
+    if math.prod(shape) > MAX_ELEMENTS:
+        raise _field_error("shape", f"{list(shape)} has more than {MAX_ELEMENTS} elements")
     return tuple(shape)
 
 

@@ -22,6 +22,9 @@ from node.models import (
 
 log = logging.getLogger(__name__)
 
+# A peer's claimed sample count weighs its update; beyond any real dataset it only poisons.
+MAX_SAMPLES = 2**31 - 1
+
 # The paper's teacher/student pairs (section IV); "auto" in [model] picks these.
 PAPER_PAIRS = {
     "mnist": ("cnn", "cnn"),
@@ -129,8 +132,8 @@ def checked_state(reference: Mapping[str, torch.Tensor], payload: Payload) -> tu
             raise ProtocolError(f"parameter {name} has shape {tuple(tensors[name].shape)}, "
                                 f"expected {tuple(ref.shape)}")
     samples = payload.meta.get("samples", 0)
-    if samples < 1:
-        raise ProtocolError(f"model weight 'samples' must be >= 1, got {samples}")
+    if not 1 <= samples <= MAX_SAMPLES:
+        raise ProtocolError(f"model weight 'samples' must be in 1..{MAX_SAMPLES}, got {samples}")
     return {name: tensors[name].to(ref.dtype) for name, ref in reference.items()}, samples
 
 
@@ -151,13 +154,16 @@ def checked_prototypes(payload: Payload, num_classes: int,
     protos, classes, counts = t["prototypes"], t["classes"], t["counts"]
     k = classes.shape[0] if classes.dim() == 1 else -1
     if (k < 0 or tuple(protos.shape) != (k, dim) or tuple(counts.shape) != (k,)
-            or classes.is_floating_point() or counts.is_floating_point()):
+            or classes.dtype != torch.int64 or counts.dtype != torch.int64
+            or not protos.is_floating_point()):
         raise ProtocolError(f"prototype payload shapes {tuple(protos.shape)}, "
                             f"{tuple(classes.shape)}, {tuple(counts.shape)} do not fit "
                             f"{num_classes} classes of dimension {dim}")
     if k and (int(classes.min()) < 0 or int(classes.max()) >= num_classes
-              or len(set(classes.tolist())) != k or int(counts.min()) < 1):
-        raise ProtocolError("prototype classes out of range, repeated, or with counts < 1")
+              or len(set(classes.tolist())) != k or int(counts.min()) < 1
+              or int(counts.max()) > MAX_SAMPLES):
+        raise ProtocolError("prototype classes out of range or repeated, or counts outside "
+                            f"1..{MAX_SAMPLES}")
     dense = torch.zeros(num_classes, dim, dtype=torch.float32)
     dense_counts = torch.zeros(num_classes, dtype=torch.int64)
     dense[classes] = protos.to(torch.float32)
