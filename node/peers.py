@@ -28,18 +28,47 @@ def metered_kind(kind: str) -> str:
     return "control" if kind in CONTROL_KINDS else kind
 
 
+DROP_SAMPLE = 50  # dropped messages kept in full; the rest are only counted
+DROP_REASONS = 200  # distinct reasons counted apart; further ones count as "(other reasons)"
+DROP_LOG_EVERY = 1000  # after the first DROP_SAMPLE drops, log one in this many
+
+
 @dataclass
 class Meter:
-    """Byte counts by (direction, round, peer, kind) and dropped messages by reason."""
+    """Byte counts by (direction, round, peer, kind), and dropped messages: every one
+    counted by reason and by peer, the first DROP_SAMPLE kept whole (bounded under a flood)."""
 
     counts: collections.Counter = field(default_factory=collections.Counter)
     dropped: list[dict] = field(default_factory=list)
+    dropped_count: int = 0
+    dropped_bytes: int = 0
+    dropped_by_reason: collections.Counter = field(default_factory=collections.Counter)
+    dropped_by_peer: collections.Counter = field(default_factory=collections.Counter)
 
     def add(self, direction: str, round_: int, peer: int, kind: str, nbytes: int) -> None:
         self.counts[(direction, round_, peer, metered_kind(kind))] += nbytes
 
-    def drop(self, peer: int | None, nbytes: int, reason: str, round_: int | None = None) -> None:
-        self.dropped.append({"peer": peer, "bytes": nbytes, "reason": reason, "round": round_})
+    def drop(self, peer: int | None, nbytes: int, reason: str, round_: int | None = None) -> bool:
+        """Count one dropped message; True when it should be logged (rate-limited)."""
+        self.dropped_count += 1
+        self.dropped_bytes += nbytes
+        reason = reason[:200]
+        if reason not in self.dropped_by_reason and len(self.dropped_by_reason) >= DROP_REASONS:
+            reason = "(other reasons)"
+        self.dropped_by_reason[reason] += 1
+        self.dropped_by_peer["unknown" if peer is None else str(peer)] += 1
+        if len(self.dropped) < DROP_SAMPLE:
+            self.dropped.append({"peer": peer, "bytes": nbytes, "reason": reason,
+                                 "round": round_})
+            return True
+        return self.dropped_count % DROP_LOG_EVERY == 0
+
+    def drop_record(self) -> dict:
+        """The dropped messages as the node's result file keeps them."""
+        return {"dropped_messages": list(self.dropped), "dropped_count": self.dropped_count,
+                "dropped_bytes": self.dropped_bytes,
+                "dropped_by_reason": dict(self.dropped_by_reason.most_common()),
+                "dropped_by_peer": dict(sorted(self.dropped_by_peer.items()))}
 
     def total(self, direction: str, *, round_: int | None = None, peer: int | None = None,
               kind: str | None = None) -> int:
@@ -132,15 +161,17 @@ class Peers:
             message = decode_message(frames, max_bytes=self.max_message_bytes)
             self._check_envelope(peer, message)
         except ProtocolError as exc:
-            log.warning("node %d: dropped a message of %d bytes from %s: %s",
-                        self.node_id, nbytes, "unknown peer" if peer is None else f"peer {peer}",
-                        exc)
-            self.meter.drop(peer, nbytes, str(exc))
+            if self.meter.drop(peer, nbytes, str(exc)):
+                log.warning("node %d: dropped a message of %d bytes from %s: %s (%d dropped "
+                            "so far)", self.node_id, nbytes,
+                            "unknown peer" if peer is None else f"peer {peer}", exc,
+                            self.meter.dropped_count)
             return True
         except Exception as exc:
-            log.exception("node %d: a message of %d bytes from %s could not be decoded",
-                          self.node_id, nbytes, "unknown peer" if peer is None else f"peer {peer}")
-            self.meter.drop(peer, nbytes, f"undecodable: {type(exc).__name__}: {exc}")
+            if self.meter.drop(peer, nbytes, f"undecodable: {type(exc).__name__}: {exc}"):
+                log.exception("node %d: a message of %d bytes from %s could not be decoded",
+                              self.node_id, nbytes,
+                              "unknown peer" if peer is None else f"peer {peer}")
             return True
         self.meter.add(RECEIVED, message.round, message.sender, message.kind, nbytes)
         self._file(message)

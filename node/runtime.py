@@ -246,4 +246,4 @@ class Node:
                                    for k in ("model", "prototypes", "control")},
             "bytes_received_by_kind": {k: meter.total(RECEIVED, kind=k)
                                        for k in ("model", "prototypes", "control")},
-            "dropped_messages": list(meter.dropped)})
+            **meter.drop_record()})

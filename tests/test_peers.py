@@ -104,3 +104,19 @@ def test_bye_stops_the_wait_for_a_finished_peer():
     hub.deliver(0, 1, encode_message(1, 3, "bye"))
     _, missing = a.collect(1, ["model"], timeout=30.0)  # returns at once
     assert missing == [1]
+
+
+def test_a_flood_of_drops_is_counted_in_full_but_kept_bounded():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1], outs=[])
+    for i in range(5000):
+        hub.deliver(0, 1 if i % 2 else 2, [b"\xff" + str(i).encode()])
+    while a.poll(0):
+        pass
+    record = a.meter.drop_record()
+    assert record["dropped_count"] == 5000
+    assert len(record["dropped_messages"]) == 50
+    assert record["dropped_by_peer"] == {"1": 2500, "2": 2500}
+    assert sum(record["dropped_by_reason"].values()) == 5000
+    assert len(record["dropped_by_reason"]) <= 201  # distinct reasons capped, the rest pooled
+    assert record["dropped_bytes"] == sum(1 + len(str(i)) for i in range(5000))
