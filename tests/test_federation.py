@@ -194,7 +194,7 @@ def test_a_node_killed_mid_run_does_not_stop_the_others(workdir, data_dir):
 
 def start_long_federation(workdir, data_dir, name):
     """Start `protofed up` on a federation that would run for a long time; wait until it trains."""
-    config = write_config(workdir, data_dir, name, rounds=50)
+    config = write_config(workdir, data_dir, name, rounds=1000)  # never ends on its own
     process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "-c", str(config),
                                 "--run-id", name], cwd=REPO, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
