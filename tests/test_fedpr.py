@@ -6,29 +6,13 @@ import pytest
 import torch
 
 from node.aggregation import nearest_prototype
-from node.algorithms.base import NodeData, Payload
+from node.algorithms.base import Payload
 from node.algorithms.common import prototype_payload
 from node.algorithms.fedpr import FedPR, client_mean_prototypes
 from node.config import from_dict
 from node.losses_fedpr import PROTOTYPE_WEIGHT, fedpr_loss, prototype_l2
 from node.runtime import evaluate, load_node_data
-
-CPU = torch.device("cpu")
-
-
-def tiny_config(**train):
-    """Two nodes, a tiny CNN (channels 2, 4; embedding 4) for 1x8x8 images."""
-    return from_dict({"nodes": 2, "seed": 1,
-                      "model": {"teacher": "cnn", "teacher_channels": [2, 4], "embedding_dim": 4},
-                      "train": {"batch_size": 8, **train}})
-
-
-def tiny_data(samples=20, classes=3):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(samples, 1, 8, 8, generator=g)
-    y = torch.arange(samples) % classes
-    return NodeData(train_x=x, train_y=y, test_x=x[:6], test_y=y[:6], global_x=x[:6],
-                    global_y=y[:6], num_classes=classes)
+from tests.helpers import CPU, tiny_config, tiny_data
 
 
 def test_distance_term_by_hand():
