@@ -361,8 +361,8 @@ def targets(results: list[CellResult]) -> list[str]:
                                (dataset, partition)], method)
         where = f"{dataset} {partition}"
         if not cells:
-            lines.append(f"- {where}: {method} paper figure {figure:.3f} ({source}): not run on "
-                         "that partition, so not compared")
+            lines.append(f"- {where}: {method} paper figure {figure:.3f} ({source}): no such "
+                         "cell in these results, so not compared")
             continue
         value, gap = _f1(cells), _f1(cells) - figure
         if is_collapsed(cells):

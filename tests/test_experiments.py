@@ -140,7 +140,7 @@ def test_report_tables_plots_and_targets_from_a_fixture(fixture_results, tmp_pat
     assert "fedproto macro-F1 0.9900 (prototype)" in text
     assert "ABOVE the paper's figure by 14.6 points" in text
     assert "fedpr paper figure 0.946 (FedPR paper: 94.62% average accuracy on MNIST, Dir(0.05))" \
-           ": not run on that partition" in text
+           ": no such cell in these results" in text
     # ProFe IID 0.895 is below its paper's floor of 0.95
     assert "(target ≥ 0.950): MISSED by 5.5 points" in text
 
