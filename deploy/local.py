@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.plan import Plan
+from deploy.plan import Plan, keys_dir
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ def node_command(plan: Plan, node_id: int, peers_path: Path) -> list[str]:
                "--results", str(plan.results_dir), "--local-nodes", str(len(plan.nodes))]
     for item in plan.overrides:
         command += ["--set", item]
+    if keys_dir(plan).is_dir():
+        command += ["--keys", str(keys_dir(plan))]
     return command
 
 

@@ -22,6 +22,7 @@ CODECS = ("int16", "fp16", "fp32")
 PROTOTYPE_SOURCES = ("aggregated", "local")
 ARCHITECTURES = ("auto", "cnn", "resnet8", "resnet18", "resnet32")
 BACKENDS = ("local", "docker")
+SECURITY = ("curve", "none")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -141,6 +142,7 @@ class DeployConfig:
     cpus: float = 0.0
     memory: str = ""
     port: int = 5555
+    security: str = "curve"
 
 
 @dataclass(frozen=True)
@@ -408,6 +410,7 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
                        ("fedhp.init_steps", c.fedhp.init_steps)):
         _check(value >= 1, source, key, f"must be at least 1, got {value}")
     _one_of(c.deploy.backend, BACKENDS, source, "deploy.backend")
+    _one_of(c.deploy.security, SECURITY, source, "deploy.security")
     _check(0 <= c.deploy.base_port <= 65535 - c.nodes, source, "deploy.base_port",
            f"must leave room for {c.nodes} ports below 65536 (0 picks free ports), "
            f"got {c.deploy.base_port}")
