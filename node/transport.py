@@ -74,9 +74,10 @@ class ZmqTransport:
         peer = self.keyring.node_of(key)
         if peer is None or peer not in self.in_neighbours:
             self.refused_keys += 1
-            log.warning("node %d: refused a connection with %s", self.node_id,
-                        "an unknown key" if peer is None else f"node {peer}'s key (not an "
-                                                            "in-neighbour)")
+            if self.refused_keys <= 10 or self.refused_keys % 1000 == 0:  # rate-limited
+                log.warning("node %d: refused a connection with %s (%d refused so far)",
+                            self.node_id, "an unknown key" if peer is None
+                            else f"node {peer}'s key (not an in-neighbour)", self.refused_keys)
             return False
         return True
 
