@@ -120,6 +120,18 @@ class ExchangeConfig:
 
 
 @dataclass(frozen=True)
+class AggregationConfig:
+    """How models and prototypes from in-neighbours are combined (see node.aggregation)."""
+
+    rule: str = "mean"
+    trim_fraction: float = 0.2
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the aggregation functions."""
+        return {"rule": self.rule, "trim_fraction": self.trim_fraction}
+
+
+@dataclass(frozen=True)
 class TimeoutConfig:
     """Seconds to wait for peers at start-up, in each round and at shutdown."""
 
@@ -191,6 +203,7 @@ class FederationConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
     fedproto: FedProtoConfig = field(default_factory=FedProtoConfig)
@@ -327,6 +340,7 @@ def _check(ok: bool, source: str, key: str, message: str) -> None:
 
 def validate(config: FederationConfig, source: str = "<config>") -> None:
     """Reject impossible values, naming the key and the file."""
+    from node.aggregation import AGGREGATION_RULES
     from node.algorithms import ALGORITHMS  # the registry lives with the algorithms
 
     c = config
@@ -396,6 +410,9 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     _one_of(c.exchange.prototypes_from, PROTOTYPE_SOURCES, source, "exchange.prototypes_from")
     _check(c.exchange.max_message_bytes >= 1024, source, "exchange.max_message_bytes",
            f"must be at least 1024, got {c.exchange.max_message_bytes}")
+    _one_of(c.aggregation.rule, AGGREGATION_RULES, source, "aggregation.rule")
+    _check(0.0 <= c.aggregation.trim_fraction < 0.5, source, "aggregation.trim_fraction",
+           f"must be in [0, 0.5), got {c.aggregation.trim_fraction}")
     for key in ("startup", "round", "shutdown"):
         value = getattr(c.timeouts, key)
         _check(value > 0.0, source, f"timeouts.{key}", f"must be positive seconds, got {value}")
