@@ -92,6 +92,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         image = config.deploy.image or docker_image.ensure_image(client, config.deploy.base_image)
         plan = docker.plan_docker(config, Path(args.config), overrides, run_id)
     else:
+        local.check_capacity(config, local.available_memory())
         plan = plan_local(config, Path(args.config), overrides, run_id, pick_ports(config))
     try:
         peers_path = write_plan(plan, config)
