@@ -146,7 +146,8 @@ def _write_summary(plan, config, run) -> dict:
     summary = summarize(plan.results_dir, plan.run_id, config.nodes, {
         "config_digest": config.digest(), "algorithm": config.algorithm,
         "topology": config.topology.kind, "rounds": config.rounds,
-        "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())}})
+        "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())}},
+        exit_codes=dict(run.exit_codes))
     (plan.results_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
