@@ -92,6 +92,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         image = config.deploy.image or docker_image.ensure_image(client, config.deploy.base_image)
         plan = docker.plan_docker(config, Path(args.config), overrides, run_id)
     else:
+        local.check_capacity(config, local.available_memory())
         plan = plan_local(config, Path(args.config), overrides, run_id, pick_ports(config))
     try:
         peers_path = write_plan(plan, config)
@@ -145,7 +146,8 @@ def _write_summary(plan, config, run) -> dict:
     summary = summarize(plan.results_dir, plan.run_id, config.nodes, {
         "config_digest": config.digest(), "algorithm": config.algorithm,
         "topology": config.topology.kind, "rounds": config.rounds,
-        "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())}})
+        "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())}},
+        exit_codes=dict(run.exit_codes))
     (plan.results_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 

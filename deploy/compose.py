@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 from deploy.docker_backend import (
-    CONFIG_MOUNT,
-    DATA_MOUNT,
     INTERFACE,
-    RESULTS_MOUNT,
+    container_command,
     container_config,
+    container_mounts,
+    hidden_paths,
 )
 from deploy.plan import Plan
 from node.config import FederationConfig
@@ -26,13 +26,9 @@ def compose_document(config: FederationConfig, plan: Plan, image: str, config_di
         'version: "3.8"',
         "services:",
     ]
-    volumes = [(config_dir, CONFIG_MOUNT, True), (plan.results_dir, RESULTS_MOUNT, False),
-               (data_dir, DATA_MOUNT, True)]
     for spec in plan.nodes:
         name = service_name(plan, spec.node_id)
-        command = ["--config", f"{CONFIG_MOUNT}/node-config.json", "--node-id",
-                   str(spec.node_id), "--peers", f"{CONFIG_MOUNT}/peers.json",
-                   "--results", RESULTS_MOUNT, "--local-nodes", str(len(plan.nodes))]
+        command = container_command(plan, spec.node_id)
         lines += [
             f"  {name}:",
             f"    image: {_quote(image)}",
@@ -46,13 +42,16 @@ def compose_document(config: FederationConfig, plan: Plan, image: str, config_di
             '    restart: "no"',
             "    volumes:",
         ]
-        for source, target, read_only in volumes:
+        for source, target, read_only in container_mounts(plan, spec.node_id, config_dir,
+                                                          data_dir):
             lines += [
                 "      - type: bind",
-                f"        source: {_quote(str(Path(source).resolve()))}",
+                f"        source: {_quote(source)}",
                 f"        target: {target}",
                 f"        read_only: {'true' if read_only else 'false'}",
             ]
+        for target in hidden_paths(plan):
+            lines += ["      - type: tmpfs", f"        target: {target}"]
         lines += [
             "    deploy:",
             "      endpoint_mode: dnsrr",  # peers connect to the task itself, not a VIP

@@ -13,9 +13,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.plan import NodeSpec, Plan
+from deploy.plan import KEYS_DIR, NodeSpec, Plan, keys_dir
 from node.config import FederationConfig, build_graph, memory_bytes
 from node.errors import DeployError
+from node.security import PUBLIC_FILE, secret_file
 from topology import in_neighbours, out_neighbours
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ CONFIG_MOUNT = "/config"
 RESULTS_MOUNT = "/results"
 DATA_MOUNT = "/data"
 INTERFACE = "eth0"
+KEYS_MOUNT = "/keys"
 # What one MNIST node needs when no memory limit is set (measured peak RSS ~0.8 GB).
 DEFAULT_NODE_MEMORY = 1024**3
 
@@ -151,6 +153,38 @@ class DockerRun:
         remove_run(self.client, self.plan.run_id)
 
 
+def container_command(plan: Plan, node_id: int) -> list[str]:
+    """The node's command line inside its container (Docker backend and Compose alike)."""
+    command = ["--config", f"{CONFIG_MOUNT}/node-config.json", "--node-id", str(node_id),
+               "--peers", f"{CONFIG_MOUNT}/peers.json", "--results", RESULTS_MOUNT,
+               "--local-nodes", str(len(plan.nodes))]
+    if keys_dir(plan).is_dir():
+        command += ["--keys", KEYS_MOUNT]
+    return command
+
+
+def container_mounts(plan: Plan, node_id: int, config_dir: Path,
+                     data_dir: Path) -> list[tuple[str, str, bool]]:
+    """(host path, container path, read-only) bind mounts of one node's container.
+
+    A node sees only its own secret key and the public keys; the keys folder inside the
+    results mount is hidden by an empty tmpfs (`hidden_paths`).
+    """
+    mounts = [(str(config_dir.resolve()), CONFIG_MOUNT, True),
+              (str(plan.results_dir.resolve()), RESULTS_MOUNT, False),
+              (str(data_dir.resolve()), DATA_MOUNT, True)]
+    keys = keys_dir(plan)
+    if keys.is_dir():
+        for name in (PUBLIC_FILE, secret_file(node_id)):
+            mounts.append((str((keys / name).resolve()), f"{KEYS_MOUNT}/{name}", True))
+    return mounts
+
+
+def hidden_paths(plan: Plan) -> list[str]:
+    """Container paths covered by an empty tmpfs: every node's secret key under /results."""
+    return [f"{RESULTS_MOUNT}/{KEYS_DIR}"] if keys_dir(plan).is_dir() else []
+
+
 def start(config: FederationConfig, plan: Plan, peers_path: Path, image: str, client,
           data_dir: Path) -> DockerRun:
     """Create the network and one container per node; on any failure remove all of it."""
@@ -175,16 +209,14 @@ def start(config: FederationConfig, plan: Plan, peers_path: Path, image: str, cl
         for spec in plan.nodes:
             run.containers[spec.node_id] = client.containers.run(
                 image, name=container_name(run_id, spec.node_id), detach=True,
-                command=["--config", f"{CONFIG_MOUNT}/node-config.json",
-                         "--node-id", str(spec.node_id),
-                         "--peers", f"{CONFIG_MOUNT}/peers.json",
-                         "--results", RESULTS_MOUNT, "--local-nodes", str(len(plan.nodes))],
+                command=container_command(plan, spec.node_id),
                 network=network_name(run_id), hostname=container_name(run_id, spec.node_id),
                 labels={LABEL: run_id, "protofed.node": str(spec.node_id)},
                 environment={"PROTOFED_INTERFACE": INTERFACE},
-                volumes={str(config_dir): {"bind": CONFIG_MOUNT, "mode": "ro"},
-                         str(plan.results_dir): {"bind": RESULTS_MOUNT, "mode": "rw"},
-                         str(data_dir.resolve()): {"bind": DATA_MOUNT, "mode": "ro"}},
+                volumes={source: {"bind": target, "mode": "ro" if read_only else "rw"}
+                         for source, target, read_only in container_mounts(
+                             plan, spec.node_id, config_dir, data_dir)},
+                tmpfs={path: "size=64k,mode=0700" for path in hidden_paths(plan)},
                 nano_cpus=int(config.deploy.cpus * 1e9) or None,
                 mem_limit=config.deploy.memory or None)
     except docker.errors.APIError as exc:

@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.plan import Plan
+from deploy.plan import Plan, keys_dir
+from node.config import FederationConfig, memory_bytes
+from node.errors import DeployError
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,36 @@ class LocalRun:
                        else "stopped")
 
 
+# What one local node process needs (measured: 475 MB average RSS over the 20 nodes of a
+# full-MNIST ProFe run); deploy.memory overrides it.
+LOCAL_NODE_MEMORY = 450 * 1024**2
+MEMORY_HEADROOM = 0.9  # leave a tenth of the available memory to everything else
+
+
+def available_memory() -> int:
+    """MemAvailable of this machine in bytes (0 when /proc/meminfo cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def check_capacity(config: FederationConfig, available: int) -> None:
+    """Refuse a local federation whose nodes would not fit in the available memory."""
+    per_node = memory_bytes(config.deploy.memory) if config.deploy.memory else LOCAL_NODE_MEMORY
+    needed = config.nodes * per_node
+    if available and needed > MEMORY_HEADROOM * available:
+        raise DeployError(
+            f"{config.nodes} local nodes need about {needed / 1024**3:.1f} GiB "
+            f"({'deploy.memory' if config.deploy.memory else 'measured'} "
+            f"{per_node / 1024**2:.0f} MiB per node) but this machine has "
+            f"{available / 1024**3:.1f} GiB available: use fewer nodes, or the docker "
+            "backend on a larger host")
+
+
 def node_command(plan: Plan, node_id: int, peers_path: Path) -> list[str]:
     """The command line that starts one node process."""
     command = [sys.executable, "-m", "node", "--config", str(plan.config_path),
@@ -55,6 +87,8 @@ def node_command(plan: Plan, node_id: int, peers_path: Path) -> list[str]:
                "--results", str(plan.results_dir), "--local-nodes", str(len(plan.nodes))]
     for item in plan.overrides:
         command += ["--set", item]
+    if keys_dir(plan).is_dir():
+        command += ["--keys", str(keys_dir(plan))]
     return command
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from node.config import FederationConfig, build_graph
 from node.errors import ConfigError
+from node.security import generate_keys, write_keys
 from topology import in_neighbours, out_neighbours
 
 
@@ -81,10 +82,21 @@ def pick_ports(config: FederationConfig) -> list[int]:
             sock.close()
 
 
+KEYS_DIR = "keys"
+
+
+def keys_dir(plan: Plan) -> Path:
+    """Where a run's CurveZMQ keys live (owner-only files)."""
+    return plan.results_dir / KEYS_DIR
+
+
 def write_plan(plan: Plan, config: FederationConfig) -> Path:
-    """Create the run directory with the peers file and the resolved config; return peers path."""
+    """Create the run directory with the peers file, the resolved config and, unless
+    security is off, a fresh keypair per node; return the peers file's path."""
     plan.results_dir.mkdir(parents=True, exist_ok=False)
     (plan.results_dir / "logs").mkdir()
+    if config.deploy.security == "curve":
+        write_keys(keys_dir(plan), generate_keys(len(plan.nodes)))
     peers = plan.results_dir / "peers.json"
     peers.write_text(json.dumps(plan.peers_document(), indent=1))
     (plan.results_dir / "config.json").write_text(json.dumps(

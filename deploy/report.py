@@ -27,16 +27,28 @@ def final_metrics(result: dict[str, Any], split: str) -> dict[str, float | None]
     return dict(rounds[-1][split])
 
 
+def node_status(result: dict[str, Any], exit_code: int | None) -> str:
+    """The node's status; a node whose process ended while its file says it was still
+    working died without a word (killed): it is "dead", not "running"."""
+    status = result.get("status", "missing")
+    if exit_code is not None and status in ("starting", "running"):
+        return "dead"
+    return status
+
+
 def summarize(results_dir: Path, run_id: str, nodes: int,
-              extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One summary of a run: per-node bytes and final metrics, plus totals and means."""
+              extra: dict[str, Any] | None = None,
+              exit_codes: dict[int, int] | None = None) -> dict[str, Any]:
+    """One summary of a run: per-node bytes and final metrics, plus totals, and means over
+    the nodes that finished (a dead node's last F1 is stale and left out)."""
     rows = []
     for result in read_node_results(results_dir, nodes):
         global_ = final_metrics(result, "global_test")
         local = final_metrics(result, "local_test")
         by_rule = {rule: metrics["f1"] for rule, metrics in global_.get("by_rule", {}).items()}
         rows.append({
-            "node": result["node"], "status": result.get("status", "missing"),
+            "node": result["node"],
+            "status": node_status(result, (exit_codes or {}).get(result["node"])),
             "rule": global_.get("rule"), "global_f1_by_rule": by_rule,
             "in_neighbours": result.get("in_neighbours", []),
             "out_neighbours": result.get("out_neighbours", []),
@@ -51,7 +63,7 @@ def summarize(results_dir: Path, run_id: str, nodes: int,
             "interface_bytes": result.get("interface_bytes"),
             "error": result.get("error"),
         })
-    finished = [r for r in rows if r["global_f1"] is not None]
+    finished = [r for r in rows if r["global_f1"] is not None and r["status"] == "finished"]
     summary = {
         "run_id": run_id, "nodes": rows,
         "totals": {"bytes_sent": sum(r["bytes_sent"] for r in rows),
@@ -87,10 +99,11 @@ def format_table(summary: dict[str, Any]) -> str:
              *(_fmt(r.get("global_f1_by_rule", {}).get(o)) for o in others), r["status"])
             for r in summary["nodes"]]
     totals = summary["totals"]
-    finished = [r for r in summary["nodes"] if r["global_f1"] is not None]
+    finished = [r for r in summary["nodes"]
+                if r["global_f1"] is not None and r["status"] == "finished"]
     rows.append(("total", "", f"{totals['bytes_sent']:,}", f"{totals['bytes_received']:,}",
                  _fmt(summary["mean_global_f1"]), _fmt(summary["mean_global_accuracy"]),
-                 "(mean)",
+                 "(mean of finished)",
                  *(_fmt(_mean([r["global_f1_by_rule"][o] for r in finished
                                if o in r.get("global_f1_by_rule", {})])) for o in others),
                  ""))

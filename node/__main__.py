@@ -9,11 +9,12 @@ import signal
 import sys
 from pathlib import Path
 
-from node.config import build_graph, load
+from node.config import FederationConfig, build_graph, load
 from node.errors import ConfigError, ProtofedError
 from node.runtime import Node
+from node.security import Keyring, load_keyring
 from node.transport import ZmqTransport
-from topology import out_neighbours
+from topology import in_neighbours, out_neighbours
 
 log = logging.getLogger("node")
 
@@ -29,6 +30,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="override a config key for this run")
     parser.add_argument("--local-nodes", type=int, default=1,
                         help="nodes sharing this machine's cores (sets torch threads)")
+    parser.add_argument("--keys", help="folder with this node's secret key and every node's "
+                                       "public key (needed unless deploy.security = \"none\")")
     return parser.parse_args(argv)
 
 
@@ -44,6 +47,17 @@ def read_peers(path: str, nodes: int) -> tuple[dict[int, str], dict[int, str]]:
     if missing:
         raise ConfigError(f"{path}: no address for nodes {missing}")
     return bind, connect
+
+
+def node_keyring(config: FederationConfig, args: argparse.Namespace) -> Keyring | None:
+    """This node's CurveZMQ keys, or None (with a warning) when security is off."""
+    if config.deploy.security == "none":
+        log.warning("deploy.security = \"none\": peers are not authenticated and traffic is "
+                    "plaintext; any process that reaches this node's port can pose as a peer")
+        return None
+    if not args.keys:
+        raise ConfigError("deploy.security = \"curve\" needs --keys (the launcher writes them)")
+    return load_keyring(Path(args.keys), args.node_id, config.nodes)
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -62,10 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 <= args.node_id < config.nodes:
             raise ConfigError(f"--node-id {args.node_id} is outside 0..{config.nodes - 1}")
         bind, connect = read_peers(args.peers, config.nodes)
-        outs = out_neighbours(build_graph(config), args.node_id)
+        graph = build_graph(config)
+        outs = out_neighbours(graph, args.node_id)
         transport = ZmqTransport(args.node_id, bind[args.node_id],
                                  {peer: connect[peer] for peer in outs},
-                                 config.exchange.max_message_bytes).open()
+                                 config.exchange.max_message_bytes,
+                                 keyring=node_keyring(config, args),
+                                 in_neighbours=in_neighbours(graph, args.node_id)).open()
         node = Node(config, args.node_id, transport,
                     Path(args.results) / f"node-{args.node_id}.json", args.local_nodes)
         node.run()

@@ -8,6 +8,84 @@ import torch
 
 StateDict = Mapping[str, torch.Tensor]
 
+# "mean" is each paper's (sample- or count-weighted) mean; the others bound what one
+# poisoned in-neighbour can do. Coordinate-wise median and trimmed mean: Yin et al., ICML
+# 2018, "Byzantine-robust distributed learning: towards optimal statistical rates".
+# Centered clipping: Karimireddy, He and Jaggi, ICML 2021, "Learning from history for
+# Byzantine robust optimization".
+AGGREGATION_RULES = ("mean", "median", "trimmed_mean", "clipped_mean")
+
+
+def coordinate_median(stacked: torch.Tensor) -> torch.Tensor:
+    """Element-wise median over dim 0; the mean of the two middle values for an even count."""
+    ordered = stacked.sort(dim=0).values
+    k = ordered.shape[0]
+    if k % 2:
+        return ordered[k // 2]
+    return (ordered[k // 2 - 1] + ordered[k // 2]) / 2
+
+
+def trimmed_mean(stacked: torch.Tensor, trim_fraction: float) -> torch.Tensor:
+    """Element-wise mean over dim 0 after dropping the floor(trim * k) largest and smallest."""
+    k = stacked.shape[0]
+    cut = min(int(trim_fraction * k), (k - 1) // 2)
+    return stacked.sort(dim=0).values[cut:k - cut].mean(dim=0)
+
+
+def clipped_deviations(vectors: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+    """Each row moved towards `center` so that its distance is at most the median distance
+    of the rows (centered clipping with the median as radius)."""
+    deviations = vectors - center
+    norms = deviations.norm(dim=1)
+    radius = coordinate_median(norms)
+    scale = torch.where(norms > radius, radius / norms.clamp(min=1e-30), torch.ones_like(norms))
+    return center + deviations * scale.unsqueeze(1)
+
+
+def robust_combine(stacked: torch.Tensor, weights: torch.Tensor, rule: str,
+                   trim_fraction: float, center: torch.Tensor | None = None) -> torch.Tensor:
+    """Combine k flattened contributions [k, n] (float64) into one [n] under `rule`.
+
+    `weights` serve "mean" and "clipped_mean"; the clipping center is `center`, else the
+    coordinate median.
+    """
+    if rule == "median":
+        return coordinate_median(stacked)
+    if rule == "trimmed_mean":
+        return trimmed_mean(stacked, trim_fraction)
+    if rule == "clipped_mean":
+        stacked = clipped_deviations(stacked, coordinate_median(stacked) if center is None
+                                     else center)
+    elif rule != "mean":
+        raise ValueError(f"unknown aggregation rule {rule!r}")
+    return (stacked * (weights / weights.sum()).unsqueeze(1)).sum(dim=0)
+
+
+def aggregate_states(states: Sequence[tuple[StateDict, float]], rule: str = "mean",
+                     trim_fraction: float = 0.2) -> dict[str, torch.Tensor]:
+    """Models combined under `rule`; "mean" is `weighted_mean`, bit for bit.
+
+    The first state is this node's own: it is the center "clipped_mean" clips towards.
+    """
+    if rule == "mean":
+        return weighted_mean(states)
+    first = states[0][0]
+    names = [n for n, t in first.items() if t.is_floating_point()]
+    flat = torch.stack([torch.cat([state[n].to(torch.float64).flatten() for n in names])
+                        for state, _ in states])
+    weights = torch.tensor([float(w) for _, w in states], dtype=torch.float64)
+    combined = robust_combine(flat, weights, rule, trim_fraction, center=flat[0])
+    out: dict[str, torch.Tensor] = {}
+    offset = 0
+    for name, reference in first.items():
+        if not reference.is_floating_point():
+            out[name] = reference.clone()
+            continue
+        size = reference.numel()
+        out[name] = combined[offset:offset + size].view_as(reference).to(reference.dtype)
+        offset += size
+    return out
+
 
 def weighted_mean(states: Sequence[tuple[StateDict, float]]) -> dict[str, torch.Tensor]:
     """Sample-weighted average of state dicts; integer buffers are taken from the first state."""
@@ -43,17 +121,34 @@ def local_prototypes(embeddings: torch.Tensor, labels: torch.Tensor,
     return means.to(embeddings.dtype), counts
 
 
-def aggregate_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]]
+def aggregate_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                         rule: str = "mean", trim_fraction: float = 0.2,
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global prototypes: per-class mean of node prototypes weighted by class counts (Eq. 4).
 
     Each contribution is (prototypes [C, D], counts [C]). Eq. 4 as printed also divides by
     |N_j|, which would shrink prototypes with the number of nodes; we use the normalised
-    weighted mean sum_i |D_ij| C_i^(j) / N_j instead. Returns (prototypes, known [C] bool).
+    weighted mean sum_i |D_ij| C_i^(j) / N_j instead. Another `rule` combines, per class,
+    the contributions that have the class (the first, this node's own, is the clipping
+    center when it has it). Returns (prototypes, known [C] bool).
     """
     if not contributions:
         raise ValueError("aggregate_prototypes needs at least one contribution")
     shape = contributions[0][0].shape
+    if rule != "mean":
+        means = torch.zeros(shape, dtype=torch.float64)
+        known = torch.zeros(shape[0], dtype=torch.bool)
+        for cls in range(shape[0]):
+            having = [(p[cls].to(torch.float64), float(c[cls])) for p, c in contributions
+                      if c[cls] > 0]
+            if not having:
+                continue
+            center = having[0][0] if contributions[0][1][cls] > 0 else None
+            means[cls] = robust_combine(torch.stack([p for p, _ in having]),
+                                        torch.tensor([w for _, w in having], dtype=torch.float64),
+                                        rule, trim_fraction, center=center)
+            known[cls] = True
+        return means.to(contributions[0][0].dtype), known
     sums = torch.zeros(shape, dtype=torch.float64)
     totals = torch.zeros(shape[0], dtype=torch.float64)
     for prototypes, counts in contributions:

@@ -22,6 +22,7 @@ CODECS = ("int16", "fp16", "fp32")
 PROTOTYPE_SOURCES = ("aggregated", "local")
 ARCHITECTURES = ("auto", "cnn", "resnet8", "resnet18", "resnet32")
 BACKENDS = ("local", "docker")
+SECURITY = ("curve", "none")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -119,6 +120,18 @@ class ExchangeConfig:
 
 
 @dataclass(frozen=True)
+class AggregationConfig:
+    """How models and prototypes from in-neighbours are combined (see node.aggregation)."""
+
+    rule: str = "mean"
+    trim_fraction: float = 0.2
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the aggregation functions."""
+        return {"rule": self.rule, "trim_fraction": self.trim_fraction}
+
+
+@dataclass(frozen=True)
 class TimeoutConfig:
     """Seconds to wait for peers at start-up, in each round and at shutdown."""
 
@@ -141,6 +154,7 @@ class DeployConfig:
     cpus: float = 0.0
     memory: str = ""
     port: int = 5555
+    security: str = "curve"
 
 
 @dataclass(frozen=True)
@@ -189,6 +203,7 @@ class FederationConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
     fedproto: FedProtoConfig = field(default_factory=FedProtoConfig)
@@ -325,6 +340,7 @@ def _check(ok: bool, source: str, key: str, message: str) -> None:
 
 def validate(config: FederationConfig, source: str = "<config>") -> None:
     """Reject impossible values, naming the key and the file."""
+    from node.aggregation import AGGREGATION_RULES
     from node.algorithms import ALGORITHMS  # the registry lives with the algorithms
 
     c = config
@@ -394,6 +410,9 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     _one_of(c.exchange.prototypes_from, PROTOTYPE_SOURCES, source, "exchange.prototypes_from")
     _check(c.exchange.max_message_bytes >= 1024, source, "exchange.max_message_bytes",
            f"must be at least 1024, got {c.exchange.max_message_bytes}")
+    _one_of(c.aggregation.rule, AGGREGATION_RULES, source, "aggregation.rule")
+    _check(0.0 <= c.aggregation.trim_fraction < 0.5, source, "aggregation.trim_fraction",
+           f"must be in [0, 0.5), got {c.aggregation.trim_fraction}")
     for key in ("startup", "round", "shutdown"):
         value = getattr(c.timeouts, key)
         _check(value > 0.0, source, f"timeouts.{key}", f"must be positive seconds, got {value}")
@@ -408,6 +427,7 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
                        ("fedhp.init_steps", c.fedhp.init_steps)):
         _check(value >= 1, source, key, f"must be at least 1, got {value}")
     _one_of(c.deploy.backend, BACKENDS, source, "deploy.backend")
+    _one_of(c.deploy.security, SECURITY, source, "deploy.security")
     _check(0 <= c.deploy.base_port <= 65535 - c.nodes, source, "deploy.base_port",
            f"must leave room for {c.nodes} ports below 65536 (0 picks free ports), "
            f"got {c.deploy.base_port}")

@@ -4,6 +4,11 @@ A transport moves lists of byte frames and knows nothing about their meaning. Ea
 binds one ROUTER socket and connects one DEALER (identity = its own id) to every
 out-neighbour, so a receiver learns which connection a message came in on, and can answer
 a hello on the same connection.
+
+With a keyring (the default; see node.security) every connection is CurveZMQ: encrypted,
+the ROUTER admits only its in-neighbours' keys through a ZAP handler, each DEALER checks
+its out-neighbour's server key, and a message's peer is the node its key belongs to.
+Without one, the peer is the integer the connection claims as its identity.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import time
 from typing import Protocol
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 from node.errors import TransportError
+from node.security import Keyring
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +51,44 @@ class ZmqTransport:
     """One bound ROUTER plus one DEALER per out-neighbour, over TCP."""
 
     def __init__(self, node_id: int, bind_address: str, out_addresses: dict[int, str],
-                 max_message_bytes: int) -> None:
+                 max_message_bytes: int, keyring: Keyring | None = None,
+                 in_neighbours: tuple[int, ...] | list[int] = ()) -> None:
         self.node_id = node_id
         self.bind_address = bind_address
         self.out_addresses = dict(out_addresses)
         self.max_message_bytes = max_message_bytes
+        self.keyring = keyring
+        self.in_neighbours = tuple(in_neighbours)
+        self.refused_keys = 0  # connections refused by the ZAP handler
         self._context: zmq.Context | None = None
+        self._authenticator: ThreadAuthenticator | None = None
         self._router: zmq.Socket | None = None
         self._dealers: dict[int, zmq.Socket] = {}
         self._poller = zmq.Poller()
         self._socket_peer: dict[zmq.Socket, int] = {}
+        self._routes: dict[int, bytes] = {}  # peer -> routing id of its connection to us
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """ZAP hook (pyzmq's credentials provider): admit only in-neighbours' keys."""
+        assert self.keyring is not None
+        peer = self.keyring.node_of(key)
+        if peer is None or peer not in self.in_neighbours:
+            self.refused_keys += 1
+            if self.refused_keys <= 10 or self.refused_keys % 1000 == 0:  # rate-limited
+                log.warning("node %d: refused a connection with %s (%d refused so far)",
+                            self.node_id, "an unknown key" if peer is None
+                            else f"node {peer}'s key (not an in-neighbour)", self.refused_keys)
+            return False
+        return True
+
+    def _secure_router(self, router: zmq.Socket) -> None:
+        assert self.keyring is not None and self._context is not None
+        self._authenticator = ThreadAuthenticator(self._context, log=log)
+        self._authenticator.start()
+        self._authenticator.configure_curve_callback("*", credentials_provider=self)
+        router.curve_secretkey = self.keyring.secret
+        router.curve_publickey = self.keyring.public
+        router.curve_server = True
 
     def open(self) -> ZmqTransport:
         """Bind the ROUTER and connect the DEALERs; raise TransportError if the bind fails."""
@@ -61,10 +96,13 @@ class ZmqTransport:
         router = self._context.socket(zmq.ROUTER)
         router.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         router.setsockopt(zmq.LINGER, 0)
+        if self.keyring is not None:
+            self._secure_router(router)
         try:
             router.bind(self.bind_address)
         except zmq.ZMQError as exc:
             router.close(0)
+            self._stop_authenticator()
             self._context.term()
             raise TransportError(f"node {self.node_id}: cannot bind {self.bind_address}: "
                                  f"{exc}") from exc
@@ -76,6 +114,10 @@ class ZmqTransport:
             dealer.setsockopt(zmq.IDENTITY, identity)
             dealer.setsockopt(zmq.LINGER, 0)
             dealer.setsockopt(zmq.SNDHWM, 10_000)
+            if self.keyring is not None:
+                dealer.curve_secretkey = self.keyring.secret
+                dealer.curve_publickey = self.keyring.public
+                dealer.curve_serverkey = self.keyring.publics[peer]
             try:
                 dealer.connect(address)
             except zmq.ZMQError as exc:
@@ -104,8 +146,9 @@ class ZmqTransport:
 
     def reply(self, peer: int, frames: list[bytes]) -> bool:
         assert self._router is not None
+        route = self._routes.get(peer, str(peer).encode())
         try:
-            self._router.send_multipart([str(peer).encode(), *frames], flags=zmq.NOBLOCK)
+            self._router.send_multipart([route, *frames], flags=zmq.NOBLOCK)
         except (zmq.Again, zmq.ZMQError) as exc:
             log.warning("node %d: reply to peer %d failed: %s", self.node_id, peer, exc)
             return False
@@ -116,11 +159,17 @@ class ZmqTransport:
         if not ready:
             return None
         socket = next(iter(ready))
-        frames = socket.recv_multipart()
-        if socket is self._router:
-            identity, frames = frames[0], frames[1:]
+        if socket is not self._router:
+            return self._socket_peer[socket], socket.recv_multipart()
+        parts = socket.recv_multipart(copy=False)
+        identity, frames = parts[0].bytes, [part.bytes for part in parts[1:]]
+        if self.keyring is None:
             return _peer_from_identity(identity), frames
-        return self._socket_peer[socket], frames
+        # the sender is whoever holds the key the ZAP handler admitted, whatever it claims
+        peer = self.keyring.node_of(parts[0].get("User-Id").encode())
+        if peer is not None:
+            self._routes[peer] = identity
+        return peer, frames
 
     def close(self, linger: float) -> None:
         linger_ms = max(0, int(linger * 1000))
@@ -132,9 +181,15 @@ class ZmqTransport:
             self._router.setsockopt(zmq.LINGER, linger_ms)
             self._router.close()
             self._router = None
+        self._stop_authenticator()
         if self._context is not None:
             self._context.term()
             self._context = None
+
+    def _stop_authenticator(self) -> None:
+        if self._authenticator is not None:
+            self._authenticator.stop()
+            self._authenticator = None
 
 
 def _peer_from_identity(identity: bytes) -> int | None:

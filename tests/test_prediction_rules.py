@@ -1,46 +1,16 @@
 """Both prediction rules are recorded, and prototype inference does not collapse on disjoint
 classes once prototypes come from the aggregated model (in-process federations)."""
 
-import threading
-
 import pytest
 import torch
 
 from node.algorithms import ALGORITHMS
 from node.algorithms.base import ARGMAX, PROTOTYPE, NodeData
 from node.config import from_dict
-from node.runtime import Node, evaluate
-from node.transport import MemoryHub
-from topology import out_neighbours
+from node.runtime import evaluate
+from tests.helpers import run_in_process
 
 CONSTANT_PREDICTOR_F1 = 2 / 11 / 10  # macro-F1 of answering one class on 10 balanced classes
-
-
-def run_in_process(config, tmp_path):
-    """Every node of `config` in its own thread on one MemoryHub; their result dicts."""
-    from node.config import build_graph
-
-    hub = MemoryHub()
-    graph = build_graph(config)
-    nodes = [Node(config, i, hub.transport(i, out_neighbours(graph, i)),
-                  tmp_path / f"node-{i}.json", local_nodes=config.nodes)
-             for i in range(config.nodes)]
-    results: dict[int, dict] = {}
-    errors: list[BaseException] = []
-
-    def work(node):
-        try:
-            results[node.node_id] = node.run()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not errors, errors
-    return [results[i] for i in range(config.nodes)]
 
 
 def disjoint_config(data_dir, algorithm, prototypes_from="aggregated"):

@@ -5,13 +5,13 @@ import json
 from deploy.report import format_table, summarize
 
 
-def write_node(folder, node, f1, prototype_f1=None):
+def write_node(folder, node, f1, prototype_f1=None, status="finished"):
     by_rule = {"argmax": {"accuracy": f1, "f1": f1}}
     if prototype_f1 is not None:
         by_rule["prototype"] = {"accuracy": prototype_f1, "f1": prototype_f1}
     final = {"accuracy": f1, "f1": f1, "rule": "argmax", "by_rule": by_rule}
     (folder / f"node-{node}.json").write_text(json.dumps({
-        "node": node, "status": "finished", "in_neighbours": [1 - node],
+        "node": node, "status": status, "in_neighbours": [1 - node],
         "out_neighbours": [1 - node], "rounds_done": 1, "bytes_sent": 1000 + node,
         "bytes_received": 1001 - node,
         "rounds": [{"global_test": final, "local_test": final}]}))
@@ -42,3 +42,14 @@ def test_a_missing_node_is_shown_as_missing(tmp_path):
     summary = summarize(tmp_path, "run", 2)
     assert summary["failed_nodes"] == [1]
     assert "missing" in format_table(summary)
+
+
+def test_a_killed_node_is_dead_and_left_out_of_the_means(tmp_path):
+    write_node(tmp_path, 0, 0.9, 0.8)
+    write_node(tmp_path, 1, 0.1, 0.1, status="running")  # its file stopped mid-run
+    summary = summarize(tmp_path, "run", 2, exit_codes={0: 0, 1: -9})
+    assert [r["status"] for r in summary["nodes"]] == ["finished", "dead"]
+    assert summary["mean_global_f1"] == 0.9 and summary["failed_nodes"] == [1]
+    assert "dead" in format_table(summary)
+    # while the launcher still watches it (no exit code yet), a running node is running
+    assert summarize(tmp_path, "run", 2)["nodes"][1]["status"] == "running"

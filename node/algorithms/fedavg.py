@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 import torch
 
-from node.aggregation import weighted_mean
+from node.aggregation import aggregate_states
 from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     build_role,
@@ -59,7 +59,8 @@ class FedAvg(Algorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id)
-        self.model.load_state_dict(weighted_mean(update.states))
+        state = aggregate_states(update.states, **self.config.aggregation.kwargs())
+        self.model.load_state_dict(state)
         return update.rejected
 
     @torch.no_grad()

@@ -203,7 +203,8 @@ class FedHP(Algorithm):
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         num_classes, dim = self.prototypes.shape
         update = gather(own, received, self.node_id, num_classes, dim)
-        global_prototypes, known = aggregate_prototypes(update.prototypes)
+        global_prototypes, known = aggregate_prototypes(
+            update.prototypes, **self.config.aggregation.kwargs())
         known = known.to(self.device)
         with torch.no_grad():
             self.prototypes[known] = global_prototypes.to(self.device,

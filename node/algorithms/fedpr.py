@@ -5,7 +5,8 @@ Regularization". Both the model weights and the class prototypes travel every ro
 (Fig. 1, steps 1-5). Equations used:
 
 - Eq. (1): the global model is the sample-weighted average of the client models,
-  w <- sum_i D_i w_i / sum_i D_i (``node.aggregation.weighted_mean``);
+  w <- sum_i D_i w_i / sum_i D_i (``node.aggregation.weighted_mean``, the default
+  [aggregation] rule);
 - Eq. (2): the prototype of class j on client i is the mean embedding f_e(w_e; x) of the
   client's class-j samples (``node.aggregation.local_prototypes``);
 - Eq. (3): y_bar_j = 1/N sum_i y~_ij, "the average of these prototypes from all clients
@@ -44,7 +45,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from node.aggregation import aggregate_prototypes, weighted_mean
+from node.aggregation import aggregate_prototypes, aggregate_states
 from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     build_role,
@@ -61,7 +62,8 @@ from node.config import FederationConfig
 from node.losses_fedpr import fedpr_loss
 
 
-def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]]
+def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                           rule: str = "mean", trim_fraction: float = 0.2,
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. (3): per class, the unweighted mean of the prototypes of the nodes that have it.
 
@@ -69,7 +71,7 @@ def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Ten
     Returns (prototypes [C, D], known [C] bool).
     """
     return aggregate_prototypes([(protos, (counts > 0).to(torch.int64))
-                                 for protos, counts in contributions])
+                                 for protos, counts in contributions], rule, trim_fraction)
 
 
 class FedPR(Algorithm):
@@ -116,12 +118,14 @@ class FedPR(Algorithm):
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim)
         if "model" in own:
-            self.model.load_state_dict(weighted_mean(update.states))
+            state = aggregate_states(update.states, **self.config.aggregation.kwargs())
+            self.model.load_state_dict(state)
             if self.config.exchange.prototypes_from == "aggregated" and len(self.data.train_y):
                 self.local_prototypes, self.local_counts = train_prototypes(
                     self.model, self.data, self.config.train.eval_batch_size)
         if "prototypes" in own:
-            global_prototypes, known = client_mean_prototypes(update.prototypes)
+            global_prototypes, known = client_mean_prototypes(
+                update.prototypes, **self.config.aggregation.kwargs())
             self.global_prototypes = global_prototypes.to(self.device)
             self.known = known.to(self.device)
         return update.rejected

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from node.aggregation import aggregate_prototypes, weighted_mean
+from node.aggregation import aggregate_prototypes, aggregate_states
 from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     batches,
@@ -177,8 +177,10 @@ class FedProc(Algorithm):
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes,
                         self.local_prototypes.shape[1])
-        self.net.load_state_dict(weighted_mean(update.states))
-        global_prototypes, known = aggregate_prototypes(update.prototypes)
+        state = aggregate_states(update.states, **self.config.aggregation.kwargs())
+        self.net.load_state_dict(state)
+        global_prototypes, known = aggregate_prototypes(
+            update.prototypes, **self.config.aggregation.kwargs())
         self.global_prototypes = global_prototypes.to(self.device)
         self.known = known.to(self.device)
         return update.rejected

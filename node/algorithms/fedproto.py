@@ -98,7 +98,8 @@ class FedProto(Algorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim)
-        global_prototypes, known = aggregate_prototypes(update.prototypes)
+        global_prototypes, known = aggregate_prototypes(
+            update.prototypes, **self.config.aggregation.kwargs())
         self.global_prototypes = global_prototypes.to(self.device)
         self.known = known.to(self.device)
         return update.rejected

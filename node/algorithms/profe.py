@@ -44,7 +44,7 @@ from collections.abc import Mapping
 
 import torch
 
-from node.aggregation import aggregate_prototypes, weighted_mean
+from node.aggregation import aggregate_prototypes, aggregate_states
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
     batches,
@@ -132,12 +132,14 @@ class ProFe(Algorithm):
         update = gather(own, received, self.node_id, self.data.num_classes,
                         self.local_prototypes.shape[1])
         if "model" in own:
-            self.student.load_state_dict(weighted_mean(update.states))
+            state = aggregate_states(update.states, **self.config.aggregation.kwargs())
+            self.student.load_state_dict(state)
             if self.config.exchange.prototypes_from == "aggregated":
                 self.local_prototypes, self.local_counts = train_prototypes(
                     self.student, self.data, self.config.train.eval_batch_size)
         if "prototypes" in own:
-            global_prototypes, known = aggregate_prototypes(update.prototypes)
+            global_prototypes, known = aggregate_prototypes(
+                update.prototypes, **self.config.aggregation.kwargs())
             self.global_prototypes = global_prototypes.to(self.device)
             self.known = known.to(self.device)
         return update.rejected

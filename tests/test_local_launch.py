@@ -1,0 +1,35 @@
+"""Local launch: a federation that does not fit this machine's memory is refused up front."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy import local
+from node.config import from_dict
+from node.errors import DeployError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_capacity_is_nodes_times_the_measured_footprint():
+    config = from_dict({"nodes": 20})
+    local.check_capacity(config, 20 * local.LOCAL_NODE_MEMORY * 2)  # fits
+    with pytest.raises(DeployError, match=r"20 local nodes need about 8.8 GiB"):
+        local.check_capacity(config, 8 * 1024**3)
+    # deploy.memory replaces the estimate; unknown availability refuses nothing
+    small = from_dict({"nodes": 20, "deploy": {"memory": "100m"}})
+    local.check_capacity(small, 3 * 1024**3)
+    local.check_capacity(config, 0)
+
+
+def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(tmp_path):
+    nodes = int(local.available_memory() / local.LOCAL_NODE_MEMORY) + 10
+    done = subprocess.run(
+        [sys.executable, "-m", "deploy.cli", "up", "-c", str(REPO / "examples" / "quick.toml"),
+         "--set", f"nodes={nodes}", "--set", f"deploy.results_dir={tmp_path}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1, done.stderr
+    assert f"{nodes} local nodes need about" in done.stderr
+    assert not any(tmp_path.iterdir())  # nothing was planned or started
