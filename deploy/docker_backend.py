@@ -34,16 +34,23 @@ DEFAULT_NODE_MEMORY = 1024**3
 def connect():
     """A Docker client speaking the engine's API version, or one clear error."""
     import docker
+    import docker.constants
     import docker.errors
+    import requests.exceptions
 
+    # Probe with a fixed API version, whose constructor does not connect, so a failed probe
+    # can be closed; "auto" connects inside the constructor and leaks its socket on failure.
+    probe = docker.from_env(version=docker.constants.DEFAULT_DOCKER_API_VERSION, timeout=120)
     try:
+        probe.ping()
         client = docker.from_env(version="auto", timeout=120)
-        client.ping()
-    except docker.errors.DockerException as exc:
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise DeployError(
             "Docker is not available: cannot reach the engine "
             f"({str(exc).splitlines()[0][:200]}). Install docker.io and start dockerd "
             "(see the README), or use the local backend.") from None
+    finally:
+        probe.close()
     return client
 
 
