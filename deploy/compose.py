@@ -8,9 +8,12 @@ from pathlib import Path
 
 from deploy.docker_backend import (
     INTERFACE,
+    SCRATCH,
     container_command,
     container_config,
     container_mounts,
+    container_user,
+    grant_node_access,
     hidden_paths,
 )
 from deploy.plan import Plan
@@ -34,8 +37,15 @@ def compose_document(config: FederationConfig, plan: Plan, image: str, config_di
             f"    image: {_quote(image)}",
             f"    hostname: {name}",
             f"    command: {json.dumps(command)}",
+            # The Docker backend's privileges, less the pids limit: Compose file 3.8 has
+            # no key for it. A Swarm stack also ignores no-new-privileges.
+            f"    user: {_quote(container_user())}",
+            "    cap_drop: [ALL]",
+            "    security_opt: [no-new-privileges:true]",
+            "    read_only: true",
             "    environment:",
             f"      PROTOFED_INTERFACE: {INTERFACE}",
+            f"      HOME: {SCRATCH}",
             (f'    labels: {{"protofed.run": {_quote(plan.run_id)}, '
              f'"protofed.node": "{spec.node_id}"}}'),
             "    networks: [federation]",
@@ -50,7 +60,7 @@ def compose_document(config: FederationConfig, plan: Plan, image: str, config_di
                 f"        target: {target}",
                 f"        read_only: {'true' if read_only else 'false'}",
             ]
-        for target in hidden_paths(plan):
+        for target in [SCRATCH, *hidden_paths(plan)]:
             lines += ["      - type: tmpfs", f"        target: {target}"]
         lines += [
             "    deploy:",
@@ -92,6 +102,7 @@ def write_compose(config: FederationConfig, plan: Plan, peers_path: Path, image:
     (config_dir / "node-config.json").write_text(
         json.dumps(container_config(config, config_dir), indent=1))
     (config_dir / "peers.json").write_text(peers_path.read_text())
+    grant_node_access(plan)
     path = plan.results_dir / "compose.yaml"
     path.write_text(compose_document(config, plan, image, config_dir, data_dir))
     return path

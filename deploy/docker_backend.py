@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,13 @@ RESULTS_MOUNT = "/results"
 DATA_MOUNT = "/data"
 INTERFACE = "eth0"
 KEYS_MOUNT = "/keys"
+# The unprivileged user a node runs as when the launcher is root (the image has no such
+# name; the node needs no home). A non-root launcher runs nodes as itself.
+NODE_UID = 10001
+# Processes and threads one node container may start: torch's pools, ZeroMQ's I/O and
+# authentication threads and the interpreter fit well within it; a fork bomb does not.
+PIDS_LIMIT = 512
+SCRATCH = "/tmp"
 # What one MNIST node needs when no memory limit is set (measured peak RSS ~0.8 GB).
 DEFAULT_NODE_MEMORY = 1024**3
 
@@ -34,23 +42,17 @@ DEFAULT_NODE_MEMORY = 1024**3
 def connect():
     """A Docker client speaking the engine's API version, or one clear error."""
     import docker
-    import docker.constants
     import docker.errors
     import requests.exceptions
 
-    # Probe with a fixed API version, whose constructor does not connect, so a failed probe
-    # can be closed; "auto" connects inside the constructor and leaks its socket on failure.
-    probe = docker.from_env(version=docker.constants.DEFAULT_DOCKER_API_VERSION, timeout=120)
     try:
-        probe.ping()
         client = docker.from_env(version="auto", timeout=120)
+        client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise DeployError(
             "Docker is not available: cannot reach the engine "
             f"({str(exc).splitlines()[0][:200]}). Install docker.io and start dockerd "
             "(see the README), or use the local backend.") from None
-    finally:
-        probe.close()
     return client
 
 
@@ -192,6 +194,34 @@ def hidden_paths(plan: Plan) -> list[str]:
     return [f"{RESULTS_MOUNT}/{KEYS_DIR}"] if keys_dir(plan).is_dir() else []
 
 
+def container_user() -> str:
+    """uid:gid a node runs as: the launcher's own, or NODE_UID when the launcher is root."""
+    if os.getuid() == 0:
+        return f"{NODE_UID}:{NODE_UID}"
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+def grant_node_access(plan: Plan) -> None:
+    """Let the node user write the results folder and read its own secret key.
+
+    Only needed when the launcher is root; a non-root launcher's nodes run as itself.
+    """
+    if os.getuid() != 0:
+        return
+    os.chown(plan.results_dir, NODE_UID, NODE_UID)
+    keys = keys_dir(plan)
+    if keys.is_dir():
+        for spec in plan.nodes:
+            os.chown(keys / secret_file(spec.node_id), NODE_UID, NODE_UID)
+
+
+def hardening() -> dict:
+    """Docker SDK run() settings every node container gets (Compose writes the same)."""
+    return {"user": container_user(), "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges:true"], "read_only": True,
+            "pids_limit": PIDS_LIMIT}
+
+
 def start(config: FederationConfig, plan: Plan, peers_path: Path, image: str, client,
           data_dir: Path) -> DockerRun:
     """Create the network and one container per node; on any failure remove all of it."""
@@ -209,6 +239,7 @@ def start(config: FederationConfig, plan: Plan, peers_path: Path, image: str, cl
     (config_dir / "node-config.json").write_text(
         json.dumps(container_config(config, config_dir), indent=1))
     shutil.copy(peers_path, config_dir / "peers.json")
+    grant_node_access(plan)
     run = DockerRun(plan, client)
     try:
         run.network = client.networks.create(network_name(run_id), driver="bridge",
@@ -219,11 +250,13 @@ def start(config: FederationConfig, plan: Plan, peers_path: Path, image: str, cl
                 command=container_command(plan, spec.node_id),
                 network=network_name(run_id), hostname=container_name(run_id, spec.node_id),
                 labels={LABEL: run_id, "protofed.node": str(spec.node_id)},
-                environment={"PROTOFED_INTERFACE": INTERFACE},
+                environment={"PROTOFED_INTERFACE": INTERFACE, "HOME": SCRATCH},
                 volumes={source: {"bind": target, "mode": "ro" if read_only else "rw"}
                          for source, target, read_only in container_mounts(
                              plan, spec.node_id, config_dir, data_dir)},
-                tmpfs={path: "size=64k,mode=0700" for path in hidden_paths(plan)},
+                tmpfs={SCRATCH: "size=256m",
+                       **{path: "size=64k,mode=0700" for path in hidden_paths(plan)}},
+                **hardening(),
                 nano_cpus=int(config.deploy.cpus * 1e9) or None,
                 mem_limit=config.deploy.memory or None)
     except docker.errors.APIError as exc:

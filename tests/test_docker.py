@@ -134,6 +134,21 @@ def test_containers_finish_and_application_bytes_match(three_fc, client):
     assert not leftovers(client, "dk-three-fc")
 
 
+def test_a_node_container_is_unprivileged(client, node_image):
+    """Same settings as every node: non-root, no capabilities, read-only root, pids bounded."""
+    probe = ("id -u; grep CapEff /proc/self/status; touch /opt/x 2>/dev/null && echo root-rw; "
+             "touch /tmp/x && echo tmp-rw; cat /sys/fs/cgroup/pids.max 2>/dev/null "
+             "|| cat /sys/fs/cgroup/pids/pids.max")
+    output = client.containers.run(
+        node_image, entrypoint=["sh", "-c", probe], remove=True,
+        tmpfs={docker_backend.SCRATCH: "size=1m"}, **docker_backend.hardening()).decode()
+    uid, capabilities, *rest = output.splitlines()
+    assert int(uid) != 0
+    assert capabilities.split()[-1] == "0000000000000000"
+    assert "root-rw" not in rest and "tmp-rw" in rest
+    assert str(docker_backend.PIDS_LIMIT) in rest
+
+
 def test_interface_bytes_cover_application_bytes_within_the_overhead_bound(three_fc):
     _, nodes = three_fc
     for node in nodes:

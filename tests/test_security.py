@@ -156,7 +156,8 @@ def test_each_container_mounts_only_its_own_secret_and_hides_the_others(tmp_path
     assert hidden_paths(plan) == ["/results/keys"]
     assert container_command(plan, 1)[-2:] == ["--keys", "/keys"]
     document = compose_document(config, plan, "img:1", tmp_path, tmp_path)
-    assert document.count("type: tmpfs") == 3 and document.count(secret_file(2)) == 2  # source, target
+    # per service: a scratch /tmp and the tmpfs over the keys folder
+    assert document.count("type: tmpfs") == 6 and document.count(secret_file(2)) == 2  # source, target
 
 
 def test_with_security_off_there_are_no_keys(tmp_path):
