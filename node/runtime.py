@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import random
+import resource
 import threading
 import time
 from dataclasses import dataclass, field
@@ -246,4 +247,6 @@ class Node:
                                    for k in ("model", "prototypes", "control")},
             "bytes_received_by_kind": {k: meter.total(RECEIVED, kind=k)
                                        for k in ("model", "prototypes", "control")},
+            # the whole process's peak, so in-process federations share one figure
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             **meter.drop_record()})

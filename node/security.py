@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
+import zmq.utils.z85
 
 from node.errors import ConfigError
 
