@@ -133,11 +133,13 @@ class AggregationConfig:
 
 @dataclass(frozen=True)
 class TimeoutConfig:
-    """Seconds to wait for peers at start-up, in each round and at shutdown."""
+    """Seconds to wait for peers at start-up, in each round and at shutdown; `absent`: for
+    a neighbour that missed the previous round (a lost connection is not waited for)."""
 
     startup: float = 60.0
     round: float = 300.0
     shutdown: float = 10.0
+    absent: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -416,6 +418,8 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     for key in ("startup", "round", "shutdown"):
         value = getattr(c.timeouts, key)
         _check(value > 0.0, source, f"timeouts.{key}", f"must be positive seconds, got {value}")
+    _check(0.0 <= c.timeouts.absent <= c.timeouts.round, source, "timeouts.absent",
+           f"must be 0 to timeouts.round ({c.timeouts.round}) seconds, got {c.timeouts.absent}")
     for key, value in (("fedproto.weight", c.fedproto.weight or 0.0),
                        ("fedpr.weight", c.fedpr.weight), ("fedhp.weight", c.fedhp.weight),
                        ("fedhp.weight_decay", c.fedhp.weight_decay)):

@@ -133,6 +133,8 @@ class Peers:
         self.hello_from: set[int] = set()
         self.ack_from: set[int] = set()
         self.bye_from: set[int] = set()
+        self.absent: set[int] = set()  # in-neighbours whose update the last collect missed
+        self.unreachable_seen: set[int] = set()  # out-neighbours whose connection was lost
 
     # -- sending -------------------------------------------------------------------------
     def broadcast(self, round_: int, kind: str, tensors: Mapping[str, torch.Tensor] | None = None,
@@ -144,7 +146,10 @@ class Peers:
             self._send(peer, round_, kind, frames)
 
     def _send(self, peer: int, round_: int, kind: str, frames: list[bytes]) -> None:
-        if self.transport.send(peer, frames):
+        if peer in self.transport.unreachable():  # sent bytes are bytes a live peer can get
+            self.unreachable_seen.add(peer)
+            self.meter.drop(peer, frame_bytes(frames), "peer unreachable", round_)
+        elif self.transport.send(peer, frames):
             self.meter.add(SENT, round_, peer, kind, frame_bytes(frames))
         else:
             self.meter.drop(peer, frame_bytes(frames), "send queue full", round_)
@@ -229,26 +234,41 @@ class Peers:
         return (self.ack_from >= set(self.out_neighbours)
                 and self.hello_from >= set(self.in_neighbours))
 
-    def collect(self, round_: int, kinds: Iterable[str],
-                timeout: float) -> tuple[dict[int, dict[str, Message]], list[int]]:
-        """In-neighbours' updates for `round_`, waiting up to `timeout`; also who was missing."""
+    def collect(self, round_: int, kinds: Iterable[str], timeout: float,
+                absent_timeout: float | None = None,
+                ) -> tuple[dict[int, dict[str, Message]], list[int]]:
+        """In-neighbours' updates for `round_`, waiting up to `timeout`; also who was missing.
+
+        Not waited for: neighbours that said goodbye or whose connection is lost. Waited
+        for only `absent_timeout`: neighbours that missed the previous collect.
+        """
         kinds = tuple(kinds)
         self.current_round = round_
         for message in self.inbox.discard_before(round_):
             self.meter.drop(message.sender, 0, "stale round", message.round)
-        deadline = time.monotonic() + timeout
-        waiting = [p for p in self.in_neighbours if p not in self.bye_from]
-        while not all(self.inbox.has(round_, p, kinds) for p in waiting):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        started = time.monotonic()
+        deadlines = {p: started + (timeout if p not in self.absent or absent_timeout is None
+                                   else min(timeout, absent_timeout))
+                     for p in self.in_neighbours}
+        while True:
+            gone = self.bye_from | self._lost()
+            now = time.monotonic()
+            pending = [p for p in self.in_neighbours if p not in gone
+                       and not self.inbox.has(round_, p, kinds) and now < deadlines[p]]
+            if not pending:
                 break
-            self.poll(min(remaining, 0.2))
-            waiting = [p for p in waiting if p not in self.bye_from]
+            self.poll(min(max(deadlines[p] for p in pending) - now, 0.2))
         while self.poll(0):  # whatever else is already here
             pass
         updates = self.inbox.take(round_, self.in_neighbours, kinds)
         missing = [p for p in self.in_neighbours if p not in updates]
+        self.absent = set(missing)
         return updates, missing
+
+    def _lost(self) -> set[int]:
+        lost = self.transport.unreachable()
+        self.unreachable_seen |= lost
+        return lost
 
     def goodbye(self, timeout: float) -> list[int]:
         """Tell out-neighbours this node is done, then wait for the in-neighbours' goodbyes.
@@ -259,9 +279,9 @@ class Peers:
         for peer in self.out_neighbours:
             self._send(peer, self.rounds, "bye", encode_message(self.node_id, self.rounds, "bye"))
         deadline = time.monotonic() + timeout
-        while not self.bye_from >= set(self.in_neighbours):
+        while not self.bye_from | self._lost() >= set(self.in_neighbours):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             self.poll(min(remaining, 0.2))
-        return sorted(set(self.in_neighbours) - self.bye_from)
+        return sorted(set(self.in_neighbours) - self.bye_from)  # lost ones included

@@ -210,7 +210,8 @@ class Node:
                    if kind in kinds}
             for kind in kinds:
                 peers.broadcast(round_, kind, own[kind].tensors, own[kind].meta)
-            updates, step_missing = peers.collect(round_, kinds, self.config.timeouts.round)
+            updates, step_missing = peers.collect(round_, kinds, self.config.timeouts.round,
+                                                  self.config.timeouts.absent)
             received = {peer: {kind: Payload(m.tensors, m.meta) for kind, m in by_kind.items()}
                         for peer, by_kind in updates.items()}
             missing.update(step_missing)
@@ -247,6 +248,7 @@ class Node:
                                    for k in ("model", "prototypes", "control")},
             "bytes_received_by_kind": {k: meter.total(RECEIVED, kind=k)
                                        for k in ("model", "prototypes", "control")},
+            "unreachable_peers": sorted(peers.unreachable_seen),
             # the whole process's peak, so in-process federations share one figure
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             **meter.drop_record()})

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils.monitor import recv_monitor_message
 
 from node.errors import TransportError
 from node.security import Keyring
@@ -42,6 +43,9 @@ class Transport(Protocol):
 
     def receive(self, timeout: float) -> Received | None:
         """The next message from any peer, or None after `timeout` seconds."""
+
+    def unreachable(self) -> set[int]:
+        """Out-neighbours whose connection is known to be down (their process is gone)."""
 
     def close(self, linger: float) -> None:
         """Deliver what is queued for up to `linger` seconds, then release everything."""
@@ -67,6 +71,8 @@ class ZmqTransport:
         self._poller = zmq.Poller()
         self._socket_peer: dict[zmq.Socket, int] = {}
         self._routes: dict[int, bytes] = {}  # peer -> routing id of its connection to us
+        self._monitors: dict[zmq.Socket, int] = {}  # DEALER monitor socket -> its peer
+        self._down: set[int] = set()
 
     def callback(self, domain: str, key: bytes) -> bool:
         """ZAP hook (pyzmq's credentials provider): admit only in-neighbours' keys."""
@@ -127,6 +133,11 @@ class ZmqTransport:
             self._dealers[peer] = dealer
             self._socket_peer[dealer] = peer
             self._poller.register(dealer, zmq.POLLIN)
+            # A killed peer's kernel closes its sockets, so our connection reports the
+            # disconnect at once; ZeroMQ keeps retrying and reports the reconnect.
+            monitor = dealer.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+            self._monitors[monitor] = peer
+            self._poller.register(monitor, zmq.POLLIN)
         return self
 
     def __enter__(self) -> ZmqTransport:  # noqa: PYI034
@@ -155,10 +166,34 @@ class ZmqTransport:
         return True
 
     def receive(self, timeout: float) -> Received | None:
-        ready = dict(self._poller.poll(max(0, int(timeout * 1000))))
-        if not ready:
-            return None
-        socket = next(iter(ready))
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            ready = dict(self._poller.poll(int(remaining * 1000)))
+            if not ready:
+                return None
+            for monitor in [s for s in ready if s in self._monitors]:
+                self._connection_event(monitor)
+                del ready[monitor]
+            if ready:
+                return self._read(next(iter(ready)))
+            if remaining <= 0:
+                return None
+
+    def unreachable(self) -> set[int]:
+        return set(self._down)
+
+    def _connection_event(self, monitor: zmq.Socket) -> None:
+        peer = self._monitors[monitor]
+        event = recv_monitor_message(monitor, flags=zmq.NOBLOCK)["event"]
+        if event == zmq.EVENT_DISCONNECTED and peer not in self._down:
+            self._down.add(peer)
+            log.warning("node %d: connection to peer %d lost", self.node_id, peer)
+        elif event == zmq.EVENT_CONNECTED and peer in self._down:
+            self._down.discard(peer)
+            log.info("node %d: peer %d reachable again", self.node_id, peer)
+
+    def _read(self, socket: zmq.Socket) -> Received:
         if socket is not self._router:
             return self._socket_peer[socket], socket.recv_multipart()
         parts = socket.recv_multipart(copy=False)
@@ -173,6 +208,9 @@ class ZmqTransport:
 
     def close(self, linger: float) -> None:
         linger_ms = max(0, int(linger * 1000))
+        for monitor in self._monitors:
+            monitor.close(0)
+        self._monitors.clear()
         for dealer in self._dealers.values():
             dealer.setsockopt(zmq.LINGER, linger_ms)
             dealer.close()
@@ -207,13 +245,22 @@ class MemoryHub:
         self._queues: dict[int, collections.deque[Received]] = collections.defaultdict(
             collections.deque)
         self._cond = threading.Condition()
+        self.gone: set[int] = set()  # nodes that left, as a killed process would
 
     def transport(self, node_id: int, out_neighbours: list[int]) -> MemoryTransport:
         """A transport for `node_id` that may send to `out_neighbours`."""
         return MemoryTransport(self, node_id, out_neighbours)
 
+    def leave(self, node_id: int) -> None:
+        """Take a node off the network: its peers see it unreachable, its mail is lost."""
+        with self._cond:
+            self.gone.add(node_id)
+            self._cond.notify_all()
+
     def deliver(self, to: int, sender: int, frames: list[bytes]) -> None:
         with self._cond:
+            if to in self.gone or sender in self.gone:
+                return
             self._queues[to].append((sender, [bytes(f) for f in frames]))
             self._cond.notify_all()
 
@@ -248,6 +295,9 @@ class MemoryTransport:
 
     def receive(self, timeout: float) -> Received | None:
         return self.hub.take(self.node_id, timeout)
+
+    def unreachable(self) -> set[int]:
+        return self.out_neighbours & self.hub.gone
 
     def close(self, linger: float) -> None:
         return None

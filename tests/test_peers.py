@@ -1,6 +1,7 @@
 """The messaging layer over the in-memory transport: handshake, rounds, metering, drops."""
 
 import threading
+import time
 
 import pytest
 import torch
@@ -120,3 +121,41 @@ def test_a_flood_of_drops_is_counted_in_full_but_kept_bounded():
     assert sum(record["dropped_by_reason"].values()) == 5000
     assert len(record["dropped_by_reason"]) <= 201  # distinct reasons capped, the rest pooled
     assert record["dropped_bytes"] == sum(1 + len(str(i)) for i in range(5000))
+
+
+def test_a_lost_peer_is_not_waited_for_and_nothing_is_counted_as_sent_to_it():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1, 2], outs=[1, 2])
+    b = make_peers(hub, 1, ins=[0, 2], outs=[0, 2])
+    c = make_peers(hub, 2, ins=[0, 1], outs=[0, 1])
+    handshake_all([a, b, c])
+    hub.leave(2)  # as a killed process: its connections drop
+    b.broadcast(1, "model", {"w": torch.randn(4)}, {"samples": 1})
+    a.broadcast(1, "model", {"w": torch.randn(4)}, {"samples": 1})
+    started = time.monotonic()
+    updates, missing = a.collect(1, ["model"], timeout=30.0, absent_timeout=30.0)
+    assert time.monotonic() - started < 2.0
+    assert list(updates) == [1] and missing == [2]
+    assert a.meter.total(SENT, round_=1, peer=2) == 0
+    assert a.meter.dropped_by_reason["peer unreachable"] == 1
+    b.goodbye(timeout=0.01)
+    started = time.monotonic()
+    assert a.goodbye(timeout=30.0) == [2]  # 1 said goodbye; 2 is not waited for
+    assert time.monotonic() - started < 2.0
+    assert a.unreachable_seen == {2}
+
+
+def test_a_peer_that_missed_a_round_is_waited_for_only_the_absent_timeout():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1], outs=[1])
+    b = make_peers(hub, 1, ins=[0], outs=[0])
+    handshake_all([a, b])  # b stays connected but hangs: it sends nothing more
+    started = time.monotonic()
+    assert a.collect(1, ["model"], timeout=0.6, absent_timeout=0.1)[1] == [1]
+    first = time.monotonic() - started
+    assert a.collect(2, ["model"], timeout=0.6, absent_timeout=0.1)[1] == [1]
+    second = time.monotonic() - first - started
+    assert first >= 0.6 and second < 0.4
+    b.broadcast(3, "model", {"w": torch.randn(4)}, {"samples": 1})
+    updates, missing = a.collect(3, ["model"], timeout=0.6, absent_timeout=0.1)
+    assert list(updates) == [1] and missing == [] and a.absent == set()
