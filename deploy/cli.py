@@ -13,7 +13,7 @@ from deploy import compose as compose_file
 from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import local
-from deploy.plan import new_run_id, pick_ports, plan_local, write_plan
+from deploy.plan import new_run_id, plan_local, reserve_listeners, write_plan
 from deploy.report import format_table, summarize
 from deploy.runner import watch
 from node.config import load
@@ -91,12 +91,17 @@ def cmd_up(args: argparse.Namespace) -> int:
                               "as their dataset folder (set data.dir or PROTOFED_DATA_DIR)")
         image = config.deploy.image or docker_image.ensure_image(client, config.deploy.base_image)
         plan = docker.plan_docker(config, Path(args.config), overrides, run_id)
+        listeners = []
     else:
         local.check_capacity(config, local.available_memory())
-        plan = plan_local(config, Path(args.config), overrides, run_id, pick_ports(config))
+        listeners = reserve_listeners(config)
+        plan = plan_local(config, Path(args.config), overrides, run_id,
+                          [sock.getsockname()[1] for sock in listeners])
     try:
         peers_path = write_plan(plan, config)
     except FileExistsError:
+        for sock in listeners:
+            sock.close()
         raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
                           "--run-id") from None
     print(f"protofed: run {run_id}: {config.nodes} {config.algorithm} nodes "
@@ -107,9 +112,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         if docker_backend:
             run = docker.start(config, plan, peers_path, image, client, data_dir)
         else:
-            run = local.start(plan, peers_path)
+            run = local.start(plan, peers_path, listeners)
     except KeyboardInterrupt:
         return 130
+    finally:
+        for sock in listeners:  # each node holds its own copy now
+            sock.close()
     progress = Progress(config.rounds)
     interrupted = False
     try:

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -80,11 +81,14 @@ def check_capacity(config: FederationConfig, available: int) -> None:
             "backend on a larger host")
 
 
-def node_command(plan: Plan, node_id: int, peers_path: Path) -> list[str]:
-    """The command line that starts one node process."""
+def node_command(plan: Plan, node_id: int, peers_path: Path,
+                 listen_fd: int | None = None) -> list[str]:
+    """The command line that starts one node process (on a listening socket it inherits)."""
     command = [sys.executable, "-m", "node", "--config", str(plan.config_path),
                "--node-id", str(node_id), "--peers", str(peers_path),
                "--results", str(plan.results_dir), "--local-nodes", str(len(plan.nodes))]
+    if listen_fd is not None:
+        command += ["--listen-fd", str(listen_fd)]
     for item in plan.overrides:
         command += ["--set", item]
     if keys_dir(plan).is_dir():
@@ -92,18 +96,20 @@ def node_command(plan: Plan, node_id: int, peers_path: Path) -> list[str]:
     return command
 
 
-def start(plan: Plan, peers_path: Path) -> LocalRun:
-    """Start every node process, each in its own session with its log file."""
+def start(plan: Plan, peers_path: Path, listeners: list[socket.socket]) -> LocalRun:
+    """Start every node process, each in its own session with its log file, each handed
+    the listening socket the launcher bound for it (so its port cannot be taken)."""
     run = LocalRun(plan)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:
-        for spec in plan.nodes:
+        for spec, listener in zip(plan.nodes, listeners, strict=True):
             log_path = plan.results_dir / "logs" / f"node-{spec.node_id}.log"
+            fd = listener.fileno()
             with open(log_path, "wb") as log_file:
                 run.processes[spec.node_id] = subprocess.Popen(
-                    node_command(plan, spec.node_id, peers_path), stdout=log_file,
+                    node_command(plan, spec.node_id, peers_path, fd), stdout=log_file,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                    start_new_session=True)
+                    start_new_session=True, pass_fds=(fd,))
     except OSError:
         stop(run)
         raise

@@ -64,22 +64,25 @@ def plan_local(config: FederationConfig, config_path: Path, overrides: tuple[str
                 results_dir=results, nodes=specs)
 
 
-def pick_ports(config: FederationConfig) -> list[int]:
-    """deploy.base_port + i, or ports the OS reports free right now when base_port is 0."""
-    if config.deploy.base_port:
-        return [config.deploy.base_port + i for i in range(config.nodes)]
-    sockets = []
+def reserve_listeners(config: FederationConfig) -> list[socket.socket]:
+    """One bound, listening TCP socket per node (deploy.base_port + i, or any free port),
+    held by the launcher and handed to the node process, which listens on it as is."""
+    listeners: list[socket.socket] = []
     try:
-        for _ in range(config.nodes):
+        for i in range(config.nodes):
+            port = config.deploy.base_port + i if config.deploy.base_port else 0
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((config.deploy.host, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
+            listeners.append(sock)
+            sock.bind((config.deploy.host, port))
+            sock.listen(128)
     except OSError as exc:
-        raise ConfigError(f"deploy.host {config.deploy.host!r}: cannot bind: {exc}") from None
-    finally:
-        for sock in sockets:
+        for sock in listeners:
             sock.close()
+        where = f"port {config.deploy.base_port + len(listeners) - 1}" \
+            if config.deploy.base_port else "a free port"
+        raise ConfigError(f"deploy.host {config.deploy.host!r}: cannot bind {where}: "
+                          f"{exc}") from None
+    return listeners
 
 
 KEYS_DIR = "keys"

@@ -30,6 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="override a config key for this run")
     parser.add_argument("--local-nodes", type=int, default=1,
                         help="nodes sharing this machine's cores (sets torch threads)")
+    parser.add_argument("--listen-fd", type=int,
+                        help="a bound, listening TCP socket inherited from the launcher, used "
+                             "for this node's address instead of binding it")
     parser.add_argument("--keys", help="folder with this node's secret key and every node's "
                                        "public key (needed unless deploy.security = \"none\")")
     return parser.parse_args(argv)
@@ -82,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                                  {peer: connect[peer] for peer in outs},
                                  config.exchange.max_message_bytes,
                                  keyring=node_keyring(config, args),
-                                 in_neighbours=in_neighbours(graph, args.node_id)).open()
+                                 in_neighbours=in_neighbours(graph, args.node_id),
+                                 listen_fd=args.listen_fd).open()
         node = Node(config, args.node_id, transport,
                     Path(args.results) / f"node-{args.node_id}.json", args.local_nodes)
         node.run()

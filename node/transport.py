@@ -56,13 +56,15 @@ class ZmqTransport:
 
     def __init__(self, node_id: int, bind_address: str, out_addresses: dict[int, str],
                  max_message_bytes: int, keyring: Keyring | None = None,
-                 in_neighbours: tuple[int, ...] | list[int] = ()) -> None:
+                 in_neighbours: tuple[int, ...] | list[int] = (),
+                 listen_fd: int | None = None) -> None:
         self.node_id = node_id
         self.bind_address = bind_address
         self.out_addresses = dict(out_addresses)
         self.max_message_bytes = max_message_bytes
         self.keyring = keyring
         self.in_neighbours = tuple(in_neighbours)
+        self.listen_fd = listen_fd  # an already listening socket for bind_address, if any
         self.refused_keys = 0  # connections refused by the ZAP handler
         self._context: zmq.Context | None = None
         self._authenticator: ThreadAuthenticator | None = None
@@ -104,6 +106,8 @@ class ZmqTransport:
         router.setsockopt(zmq.LINGER, 0)
         if self.keyring is not None:
             self._secure_router(router)
+        if self.listen_fd is not None:
+            router.setsockopt(zmq.USE_FD, self.listen_fd)
         try:
             router.bind(self.bind_address)
         except zmq.ZMQError as exc:

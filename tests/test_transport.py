@@ -3,6 +3,10 @@
 import socket
 import time
 
+import pytest
+
+from deploy.plan import reserve_listeners
+from node.config import from_dict
 from node.transport import ZmqTransport
 
 
@@ -37,3 +41,21 @@ def test_a_peer_whose_process_goes_away_is_unreachable_until_it_is_back():
     finally:
         sender.close(0)
         peer.close(0)
+
+
+def test_a_node_listens_on_the_socket_the_launcher_holds_so_its_port_cannot_be_taken():
+    listener, = reserve_listeners(from_dict({"nodes": 1}))
+    port = listener.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    with socket.socket() as impostor, pytest.raises(OSError):
+        impostor.bind(("127.0.0.1", port))
+    node = ZmqTransport(0, address, {}, 1 << 20, listen_fd=listener.detach()).open()
+    sender = ZmqTransport(1, free_address(), {0: address}, 1 << 20).open()
+    try:
+        assert sender.send(0, [b"hello"])
+        got = []
+        assert until(lambda: got.append(node.receive(0.05)) or got[-1] is not None, sender)
+        assert got[-1] == (1, [b"hello"])
+    finally:
+        sender.close(0)
+        node.close(0)
