@@ -121,7 +121,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     progress = Progress(config.rounds)
     interrupted = False
     try:
-        watch(run, progress.show)
+        if not watch(run, progress.show, deadline=config.timeouts.run or None):
+            progress.finish()
+            print(f"protofed: timeouts.run ({config.timeouts.run:g} s) passed before every "
+                  "node finished: stopping the rest", file=sys.stderr)
+            run.stop()
     except KeyboardInterrupt:
         interrupted = True
         progress.finish()

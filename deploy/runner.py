@@ -22,12 +22,19 @@ class Run(Protocol):
     def remove(self) -> None: ...
 
 
-def watch(run: Run, on_progress: Callable[[list[dict]], None], interval: float = 0.5) -> None:
-    """Wait until every node has exited, reporting progress from their result files."""
+def watch(run: Run, on_progress: Callable[[list[dict]], None], interval: float = 0.5,
+          deadline: float | None = None) -> bool:
+    """Wait until every node has exited, reporting progress from their result files.
+
+    False if `deadline` (seconds from now) passed first; the nodes are left running.
+    """
     nodes = len(run.plan.nodes)
+    ends = None if deadline is None else time.monotonic() + deadline
     while True:
         exits = run.poll_exits()
         on_progress(read_node_results(run.plan.results_dir, nodes))
         if len(exits) == nodes:
-            return
+            return True
+        if ends is not None and time.monotonic() >= ends:
+            return False
         time.sleep(interval)

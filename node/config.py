@@ -134,12 +134,14 @@ class AggregationConfig:
 @dataclass(frozen=True)
 class TimeoutConfig:
     """Seconds to wait for peers at start-up, in each round and at shutdown; `absent`: for
-    a neighbour that missed the previous round (a lost connection is not waited for)."""
+    a neighbour that missed the previous round (a lost connection is not waited for);
+    `run`: for the whole run, after which `protofed up` stops what is left (0 = never)."""
 
     startup: float = 60.0
     round: float = 300.0
     shutdown: float = 10.0
     absent: float = 5.0
+    run: float = 86400.0
 
 
 @dataclass(frozen=True)
@@ -418,6 +420,8 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     for key in ("startup", "round", "shutdown"):
         value = getattr(c.timeouts, key)
         _check(value > 0.0, source, f"timeouts.{key}", f"must be positive seconds, got {value}")
+    _check(c.timeouts.run >= 0.0, source, "timeouts.run",
+           f"must be 0 (never) or positive seconds, got {c.timeouts.run}")
     _check(0.0 <= c.timeouts.absent <= c.timeouts.round, source, "timeouts.absent",
            f"must be 0 to timeouts.round ({c.timeouts.round}) seconds, got {c.timeouts.absent}")
     for key, value in (("fedproto.weight", c.fedproto.weight or 0.0),

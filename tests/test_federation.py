@@ -256,3 +256,18 @@ def test_ctrl_c_stops_every_child(workdir, data_dir):
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_up_stops_a_run_that_outlives_timeouts_run(workdir, data_dir):
+    name = "deadline"
+    config = write_config(workdir, data_dir, name, rounds=1000)  # would run for hours
+    started = time.monotonic()
+    done = protofed("up", "-c", config, "--run-id", name, "--set", "timeouts.run=5",
+                    timeout=180)
+    assert done.returncode == 1
+    assert "timeouts.run (5 s) passed" in done.stderr
+    assert time.monotonic() - started < 120
+    summary = json.loads((workdir / "results" / name / "summary.json").read_text())
+    assert [n["status"] for n in summary["nodes"]] != ["finished"] * 3
+    run = json.loads((workdir / "results" / name / "run.json").read_text())
+    assert not any(alive(int(pid)) for pid in run["pids"].values())
