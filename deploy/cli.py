@@ -112,12 +112,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         if docker_backend:
             run = docker.start(config, plan, peers_path, image, client, data_dir)
         else:
-            run = local.start(plan, peers_path, listeners)
+            run = local.start(plan, peers_path, listeners, config.deploy.restarts)
     except KeyboardInterrupt:
-        return 130
-    finally:
-        for sock in listeners:  # each node holds its own copy now
+        for sock in listeners:
             sock.close()
+        return 130
     progress = Progress(config.rounds)
     interrupted = False
     try:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,10 @@ from node.errors import DeployError
 log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
+# Exits a restart cannot help or was not wanted for: success, a config error (2), and a
+# stop asked for with SIGINT or SIGTERM (the node exits 128 + signal; -signal if it could not).
+NO_RESTART_EXITS = frozenset({0, 2, 128 + signal.SIGINT, 128 + signal.SIGTERM,
+                              -signal.SIGINT, -signal.SIGTERM})
 
 
 @dataclass
@@ -29,26 +34,44 @@ class LocalRun:
     plan: Plan
     processes: dict[int, subprocess.Popen] = field(default_factory=dict)
     exit_codes: dict[int, int] = field(default_factory=dict)
+    restarts_left: int = 0  # per node: deploy.restarts
+    restarts: dict[int, int] = field(default_factory=dict)
+    launch: Callable[[int], subprocess.Popen] | None = None
+    listeners: list[socket.socket] = field(default_factory=list)  # kept for restarts
+    stopping: bool = False
 
     def poll_exits(self) -> dict[int, int]:
-        """Exit codes of the node processes that have ended so far."""
+        """Exit codes of the node processes that have ended for good so far; a node that
+        crashed is started again while it has restarts left (see NO_RESTART_EXITS)."""
         for node_id, process in self.processes.items():
             code = process.poll()
-            if code is not None:
-                self.exit_codes.setdefault(node_id, code)
+            if code is None or node_id in self.exit_codes:
+                continue
+            if (code not in NO_RESTART_EXITS and not self.stopping and self.launch
+                    and self.restarts.get(node_id, 0) < self.restarts_left):
+                self.restarts[node_id] = self.restarts.get(node_id, 0) + 1
+                log.warning("node %d exited with %d: starting it again (restart %d of %d)",
+                            node_id, code, self.restarts[node_id], self.restarts_left)
+                self.processes[node_id] = self.launch(node_id)
+                write_run_file(self, "running")
+                continue
+            self.exit_codes[node_id] = code
         return dict(self.exit_codes)
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM every live node, then SIGKILL whatever is left after `grace` seconds."""
+        self.stopping = True
         stop(self, grace)
 
     def save_logs(self) -> None:
         """Node processes write their logs straight into logs/: nothing to collect."""
 
     def remove(self) -> None:
-        """Record the run as ended; processes leave nothing else behind."""
+        """Record the run as ended and release the nodes' listening sockets."""
         write_run_file(self, "finished" if len(self.exit_codes) == len(self.processes)
                        else "stopped")
+        for listener in self.listeners:
+            listener.close()
 
 
 # What one local node process needs (measured: 475 MB average RSS over the 20 nodes of a
@@ -96,22 +119,28 @@ def node_command(plan: Plan, node_id: int, peers_path: Path,
     return command
 
 
-def start(plan: Plan, peers_path: Path, listeners: list[socket.socket]) -> LocalRun:
+def start(plan: Plan, peers_path: Path, listeners: list[socket.socket],
+          restarts: int = 0) -> LocalRun:
     """Start every node process, each in its own session with its log file, each handed
-    the listening socket the launcher bound for it (so its port cannot be taken)."""
-    run = LocalRun(plan)
+    the listening socket the launcher bound for it (so its port cannot be taken). The run
+    keeps the sockets, so a node started again listens on the same port."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+
+    def launch(node_id: int) -> subprocess.Popen:
+        fd = listeners[node_id].fileno()
+        with open(plan.results_dir / "logs" / f"node-{node_id}.log", "ab") as log_file:
+            return subprocess.Popen(node_command(plan, node_id, peers_path, fd),
+                                    stdout=log_file, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True, pass_fds=(fd,))
+
+    run = LocalRun(plan, restarts_left=restarts, launch=launch, listeners=list(listeners))
     try:
-        for spec, listener in zip(plan.nodes, listeners, strict=True):
-            log_path = plan.results_dir / "logs" / f"node-{spec.node_id}.log"
-            fd = listener.fileno()
-            with open(log_path, "wb") as log_file:
-                run.processes[spec.node_id] = subprocess.Popen(
-                    node_command(plan, spec.node_id, peers_path, fd), stdout=log_file,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                    start_new_session=True, pass_fds=(fd,))
+        for spec in plan.nodes:
+            run.processes[spec.node_id] = launch(spec.node_id)
     except OSError:
         stop(run)
+        run.remove()
         raise
     write_run_file(run, "running")
     return run
@@ -122,6 +151,7 @@ def write_run_file(run: LocalRun, status: str) -> None:
     document = {"run_id": run.plan.run_id, "backend": "local", "status": status,
                 "pids": {str(i): p.pid for i, p in run.processes.items()},
                 "exit_codes": {str(i): c for i, c in run.exit_codes.items()},
+                "restarts": {str(i): n for i, n in run.restarts.items()},
                 "nodes": len(run.plan.nodes)}
     (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
 

@@ -159,6 +159,7 @@ class DeployConfig:
     memory: str = ""
     port: int = 5555
     security: str = "curve"
+    restarts: int = 0
 
 
 @dataclass(frozen=True)
@@ -420,6 +421,10 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     for key in ("startup", "round", "shutdown"):
         value = getattr(c.timeouts, key)
         _check(value > 0.0, source, f"timeouts.{key}", f"must be positive seconds, got {value}")
+    _check(c.deploy.restarts >= 0, source, "deploy.restarts",
+           f"must be 0 or more, got {c.deploy.restarts}")
+    _check(c.deploy.restarts == 0 or c.deploy.backend == "local", source, "deploy.restarts",
+           "restarting nodes is supported by the local backend only")
     _check(c.timeouts.run >= 0.0, source, "timeouts.run",
            f"must be 0 (never) or positive seconds, got {c.timeouts.run}")
     _check(0.0 <= c.timeouts.absent <= c.timeouts.round, source, "timeouts.absent",

@@ -133,6 +133,8 @@ class Peers:
         self.hello_from: set[int] = set()
         self.ack_from: set[int] = set()
         self.bye_from: set[int] = set()
+        self.handshake_done = False
+        self.joined_round = 0  # the latest round an ack reported: > 0 when this node rejoins
         self.absent: set[int] = set()  # in-neighbours whose update the last collect missed
         self.unreachable_seen: set[int] = set()  # out-neighbours whose connection was lost
 
@@ -194,15 +196,24 @@ class Peers:
             raise ProtocolError(f"sender {message.sender} is not a neighbour for {message.kind}")
         if message.round > self.rounds:
             raise ProtocolError(f"round {message.round} is beyond the last round {self.rounds}")
+        if not 0 <= message.meta.get("round", 0) <= self.rounds:
+            raise ProtocolError(f"meta round {message.meta['round']} is outside 0..{self.rounds}")
 
     def _file(self, message: Message) -> None:
         if message.kind == "hello":
             self.hello_from.add(message.sender)
-            frames = encode_message(self.node_id, 0, "ack")
+            # the ack tells a restarted neighbour which round the federation is in
+            frames = encode_message(self.node_id, 0, "ack", meta={"round": self.current_round})
             if self.transport.reply(message.sender, frames):
                 self.meter.add(SENT, 0, message.sender, "ack", frame_bytes(frames))
+            if (self.handshake_done and message.sender in self.out_neighbours
+                    and not message.meta.get("answer")):
+                # a neighbour that started again waits for our hello; an answer is not answered
+                self._send(message.sender, 0, "hello",
+                           encode_message(self.node_id, 0, "hello", meta={"answer": 1}))
         elif message.kind == "ack":
             self.ack_from.add(message.sender)
+            self.joined_round = max(self.joined_round, message.meta.get("round", 0))
         elif message.kind == "bye":
             self.bye_from.add(message.sender)
         elif message.round < self.current_round:
@@ -229,6 +240,7 @@ class Peers:
                     f"no answer from out-neighbours {silent_out}, no hello from "
                     f"in-neighbours {silent_in}")
             self.poll(min(remaining, 0.2))
+        self.handshake_done = True
 
     def _handshake_done(self) -> bool:
         return (self.ack_from >= set(self.out_neighbours)

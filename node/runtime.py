@@ -147,6 +147,7 @@ class Node:
         random.seed(config.seed + node_id)
         np.random.seed(config.seed + node_id)
         device = pick_device(config)
+        previous = self._previous_record()  # read before this start overwrites the file
         result = self.recorder.result
         result.update({"node": node_id, "status": "starting", "algorithm": config.algorithm,
                        "config_digest": config.digest(), "config_name": config.name,
@@ -168,9 +169,16 @@ class Node:
         peers.handshake(config.timeouts.startup)
         result["handshake_seconds"] = time.monotonic() - handshake_started
         result["status"] = "running"
-        result["rounds"].append(self._round_record(0, algorithm, data, peers, {}, {}, [], []))
+        first = 1
+        if peers.joined_round:  # the others are in that round already: join at the next one
+            first = peers.joined_round + 1
+            self._rejoin(previous, first)
+        else:
+            result["rounds"].append(self._round_record(0, algorithm, data, peers, {}, {}, [],
+                                                       []))
         self.recorder.write()
-        for round_ in range(1, config.rounds + 1):
+        for round_ in range(first, config.rounds + 1):
+            peers.current_round = round_
             record = self._run_round(round_, algorithm, data, peers)
             result["rounds"].append(record)
             result["rounds_done"] = round_
@@ -188,6 +196,29 @@ class Node:
         self._fill_totals(peers)
         self.recorder.write()
         return result
+
+    def _previous_record(self) -> dict[str, Any] | None:
+        """What an earlier process of this node wrote in this run, if it did not finish."""
+        try:
+            previous = json.loads(self.recorder.path.read_text())
+        except (OSError, ValueError):
+            return None
+        if (not isinstance(previous, dict) or previous.get("status") == "finished"
+                or previous.get("config_digest") != self.config.digest()):
+            return None
+        return previous
+
+    def _rejoin(self, previous: dict[str, Any] | None, first: int) -> None:
+        """Keep an earlier process's rounds and byte totals; note where this one joined."""
+        result = self.recorder.result
+        result["restarts"] = 1 + (previous or {}).get("restarts", 0)
+        result["rejoined_at"] = [*(previous or {}).get("rejoined_at", []), first]
+        if previous is not None:
+            result["rounds"] = [r for r in previous.get("rounds", [])
+                                if isinstance(r, dict) and r.get("round", first) < first]
+            result["before_restart"] = {key: previous.get(key) for key in TOTALS
+                                        if key in previous}
+        log.warning("node %d: rejoined the federation at round %d", self.node_id, first)
 
     def fail(self, error: str) -> None:
         """Record why the node stopped and release the network at once."""
@@ -240,7 +271,8 @@ class Node:
 
     def _fill_totals(self, peers: Peers) -> None:
         meter = peers.meter
-        self.recorder.result.update({
+        result = self.recorder.result
+        result.update({
             "bytes_sent": meter.total(SENT), "bytes_received": meter.total(RECEIVED),
             "bytes_sent_by_peer": meter.breakdown(SENT),
             "bytes_received_by_peer": meter.breakdown(RECEIVED),
@@ -252,3 +284,20 @@ class Node:
             # the whole process's peak, so in-process federations share one figure
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             **meter.drop_record()})
+        for key, earlier in result.get("before_restart", {}).items():
+            result[key] = add_counts(result[key], earlier)
+
+
+# Result totals an earlier process of a restarted node counted, added to the new ones.
+TOTALS = ("bytes_sent", "bytes_received", "bytes_sent_by_peer", "bytes_received_by_peer",
+          "bytes_sent_by_kind", "bytes_received_by_kind", "dropped_count", "dropped_bytes")
+
+
+def add_counts(current: Any, earlier: Any) -> Any:
+    """current + earlier for ints and (nested) dicts of ints; anything else stays current."""
+    if isinstance(current, int) and isinstance(earlier, int):
+        return current + earlier
+    if isinstance(current, dict) and isinstance(earlier, dict):
+        return {key: add_counts(current.get(key, 0), earlier.get(key, 0))
+                for key in current.keys() | earlier.keys()}
+    return current

@@ -138,8 +138,10 @@ class ZmqTransport:
             self._socket_peer[dealer] = peer
             self._poller.register(dealer, zmq.POLLIN)
             # A killed peer's kernel closes its sockets, so our connection reports the
-            # disconnect at once; ZeroMQ keeps retrying and reports the reconnect.
-            monitor = dealer.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+            # disconnect at once; ZeroMQ keeps retrying. Back means a completed ZMTP
+            # handshake: a TCP connect alone may reach a socket no process reads.
+            monitor = dealer.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED
+                                                | zmq.EVENT_DISCONNECTED)
             self._monitors[monitor] = peer
             self._poller.register(monitor, zmq.POLLIN)
         return self
@@ -193,7 +195,7 @@ class ZmqTransport:
         if event == zmq.EVENT_DISCONNECTED and peer not in self._down:
             self._down.add(peer)
             log.warning("node %d: connection to peer %d lost", self.node_id, peer)
-        elif event == zmq.EVENT_CONNECTED and peer in self._down:
+        elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED and peer in self._down:
             self._down.discard(peer)
             log.info("node %d: peer %d reachable again", self.node_id, peer)
 

@@ -271,3 +271,42 @@ def test_up_stops_a_run_that_outlives_timeouts_run(workdir, data_dir):
     assert [n["status"] for n in summary["nodes"]] != ["finished"] * 3
     run = json.loads((workdir / "results" / name / "run.json").read_text())
     assert not any(alive(int(pid)) for pid in run["pids"].values())
+
+
+def test_a_killed_node_is_started_again_and_rejoins_the_running_federation(workdir, data_dir):
+    name = "rejoin"
+    rounds = 60  # about 0.5 s each here: the others are still training when node 2 is back
+    config = write_config(workdir, data_dir, name, rounds=rounds)
+    run_dir = workdir / "results" / name
+    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "-c", str(config),
+                                "--run-id", name, "--set", "deploy.restarts=1"], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if json.loads((run_dir / "node-2.json").read_text())["rounds_done"] >= 1:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.1)
+        else:
+            pytest.fail("node 2 never finished its first round")
+        os.kill(int(json.loads((run_dir / "run.json").read_text())["pids"]["2"]), signal.SIGKILL)
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr[-3000:]
+    nodes = [json.loads((run_dir / f"node-{i}.json").read_text()) for i in range(3)]
+    assert [n["status"] for n in nodes] == ["finished"] * 3
+    restarted = nodes[2]
+    assert restarted["restarts"] == 1
+    joined = restarted["rejoined_at"][0]
+    assert 2 < joined < rounds
+    done = [r["round"] for r in restarted["rounds"]]
+    assert done[0] == 0 and 1 in done and done[-1] == rounds and joined in done
+    for survivor in nodes[:2]:  # node 2's updates count again from the round it rejoined
+        assert 2 not in survivor["rounds"][-1]["missing_peers"]
+        assert survivor["bytes_sent_by_peer"]["2"] and survivor["bytes_received_by_peer"]["2"]
+    assert json.loads((run_dir / "run.json").read_text())["restarts"] == {"2": 1}
