@@ -31,6 +31,9 @@ def metered_kind(kind: str) -> str:
 DROP_SAMPLE = 50  # dropped messages kept in full; the rest are only counted
 DROP_REASONS = 200  # distinct reasons counted apart; further ones count as "(other reasons)"
 DROP_LOG_EVERY = 1000  # after the first DROP_SAMPLE drops, log one in this many
+# Updates kept ahead of this node's round: a neighbour that waited out this node can be
+# a round or two ahead; keeping every future round would let one peer fill memory.
+ROUNDS_AHEAD = 3
 
 
 @dataclass
@@ -221,6 +224,9 @@ class Peers:
                      self.node_id, message.kind, message.sender, message.round,
                      self.current_round)
             self.meter.drop(message.sender, 0, "stale round", message.round)
+        elif message.round > self.current_round + ROUNDS_AHEAD:
+            self.meter.drop(message.sender, 0, f"more than {ROUNDS_AHEAD} rounds ahead",
+                            message.round)
         else:
             self.inbox.put(message)
 

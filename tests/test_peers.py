@@ -8,7 +8,7 @@ import torch
 
 from node.errors import PeerTimeout
 from node.message import encode_message
-from node.peers import RECEIVED, SENT, Peers
+from node.peers import RECEIVED, ROUNDS_AHEAD, SENT, Peers
 from node.transport import MemoryHub
 
 CODECS = {"model": "int16", "prototypes": "fp32"}
@@ -71,6 +71,18 @@ def test_future_round_is_kept_and_stale_round_dropped():
     updates, missing = a.collect(2, ["model"], timeout=0.2)
     assert list(updates) == [1] and missing == []
     assert [d["reason"] for d in a.meter.dropped] == ["stale round"]
+
+
+def test_updates_far_ahead_are_dropped_so_one_peer_cannot_fill_the_inbox():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1], outs=[], rounds=1000)
+    for round_ in range(1, 1001):
+        hub.deliver(0, 1, encode_message(1, round_, "model", {"w": torch.ones(2)}, "fp32"))
+    while a.poll(0):
+        pass
+    assert a.meter.dropped_by_reason == {f"more than {ROUNDS_AHEAD} rounds ahead": 1000 - 3}
+    updates, _ = a.collect(1, ["model"], timeout=0.2)
+    assert list(updates) == [1]
 
 
 @pytest.mark.parametrize("identity, frames_sender, kind, round_, reason", [
