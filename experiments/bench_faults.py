@@ -80,6 +80,10 @@ def run(folder: Path, name: str, nodes: int, rounds: int, kill: int) -> dict:
             "survivor_elapsed_s": [round(s["elapsed_seconds"], 1) for s in survivors],
             "survivors_finished": sum(s["status"] == "finished" for s in survivors),
             "survivor_f1": [round(s["rounds"][-1]["global_test"]["f1"], 4) for s in survivors],
+            # per round, the longest any survivor spent exchanging (waiting included)
+            "communication_s": [round(max(s["rounds"][r]["communication_seconds"]
+                                          for s in survivors), 2) for r in range(1, rounds + 1)],
+            "setup_s": [round(s["setup_seconds"] + s["handshake_seconds"], 1) for s in survivors],
             "unreachable_peers": sorted({p for s in survivors
                                          for p in s.get("unreachable_peers", [])})}
 

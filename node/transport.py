@@ -217,8 +217,9 @@ class ZmqTransport:
         for monitor in self._monitors:
             monitor.close(0)
         self._monitors.clear()
-        for dealer in self._dealers.values():
-            dealer.setsockopt(zmq.LINGER, linger_ms)
+        for peer, dealer in self._dealers.items():
+            # nothing queued for a peer that is gone can be delivered: do not wait for it
+            dealer.setsockopt(zmq.LINGER, 0 if peer in self._down else linger_ms)
             dealer.close()
         self._dealers.clear()
         if self._router is not None:
