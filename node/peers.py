@@ -139,7 +139,7 @@ class Peers:
         self.handshake_done = False
         self.joined_round = 0  # the latest round an ack reported: > 0 when this node rejoins
         self.absent: set[int] = set()  # in-neighbours whose update the last collect missed
-        self.unreachable_seen: set[int] = set()  # out-neighbours whose connection was lost
+        self.unreachable_seen: set[int] = set()  # neighbours whose connection was lost
 
     # -- sending -------------------------------------------------------------------------
     def broadcast(self, round_: int, kind: str, tensors: Mapping[str, torch.Tensor] | None = None,
@@ -302,4 +302,6 @@ class Peers:
             if remaining <= 0:
                 break
             self.poll(min(remaining, 0.2))
+        # a neighbour that said goodbye and then closed its sockets was not lost
+        self.unreachable_seen -= self.bye_from
         return sorted(set(self.in_neighbours) - self.bye_from)  # lost ones included
