@@ -81,7 +81,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     config = load(args.config, overrides)
     run_id = args.run_id or new_run_id(config)
     docker_backend = config.deploy.backend == "docker"
+    listeners = []
     if docker_backend:
+        plan = docker.plan_docker(config, Path(args.config), overrides, run_id)
         client = docker.connect()
         info = client.info()
         docker.check_capacity(config, int(info.get("MemTotal", 0)), int(info.get("NCPU", 0)))
@@ -90,18 +92,19 @@ def cmd_up(args: argparse.Namespace) -> int:
             raise ConfigError(f"data.dir {data_dir} is not a folder: the containers mount it "
                               "as their dataset folder (set data.dir or PROTOFED_DATA_DIR)")
         image = config.deploy.image or docker_image.ensure_image(client, config.deploy.base_image)
-        plan = docker.plan_docker(config, Path(args.config), overrides, run_id)
-        listeners = []
     else:
         local.check_capacity(config, local.available_memory())
         listeners = reserve_listeners(config)
-        plan = plan_local(config, Path(args.config), overrides, run_id,
-                          [sock.getsockname()[1] for sock in listeners])
     try:
-        peers_path = write_plan(plan, config)
-    except FileExistsError:
+        if not docker_backend:
+            plan = plan_local(config, Path(args.config), overrides, run_id,
+                              [sock.getsockname()[1] for sock in listeners])
+        write_plan(plan)
+    except (ConfigError, FileExistsError) as exc:
         for sock in listeners:
             sock.close()
+        if isinstance(exc, ConfigError):
+            raise
         raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
                           "--run-id") from None
     print(f"protofed: run {run_id}: {config.nodes} {config.algorithm} nodes "
@@ -110,9 +113,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the nodes just as Ctrl-C does
     try:
         if docker_backend:
-            run = docker.start(config, plan, peers_path, image, client, data_dir)
+            run = docker.start(config, plan, image, client, data_dir)
         else:
-            run = local.start(plan, peers_path, listeners, config.deploy.restarts)
+            run = local.start(plan, listeners, config.deploy.restarts)
     except KeyboardInterrupt:
         for sock in listeners:
             sock.close()
@@ -155,7 +158,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def _write_summary(plan, config, run) -> dict:
     summary = summarize(plan.results_dir, plan.run_id, config.nodes, {
-        "config_digest": config.digest(), "algorithm": config.algorithm,
+        "config_digest": plan.federation.config.digest(), "algorithm": config.algorithm,
         "topology": config.topology.kind, "rounds": config.rounds,
         "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())}},
         exit_codes=dict(run.exit_codes))
@@ -255,16 +258,16 @@ def cmd_compose(args: argparse.Namespace) -> int:
     config = load(args.config, tuple(args.set))
     run_id = args.run_id or new_run_id(config)
     data_dir = Path(config.data.dir or default_data_dir()).resolve()
+    plan = docker.plan_docker(config, Path(args.config), tuple(args.set), run_id)
     image = args.image or config.deploy.image
     if not image:
         image = docker_image.ensure_image(docker.connect(), config.deploy.base_image)
-    plan = docker.plan_docker(config, Path(args.config), tuple(args.set), run_id)
     try:
-        peers_path = write_plan(plan, config)
+        write_plan(plan)
     except FileExistsError:
         raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
                           "--run-id") from None
-    path = compose_file.write_compose(config, plan, peers_path, image, data_dir)
+    path = compose_file.write_compose(config, plan, image, data_dir)
     print(path)
     print(f"""protofed: wrote {path} for {config.nodes} nodes (image {image}).
   one host:  docker compose -f {path} -p {run_id} up      (or docker-compose)

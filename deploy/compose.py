@@ -10,7 +10,6 @@ from deploy.docker_backend import (
     INTERFACE,
     SCRATCH,
     container_command,
-    container_config,
     container_mounts,
     container_user,
     grant_node_access,
@@ -20,8 +19,7 @@ from deploy.plan import Plan
 from node.config import FederationConfig
 
 
-def compose_document(config: FederationConfig, plan: Plan, image: str, config_dir: Path,
-                     data_dir: Path) -> str:
+def compose_document(config: FederationConfig, plan: Plan, image: str, data_dir: Path) -> str:
     """The Compose file text (YAML) for the planned federation; paths must be absolute."""
     lines = [
         "# Written by `protofed compose`. One host:  docker compose up   (or docker-compose up)",
@@ -52,8 +50,7 @@ def compose_document(config: FederationConfig, plan: Plan, image: str, config_di
             '    restart: "no"',
             "    volumes:",
         ]
-        for source, target, read_only in container_mounts(plan, spec.node_id, config_dir,
-                                                          data_dir):
+        for source, target, read_only in container_mounts(plan, spec.node_id, data_dir):
             lines += [
                 "      - type: bind",
                 f"        source: {_quote(source)}",
@@ -94,15 +91,9 @@ def _quote(text: str) -> str:
     return json.dumps(text)  # a JSON string is a valid YAML scalar
 
 
-def write_compose(config: FederationConfig, plan: Plan, peers_path: Path, image: str,
-                  data_dir: Path) -> Path:
-    """Write compose.yaml and the node config beside it; return the compose file's path."""
-    config_dir = plan.results_dir / "config"
-    config_dir.mkdir(exist_ok=True)
-    (config_dir / "node-config.json").write_text(
-        json.dumps(container_config(config, config_dir), indent=1))
-    (config_dir / "peers.json").write_text(peers_path.read_text())
+def write_compose(config: FederationConfig, plan: Plan, image: str, data_dir: Path) -> Path:
+    """Write compose.yaml beside the run's federation file; return its path."""
     grant_node_access(plan)
     path = plan.results_dir / "compose.yaml"
-    path.write_text(compose_document(config, plan, image, config_dir, data_dir))
+    path.write_text(compose_document(config, plan, image, data_dir))
     return path

@@ -7,18 +7,17 @@ writable. Everything the run created is removed at the end, on Ctrl-C and by `do
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.plan import KEYS_DIR, NodeSpec, Plan, keys_dir
-from node.config import FederationConfig, build_graph, memory_bytes
+from deploy.plan import FEDERATION_FILE, KEYS_DIR, Plan, keys_dir, node_arguments
+from node.config import FederationConfig, memory_bytes
 from node.errors import DeployError
+from node.federation import resolve
 from node.security import PUBLIC_FILE, secret_file
-from topology import in_neighbours, out_neighbours
 
 log = logging.getLogger(__name__)
 
@@ -64,30 +63,19 @@ def container_name(run_id: str, node_id: int) -> str:
     return f"{run_id}-node-{node_id}"
 
 
-def plan_docker(config: FederationConfig, config_path: Path, overrides: tuple[str, ...],
+def plan_docker(config: FederationConfig, source: Path, overrides: tuple[str, ...],
                 run_id: str) -> Plan:
-    """Every node in its own container, listening on deploy.port, reached by name."""
-    graph = build_graph(config)
+    """Every node in its own container, listening on deploy.port, reached by name, reading
+    its dataset from the data mount."""
     port = config.deploy.port
-    specs = tuple(
-        NodeSpec(node_id=i, bind=f"tcp://0.0.0.0:{port}",
-                 address=f"tcp://{container_name(run_id, i)}:{port}",
-                 in_neighbours=tuple(in_neighbours(graph, i)),
-                 out_neighbours=tuple(out_neighbours(graph, i)))
-        for i in range(config.nodes))
-    return Plan(run_id=run_id, config_path=config_path.resolve(), overrides=overrides,
-                results_dir=Path(config.deploy.results_dir).resolve() / run_id, nodes=specs)
-
-
-def container_config(config: FederationConfig, config_dir: Path) -> dict:
-    """The config as the containers see it: data and graph paths inside their mounts."""
-    document = config.to_dict()
-    document["data"]["dir"] = DATA_MOUNT
-    if config.topology.kind == "file":
-        graph = Path(config.topology.path)
-        shutil.copy(graph, config_dir / f"graph{graph.suffix}")
-        document["topology"]["path"] = f"{CONFIG_MOUNT}/graph{graph.suffix}"
-    return document
+    in_containers = dataclasses.replace(config, data=dataclasses.replace(config.data,
+                                                                         dir=DATA_MOUNT))
+    federation = resolve(in_containers, [f"tcp://0.0.0.0:{port}"] * config.nodes,
+                         [f"tcp://{container_name(run_id, i)}:{port}"
+                          for i in range(config.nodes)], str(source))
+    return Plan(run_id=run_id, source=source.resolve(), overrides=overrides,
+                results_dir=Path(config.deploy.results_dir).resolve() / run_id,
+                federation=federation)
 
 
 def node_memory(config: FederationConfig) -> int:
@@ -164,22 +152,17 @@ class DockerRun:
 
 def container_command(plan: Plan, node_id: int) -> list[str]:
     """The node's command line inside its container (Docker backend and Compose alike)."""
-    command = ["--config", f"{CONFIG_MOUNT}/node-config.json", "--node-id", str(node_id),
-               "--peers", f"{CONFIG_MOUNT}/peers.json", "--results", RESULTS_MOUNT,
-               "--local-nodes", str(len(plan.nodes))]
-    if keys_dir(plan).is_dir():
-        command += ["--keys", KEYS_MOUNT]
-    return command
+    return node_arguments(f"{CONFIG_MOUNT}/{FEDERATION_FILE}", node_id, RESULTS_MOUNT,
+                          KEYS_MOUNT if keys_dir(plan).is_dir() else None)
 
 
-def container_mounts(plan: Plan, node_id: int, config_dir: Path,
-                     data_dir: Path) -> list[tuple[str, str, bool]]:
+def container_mounts(plan: Plan, node_id: int, data_dir: Path) -> list[tuple[str, str, bool]]:
     """(host path, container path, read-only) bind mounts of one node's container.
 
     A node sees only its own secret key and the public keys; the keys folder inside the
     results mount is hidden by an empty tmpfs (`hidden_paths`).
     """
-    mounts = [(str(config_dir.resolve()), CONFIG_MOUNT, True),
+    mounts = [(str(plan.federation_file.resolve()), f"{CONFIG_MOUNT}/{FEDERATION_FILE}", True),
               (str(plan.results_dir.resolve()), RESULTS_MOUNT, False),
               (str(data_dir.resolve()), DATA_MOUNT, True)]
     keys = keys_dir(plan)
@@ -222,7 +205,7 @@ def hardening() -> dict:
             "pids_limit": PIDS_LIMIT}
 
 
-def start(config: FederationConfig, plan: Plan, peers_path: Path, image: str, client,
+def start(config: FederationConfig, plan: Plan, image: str, client,
           data_dir: Path) -> DockerRun:
     """Create the network and one container per node; on any failure remove all of it."""
     import docker.errors
@@ -234,11 +217,6 @@ def start(config: FederationConfig, plan: Plan, peers_path: Path, image: str, cl
         raise DeployError(f"names of run {run_id} are already in use "
                           f"({', '.join(taken) or network_name(run_id)}): pick another "
                           f"--run-id or `protofed down {run_id}`")
-    config_dir = plan.results_dir / "config"
-    config_dir.mkdir()
-    (config_dir / "node-config.json").write_text(
-        json.dumps(container_config(config, config_dir), indent=1))
-    shutil.copy(peers_path, config_dir / "peers.json")
     grant_node_access(plan)
     run = DockerRun(plan, client)
     try:
@@ -253,7 +231,7 @@ def start(config: FederationConfig, plan: Plan, peers_path: Path, image: str, cl
                 environment={"PROTOFED_INTERFACE": INTERFACE, "HOME": SCRATCH},
                 volumes={source: {"bind": target, "mode": "ro" if read_only else "rw"}
                          for source, target, read_only in container_mounts(
-                             plan, spec.node_id, config_dir, data_dir)},
+                             plan, spec.node_id, data_dir)},
                 tmpfs={SCRATCH: "size=256m",
                        **{path: "size=64k,mode=0700" for path in hidden_paths(plan)}},
                 **hardening(),

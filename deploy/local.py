@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.plan import Plan, keys_dir
+from deploy.plan import Plan, keys_dir, node_arguments
 from node.config import FederationConfig, memory_bytes
 from node.errors import DeployError
 
@@ -104,23 +104,14 @@ def check_capacity(config: FederationConfig, available: int) -> None:
             "backend on a larger host")
 
 
-def node_command(plan: Plan, node_id: int, peers_path: Path,
-                 listen_fd: int | None = None) -> list[str]:
+def node_command(plan: Plan, node_id: int, listen_fd: int | None = None) -> list[str]:
     """The command line that starts one node process (on a listening socket it inherits)."""
-    command = [sys.executable, "-m", "node", "--config", str(plan.config_path),
-               "--node-id", str(node_id), "--peers", str(peers_path),
-               "--results", str(plan.results_dir), "--local-nodes", str(len(plan.nodes))]
-    if listen_fd is not None:
-        command += ["--listen-fd", str(listen_fd)]
-    for item in plan.overrides:
-        command += ["--set", item]
-    if keys_dir(plan).is_dir():
-        command += ["--keys", str(keys_dir(plan))]
-    return command
+    keys = str(keys_dir(plan)) if keys_dir(plan).is_dir() else None
+    return [sys.executable, "-m", "node", *node_arguments(
+        str(plan.federation_file), node_id, str(plan.results_dir), keys, listen_fd)]
 
 
-def start(plan: Plan, peers_path: Path, listeners: list[socket.socket],
-          restarts: int = 0) -> LocalRun:
+def start(plan: Plan, listeners: list[socket.socket], restarts: int = 0) -> LocalRun:
     """Start every node process, each in its own session with its log file, each handed
     the listening socket the launcher bound for it (so its port cannot be taken). The run
     keeps the sockets, so a node started again listens on the same port."""
@@ -129,7 +120,7 @@ def start(plan: Plan, peers_path: Path, listeners: list[socket.socket],
     def launch(node_id: int) -> subprocess.Popen:
         fd = listeners[node_id].fileno()
         with open(plan.results_dir / "logs" / f"node-{node_id}.log", "ab") as log_file:
-            return subprocess.Popen(node_command(plan, node_id, peers_path, fd),
+            return subprocess.Popen(node_command(plan, node_id, fd),
                                     stdout=log_file, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True, pass_fds=(fd,))

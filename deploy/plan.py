@@ -8,37 +8,32 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.config import FederationConfig, build_graph
+from node.config import FederationConfig
 from node.errors import ConfigError
+from node.federation import Federation, Member, resolve
 from node.security import generate_keys, write_keys
-from topology import in_neighbours, out_neighbours
 
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """One node of a planned federation."""
-
-    node_id: int
-    bind: str
-    address: str
-    in_neighbours: tuple[int, ...]
-    out_neighbours: tuple[int, ...]
+FEDERATION_FILE = "federation.json"
 
 
 @dataclass(frozen=True)
 class Plan:
-    """A federation ready to start: its run id, files and nodes."""
+    """A federation ready to start: its run id, where its results go, the resolved
+    federation every node receives, and the config file and overrides it came from."""
 
     run_id: str
-    config_path: Path
+    source: Path
     overrides: tuple[str, ...]
     results_dir: Path
-    nodes: tuple[NodeSpec, ...]
+    federation: Federation
 
-    def peers_document(self) -> dict:
-        """The peers file every node reads: where each node binds and is reached."""
-        return {"bind": {str(n.node_id): n.bind for n in self.nodes},
-                "connect": {str(n.node_id): n.address for n in self.nodes}}
+    @property
+    def nodes(self) -> tuple[Member, ...]:
+        return self.federation.members
+
+    @property
+    def federation_file(self) -> Path:
+        return self.results_dir / FEDERATION_FILE
 
 
 def new_run_id(config: FederationConfig, now: datetime.datetime | None = None) -> str:
@@ -47,21 +42,27 @@ def new_run_id(config: FederationConfig, now: datetime.datetime | None = None) -
     return f"{config.name}-{now:%Y%m%d-%H%M%S}"
 
 
-def plan_local(config: FederationConfig, config_path: Path, overrides: tuple[str, ...],
+def plan_local(config: FederationConfig, source: Path, overrides: tuple[str, ...],
                run_id: str, ports: list[int]) -> Plan:
     """Every node on `deploy.host`, node i on ports[i]."""
     if len(ports) != config.nodes:
         raise ConfigError(f"need {config.nodes} ports, got {len(ports)}")
-    graph = build_graph(config)
-    host = config.deploy.host
-    specs = tuple(
-        NodeSpec(node_id=i, bind=f"tcp://{host}:{port}", address=f"tcp://{host}:{port}",
-                 in_neighbours=tuple(in_neighbours(graph, i)),
-                 out_neighbours=tuple(out_neighbours(graph, i)))
-        for i, port in enumerate(ports))
-    results = Path(config.deploy.results_dir) / run_id
-    return Plan(run_id=run_id, config_path=config_path.resolve(), overrides=overrides,
-                results_dir=results, nodes=specs)
+    addresses = [f"tcp://{config.deploy.host}:{port}" for port in ports]
+    federation = resolve(config, addresses, addresses, str(source))
+    return Plan(run_id=run_id, source=source.resolve(), overrides=overrides,
+                results_dir=Path(config.deploy.results_dir) / run_id, federation=federation)
+
+
+def node_arguments(federation_file: str, node_id: int, results: str, keys: str | None,
+                   listen_fd: int | None = None) -> list[str]:
+    """The arguments of `python -m node` for one node, on every backend."""
+    arguments = ["--federation", federation_file, "--node-id", str(node_id),
+                 "--results", results]
+    if keys is not None:
+        arguments += ["--keys", keys]
+    if listen_fd is not None:
+        arguments += ["--listen-fd", str(listen_fd)]
+    return arguments
 
 
 def reserve_listeners(config: FederationConfig) -> list[socket.socket]:
@@ -93,16 +94,14 @@ def keys_dir(plan: Plan) -> Path:
     return plan.results_dir / KEYS_DIR
 
 
-def write_plan(plan: Plan, config: FederationConfig) -> Path:
-    """Create the run directory with the peers file, the resolved config and, unless
-    security is off, a fresh keypair per node; return the peers file's path."""
+def write_plan(plan: Plan) -> Path:
+    """Create the run directory with the federation file and, unless security is off, a
+    fresh keypair per node; return the federation file's path."""
     plan.results_dir.mkdir(parents=True, exist_ok=False)
     (plan.results_dir / "logs").mkdir()
-    if config.deploy.security == "curve":
+    if plan.federation.config.deploy.security == "curve":
         write_keys(keys_dir(plan), generate_keys(len(plan.nodes)))
-    peers = plan.results_dir / "peers.json"
-    peers.write_text(json.dumps(plan.peers_document(), indent=1))
-    (plan.results_dir / "config.json").write_text(json.dumps(
-        {"source": str(plan.config_path), "overrides": list(plan.overrides),
-         "digest": config.digest(), "config": config.to_dict()}, indent=1))
-    return peers
+    document = {**plan.federation.to_dict(), "source": str(plan.source),
+                "overrides": list(plan.overrides)}
+    plan.federation_file.write_text(json.dumps(document, indent=1))
+    return plan.federation_file

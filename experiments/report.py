@@ -85,6 +85,12 @@ def codec_label(exchange: dict) -> str:
 
 # ---- archive: one JSON line per cell, gzip without a timestamp (byte-stable) ----
 
+def _config_file(run_dir: Path) -> Path:
+    """The run's resolved config: federation.json (config.json in runs before it)."""
+    federation = run_dir / "federation.json"
+    return federation if federation.is_file() else run_dir / "config.json"
+
+
 def collect_records(root: Path) -> list[dict[str, Any]]:
     """Every cell folder under `root` with a summary: its config, cell and node results."""
     records = []
@@ -94,7 +100,7 @@ def collect_records(root: Path) -> list[dict[str, Any]]:
         records.append({
             "key": run_dir.name,
             "cell": json.loads(cell_path.read_text()) if cell_path.is_file() else None,
-            "config": json.loads((run_dir / "config.json").read_text())["config"],
+            "config": json.loads(_config_file(run_dir).read_text())["config"],
             "nodes": [json.loads(p.read_text()) for p in
                       sorted(run_dir.glob("node-*.json"), key=lambda p: int(p.stem[5:]))]})
     return records

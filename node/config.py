@@ -12,15 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.data import DATASETS
 from node.errors import ConfigError
+from node.partition import PARTITIONS
+from topology import BUILDERS
 
-TOPOLOGY_KINDS = ("fully_connected", "ring", "star", "line", "random", "small_world", "k_regular",
-                  "file")
-DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
-PARTITIONS = ("iid", "classes", "dirichlet")
-CODECS = ("int16", "fp16", "fp32")
+TOPOLOGY_KINDS = (*BUILDERS, "file")
+
+# Allowed values owned by other modules (datasets, partitions, topologies, codecs, models,
+# aggregation rules, algorithms) are read from those modules; these are the config's own.
 PROTOTYPE_SOURCES = ("aggregated", "local")
-ARCHITECTURES = ("auto", "cnn", "resnet8", "resnet18", "resnet32")
 BACKENDS = ("local", "docker")
 SECURITY = ("curve", "none")
 DEVICES = ("auto", "cpu", "cuda")
@@ -163,38 +164,6 @@ class DeployConfig:
 
 
 @dataclass(frozen=True)
-class FedProtoConfig:
-    """FedProto's prototype-loss weight lambda; unset = the paper's value for the dataset."""
-
-    weight: float | None = None
-
-
-@dataclass(frozen=True)
-class FedPRConfig:
-    """FedPR's weight on the l2 distance to the global prototype (Eq. 4 has none: 1)."""
-
-    weight: float = 1.0
-
-
-@dataclass(frozen=True)
-class FedProcConfig:
-    """FedProc's projection head output size and contrastive temperature (paper: 256, 1)."""
-
-    projection_dim: int = 256
-    temperature: float = 1.0
-
-
-@dataclass(frozen=True)
-class FedHPConfig:
-    """FedHP's anchor weight, prototype Adam lr, backbone weight decay, L_U init steps."""
-
-    weight: float = 0.1
-    prototype_lr: float = 0.005
-    weight_decay: float = 1e-4
-    init_steps: int = 1000
-
-
-@dataclass(frozen=True)
 class FederationConfig:
     """A whole federation, as one TOML file describes it."""
 
@@ -211,10 +180,8 @@ class FederationConfig:
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
-    fedproto: FedProtoConfig = field(default_factory=FedProtoConfig)
-    fedpr: FedPRConfig = field(default_factory=FedPRConfig)
-    fedproc: FedProcConfig = field(default_factory=FedProcConfig)
-    fedhp: FedHPConfig = field(default_factory=FedHPConfig)
+    # each algorithm's own table ([fedhp], ...) by algorithm name, as its module declares it
+    methods: dict[str, Any] = field(default_factory=lambda: default_methods())
 
     @property
     def prototype_codec(self) -> str:
@@ -222,8 +189,10 @@ class FederationConfig:
         return self.exchange.prototype_codec or self.exchange.codec
 
     def to_dict(self) -> dict[str, Any]:
-        """A plain dict of every value, defaults included."""
-        return dataclasses.asdict(self)
+        """A plain dict of every value, defaults included, shaped like the TOML file."""
+        document = dataclasses.asdict(self)
+        document.update(document.pop("methods"))
+        return document
 
     def digest(self) -> str:
         """A short hash of every value, to tell runs of the same config apart from others."""
@@ -265,9 +234,31 @@ def from_dict(raw: dict[str, Any], *, source: str = "<config>",
     merged = json.loads(json.dumps(raw))  # a deep copy the overrides may change
     for item in overrides:
         apply_override(merged, item, source)
+    if not isinstance(merged, dict):
+        raise ConfigError(f"{source}: [top level] must be a table")
+    tables = method_tables()
+    methods = {name: _build(cls, merged.pop(name, {}), prefix=f"{name}.", source=source)
+               for name, cls in tables.items()}
+    if "methods" in merged:
+        raise ConfigError(f"{source}: unknown key methods (algorithm settings go in their "
+                          f"own tables: {', '.join(f'[{n}]' for n in tables)})")
     config = _build(FederationConfig, merged, prefix="", source=source)
+    config = dataclasses.replace(config, methods=methods)
     validate(config, source)
     return config
+
+
+def default_methods() -> dict[str, Any]:
+    """Every registered algorithm's table with its defaults."""
+    return {name: cls() for name, cls in method_tables().items()}
+
+
+def method_tables() -> dict[str, type]:
+    """The config table each registered algorithm declares, by algorithm name."""
+    from node.algorithms import ALGORITHMS  # the registry knows the algorithms; we ask it
+
+    return {name: cls.settings_class for name, cls in ALGORITHMS.items()
+            if cls.settings_class is not None}
 
 
 def apply_override(raw: dict[str, Any], item: str, source: str = "<config>") -> None:
@@ -344,9 +335,14 @@ def _check(ok: bool, source: str, key: str, message: str) -> None:
 
 
 def validate(config: FederationConfig, source: str = "<config>") -> None:
-    """Reject impossible values, naming the key and the file."""
+    """Reject impossible values, naming the key and the file.
+
+    The graph is not built here: `node.federation.resolve` builds it, once per federation.
+    """
     from node.aggregation import AGGREGATION_RULES
-    from node.algorithms import ALGORITHMS  # the registry lives with the algorithms
+    from node.algorithms import ALGORITHMS
+    from node.models import ARCHITECTURES, check_widths, role_architecture
+    from quant.codecs import CODECS
 
     c = config
     _check(c.nodes >= 1, source, "nodes", f"must be at least 1, got {c.nodes}")
@@ -357,7 +353,7 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     _check(c.algorithm in ALGORITHMS, source, "algorithm",
            f"must be one of {', '.join(sorted(ALGORITHMS))}, got {c.algorithm!r}")
     _one_of(c.topology.kind, TOPOLOGY_KINDS, source, "topology.kind")
-    _check(0.0 < c.topology.p <= 1.0, source, "topology.p", f"must be in (0, 1], got {c.topology.p}")
+    _check(0.0 <= c.topology.p <= 1.0, source, "topology.p", f"must be in [0, 1], got {c.topology.p}")
     _check(c.topology.k >= 1, source, "topology.k", f"must be at least 1, got {c.topology.k}")
     _check(c.topology.kind != "file" or bool(c.topology.path), source, "topology.path",
            "must name a graph file when topology.kind = \"file\"")
@@ -368,16 +364,14 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
            f"must be in (0, 1], got {d.classes_fraction}")
     _check(d.alpha > 0.0, source, "data.alpha", f"must be positive, got {d.alpha}")
     _check(d.subset >= 0, source, "data.subset", f"must be 0 (all) or positive, got {d.subset}")
-    _check(0.0 < d.global_test_fraction < 1.0, source, "data.global_test_fraction",
-           f"must be in (0, 1), got {d.global_test_fraction}")
-    _check(0.0 < d.local_train_fraction < 1.0, source, "data.local_train_fraction",
-           f"must be in (0, 1), got {d.local_train_fraction}")
+    _check(0.0 <= d.global_test_fraction < 1.0, source, "data.global_test_fraction",
+           f"must be in [0, 1), got {d.global_test_fraction}")
+    _check(0.0 < d.local_train_fraction <= 1.0, source, "data.local_train_fraction",
+           f"must be in (0, 1], got {d.local_train_fraction}")
     m = c.model
-    _one_of(m.teacher, ARCHITECTURES, source, "model.teacher")
-    _one_of(m.student, ARCHITECTURES, source, "model.student")
-    for key, channels in (("model.teacher_channels", m.teacher_channels),
-                          ("model.student_channels", m.student_channels)):
-        _check(all(ch >= 1 for ch in channels), source, key, f"must be positive, got {channels}")
+    architectures = ("auto", *ARCHITECTURES)
+    _one_of(m.teacher, architectures, source, "model.teacher")
+    _one_of(m.student, architectures, source, "model.student")
     grouped: set[int] = set()
     for i, group in enumerate(m.groups):
         key = f"model.groups[{i}]"
@@ -388,13 +382,21 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
         grouped |= set(group.nodes)
         for role in ("teacher", "student"):
             if getattr(group, role):
-                _one_of(getattr(group, role), ARCHITECTURES, source, f"{key}.{role}")
-        for name in ("teacher_channels", "student_channels"):
-            channels = getattr(group, name)
-            _check(all(ch >= 1 for ch in channels), source, f"{key}.{name}",
-                   f"must be positive, got {channels}")
+                _one_of(getattr(group, role), architectures, source, f"{key}.{role}")
     _check(m.embedding_dim >= 0, source, "model.embedding_dim",
            f"must be positive (or 0 for the default), got {m.embedding_dim}")
+    for node_id in range(c.nodes):  # the widths each node's models will be built with
+        node_model = m.for_node(node_id)
+        for role in ("teacher", "student"):
+            arch = getattr(node_model, role)
+            where = next((f"model.groups[{i}].{role}" for i, g in enumerate(m.groups)
+                          if node_id in g.nodes and getattr(g, f"{role}_channels")),
+                         f"model.{role}")
+            try:
+                check_widths(role_architecture(arch, role, c.data.dataset),
+                             getattr(node_model, f"{role}_channels") or None, where)
+            except ConfigError as exc:
+                raise ConfigError(f"{source}: {exc}") from None
     t = c.train
     _check(t.epochs >= 1, source, "train.epochs", f"must be at least 1, got {t.epochs}")
     _check(t.batch_size >= 1, source, "train.batch_size", f"must be at least 1, got {t.batch_size}")
@@ -429,16 +431,9 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
            f"must be 0 (never) or positive seconds, got {c.timeouts.run}")
     _check(0.0 <= c.timeouts.absent <= c.timeouts.round, source, "timeouts.absent",
            f"must be 0 to timeouts.round ({c.timeouts.round}) seconds, got {c.timeouts.absent}")
-    for key, value in (("fedproto.weight", c.fedproto.weight or 0.0),
-                       ("fedpr.weight", c.fedpr.weight), ("fedhp.weight", c.fedhp.weight),
-                       ("fedhp.weight_decay", c.fedhp.weight_decay)):
-        _check(value >= 0.0, source, key, f"must be non-negative, got {value}")
-    for key, value in (("fedproc.temperature", c.fedproc.temperature),
-                       ("fedhp.prototype_lr", c.fedhp.prototype_lr)):
-        _check(value > 0.0, source, key, f"must be positive, got {value}")
-    for key, value in (("fedproc.projection_dim", c.fedproc.projection_dim),
-                       ("fedhp.init_steps", c.fedhp.init_steps)):
-        _check(value >= 1, source, key, f"must be at least 1, got {value}")
+    for name, settings in c.methods.items():  # each algorithm judges its own table
+        for key, message in getattr(settings, "problems", list)():
+            _check(False, source, f"{name}.{key}", message)
     _one_of(c.deploy.backend, BACKENDS, source, "deploy.backend")
     _one_of(c.deploy.security, SECURITY, source, "deploy.security")
     _check(0 <= c.deploy.base_port <= 65535 - c.nodes, source, "deploy.base_port",
@@ -452,10 +447,6 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
            f"must be like \"512m\" or \"2g\" (or empty for no limit), got {c.deploy.memory!r}")
     _check(1 <= c.deploy.port <= 65535, source, "deploy.port",
            f"must be a TCP port, got {c.deploy.port}")
-    try:
-        build_graph(c)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: [topology] {exc}") from None
 
 
 def _one_of(value: str, allowed: tuple[str, ...], source: str, key: str) -> None:

@@ -161,26 +161,49 @@ def build_model(
         if not _is_positive_int(value):
             raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
 
-    channels_key = f"{key}_channels"
-    default = TEACHER_CNN_CHANNELS if arch == "cnn" else RESNET_WIDTHS[arch]
-    if channels is None:
-        widths = tuple(default)
-    else:
-        if isinstance(channels, str | bytes) or not isinstance(channels, Sequence):
-            raise ConfigError(f"{channels_key}: must be a list of integers, got {channels!r}")
-        widths = tuple(channels)
-        if len(widths) != len(default):
-            raise ConfigError(
-                f"{channels_key}: {arch} needs {len(default)} widths, got {len(widths)}"
-            )
-        if not all(_is_positive_int(c) for c in widths):
-            raise ConfigError(f"{channels_key}: widths must be positive integers, got {widths}")
+    widths = check_widths(arch, channels, key)
 
     if arch == "cnn":
         if image_size < 4:
             raise ConfigError(f"image_size: cnn needs at least 4 pixels, got {image_size}")
         return CNN(in_channels, image_size, num_classes, embedding_dim, widths)
     return ResNet(in_channels, num_classes, embedding_dim, widths, RESNET_BLOCKS[arch])
+
+
+def check_widths(arch: str, channels: Sequence[int] | None, key: str = "model.arch"
+                 ) -> tuple[int, ...]:
+    """The layer widths `arch` is built with; ConfigError naming f"{key}_channels" if
+    `channels` (None = the defaults) has the wrong length or a non-positive width."""
+    if arch not in ARCHITECTURES:
+        raise ConfigError(f"{key}: unknown architecture {arch!r}, expected one of {ARCHITECTURES}")
+    channels_key = f"{key}_channels"
+    default = TEACHER_CNN_CHANNELS if arch == "cnn" else RESNET_WIDTHS[arch]
+    if channels is None:
+        return tuple(default)
+    if isinstance(channels, str | bytes) or not isinstance(channels, Sequence):
+        raise ConfigError(f"{channels_key}: must be a list of integers, got {channels!r}")
+    widths = tuple(channels)
+    if len(widths) != len(default):
+        raise ConfigError(f"{channels_key}: {arch} needs {len(default)} widths, got {len(widths)}")
+    if not all(_is_positive_int(c) for c in widths):
+        raise ConfigError(f"{channels_key}: widths must be positive integers, got {widths}")
+    return widths
+
+
+# The paper's teacher/student pairs (section IV); "auto" in [model] picks these.
+PAPER_PAIRS = {
+    "mnist": ("cnn", "cnn"),
+    "fashion_mnist": ("cnn", "cnn"),
+    "cifar10": ("resnet18", "resnet8"),
+    "cifar100": ("resnet32", "resnet18"),
+}
+
+
+def role_architecture(arch: str, role: str, dataset: str) -> str:
+    """The architecture a teacher or student gets: `arch`, or the paper's pair for "auto"."""
+    if arch != "auto":
+        return arch
+    return PAPER_PAIRS[dataset][0 if role == "teacher" else 1]
 
 
 def parameter_count(model: nn.Module) -> int:

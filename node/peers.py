@@ -117,10 +117,14 @@ class Inbox:
         return [self._messages.pop(key) for key in stale]
 
 
+# Seconds a node in its goodbye still reads from neighbours whose connection has dropped.
+LOST_GOODBYE_GRACE = 1.0
+
+
 class Peers:
     """Send to out-neighbours and collect from in-neighbours, metering every frame."""
 
-    def __init__(self, node_id: int, transport: Transport, in_neighbours: Iterable[int],
+    def __init__(self, node_id: int, transport: Transport, *, in_neighbours: Iterable[int],
                  out_neighbours: Iterable[int], rounds: int, max_message_bytes: int,
                  codecs: Mapping[str, str]) -> None:
         self.node_id = node_id
@@ -297,11 +301,22 @@ class Peers:
         for peer in self.out_neighbours:
             self._send(peer, self.rounds, "bye", encode_message(self.node_id, self.rounds, "bye"))
         deadline = time.monotonic() + timeout
-        while not self.bye_from | self._lost() >= set(self.in_neighbours):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        lost_since = None
+        while missing := set(self.in_neighbours) - self.bye_from:
+            now = time.monotonic()
+            if missing <= self._lost():
+                # a neighbour closes its sockets right after its own goodbye, which may
+                # still be on its way on another connection: give it a moment
+                lost_since = lost_since or now
+                if now - lost_since >= LOST_GOODBYE_GRACE:
+                    break
+            else:
+                lost_since = None
+            if now >= deadline:
                 break
-            self.poll(min(remaining, 0.2))
+            self.poll(min(deadline - now, 0.05 if lost_since else 0.2))
+        while self.poll(0):  # whatever else is already here is read and metered
+            pass
         # a neighbour that said goodbye and then closed its sockets was not lost
         self.unreachable_seen -= self.bye_from
         return sorted(set(self.in_neighbours) - self.bye_from)  # lost ones included

@@ -10,7 +10,6 @@ import logging
 import os
 import random
 import resource
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,20 +18,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from node.algorithms import ALGORITHMS, Algorithm, NodeData, Payload
-from node.config import FederationConfig, build_graph
+from node.algorithms import Algorithm, NodeData, Payload, create
+from node.config import FederationConfig
 from node.data import default_data_dir, load_dataset
+from node.federation import Federation
 from node.metrics import prediction_metrics
 from node.partition import federated_split
 from node.peers import RECEIVED, SENT, Peers
 from node.transport import Transport
-from topology import in_neighbours, out_neighbours
 
 log = logging.getLogger(__name__)
-
-# Algorithms seed torch's global generator to start every node from the same weights; nodes
-# sharing one process (in-process federations) must not interleave those draws.
-_CONSTRUCTION = threading.Lock()
 
 # Per-dataset pixel mean and std used to standardise inputs.
 NORMALIZATION = {
@@ -117,6 +112,7 @@ class Recorder:
 
     path: Path
     result: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
 
     def write(self) -> None:
         """Atomically replace the result file, so a reader never sees half of it."""
@@ -125,46 +121,78 @@ class Recorder:
         tmp.write_text(json.dumps(self.result, indent=1, sort_keys=True))
         tmp.replace(self.path)
 
+    def unfinished(self, digest: str) -> dict[str, Any] | None:
+        """What an earlier process of this node wrote in this run, if it did not finish."""
+        try:
+            previous = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        if (not isinstance(previous, dict) or previous.get("status") == "finished"
+                or previous.get("config_digest") != digest):
+            return None
+        return previous
+
+    def fail(self, error: str) -> None:
+        """Record why the node stopped."""
+        self.result.update({"status": "failed", "error": error})
+        self.write()
+
+
+def prepare_process(config: FederationConfig, node_id: int) -> tuple[int, torch.device]:
+    """Torch threads and the Python and numpy seeds of this node; its device."""
+    threads = torch_threads(config, config.nodes)
+    torch.set_num_threads(threads)
+    random.seed(config.seed + node_id)
+    np.random.seed(config.seed + node_id)
+    return threads, pick_device(config)
+
+
+def build_node(federation: Federation, node_id: int, transport: Transport,
+               recorder: Recorder) -> Node:
+    """Compose one node from its parts: process settings, data, algorithm and peers."""
+    config = federation.config
+    member = federation.member(node_id)
+    previous = recorder.unfinished(config.digest())  # before this start overwrites it
+    threads, device = prepare_process(config, node_id)
+    recorder.result.update({
+        "node": node_id, "status": "starting", "algorithm": config.algorithm,
+        "config_digest": config.digest(), "config_name": config.name,
+        "in_neighbours": list(member.in_neighbours),
+        "out_neighbours": list(member.out_neighbours), "rounds": [], "rounds_done": 0,
+        "rounds_total": config.rounds, "threads": threads, "device": str(device)})
+    recorder.write()
+    data = load_node_data(config, node_id, device)
+    algorithm = create(config.algorithm, config, data, device, node_id)
+    recorder.result.update({"train_samples": len(data.train_y),
+                            "test_samples": len(data.test_y),
+                            "global_test_samples": len(data.global_y),
+                            "setup_seconds": time.monotonic() - recorder.started})
+    peers = Peers(node_id, transport, in_neighbours=member.in_neighbours,
+                  out_neighbours=member.out_neighbours, rounds=config.rounds,
+                  max_message_bytes=config.exchange.max_message_bytes,
+                  codecs={"model": config.exchange.codec,
+                          "prototypes": config.prototype_codec})
+    return Node(config, node_id, algorithm, peers, recorder, previous)
+
 
 class Node:
-    """One federation member: constructors store, `run()` works."""
+    """One federation member, given its parts: `run()` works."""
 
-    def __init__(self, config: FederationConfig, node_id: int, transport: Transport,
-                 result_path: Path, local_nodes: int = 1) -> None:
+    def __init__(self, config: FederationConfig, node_id: int, algorithm: Algorithm,
+                 peers: Peers, recorder: Recorder,
+                 previous: dict[str, Any] | None = None) -> None:
         self.config = config
         self.node_id = node_id
-        self.transport = transport
-        self.recorder = Recorder(result_path)
-        self.local_nodes = local_nodes
+        self.algorithm = algorithm
+        self.peers = peers
+        self.recorder = recorder
+        self.previous = previous  # an earlier, unfinished process's record of this node
 
     def run(self) -> dict[str, Any]:
         """Train for every round and return (and write) the node's result."""
-        config, node_id = self.config, self.node_id
-        graph = build_graph(config)
-        ins, outs = in_neighbours(graph, node_id), out_neighbours(graph, node_id)
-        threads = torch_threads(config, self.local_nodes)
-        torch.set_num_threads(threads)
-        random.seed(config.seed + node_id)
-        np.random.seed(config.seed + node_id)
-        device = pick_device(config)
-        previous = self._previous_record()  # read before this start overwrites the file
+        config, node_id, peers = self.config, self.node_id, self.peers
+        algorithm, data = self.algorithm, self.algorithm.data
         result = self.recorder.result
-        result.update({"node": node_id, "status": "starting", "algorithm": config.algorithm,
-                       "config_digest": config.digest(), "config_name": config.name,
-                       "in_neighbours": ins, "out_neighbours": outs, "rounds": [],
-                       "rounds_done": 0, "rounds_total": config.rounds, "threads": threads,
-                       "device": str(device)})
-        self.recorder.write()
-        started = time.monotonic()
-        data = load_node_data(config, node_id, device)
-        with _CONSTRUCTION:
-            algorithm = ALGORITHMS[config.algorithm](config, data, device, node_id)
-        result.update({"train_samples": len(data.train_y), "test_samples": len(data.test_y),
-                       "global_test_samples": len(data.global_y),
-                       "setup_seconds": time.monotonic() - started})
-        peers = Peers(node_id, self.transport, ins, outs, config.rounds,
-                      config.exchange.max_message_bytes,
-                      {"model": config.exchange.codec, "prototypes": config.prototype_codec})
         handshake_started = time.monotonic()
         peers.handshake(config.timeouts.startup)
         result["handshake_seconds"] = time.monotonic() - handshake_started
@@ -172,7 +200,7 @@ class Node:
         first = 1
         if peers.joined_round:  # the others are in that round already: join at the next one
             first = peers.joined_round + 1
-            self._rejoin(previous, first)
+            self._rejoin(self.previous, first)
         else:
             result["rounds"].append(self._round_record(0, algorithm, data, peers, {}, {}, [],
                                                        []))
@@ -187,26 +215,15 @@ class Node:
             log.info("node %d: round %d/%d done: global F1 %.4f, missing %s", node_id, round_,
                      config.rounds, record["global_test"]["f1"], record["missing_peers"])
         result["no_goodbye_from"] = peers.goodbye(config.timeouts.shutdown)
-        self.transport.close(config.timeouts.shutdown)
+        peers.transport.close(config.timeouts.shutdown)
         interface = os.environ.get("PROTOFED_INTERFACE")
         if interface:  # set by the docker backend: this container's own interface
             result["interface_bytes"] = interface_counters(interface)
         result["status"] = "finished"
-        result["elapsed_seconds"] = time.monotonic() - started
+        result["elapsed_seconds"] = time.monotonic() - self.recorder.started
         self._fill_totals(peers)
         self.recorder.write()
         return result
-
-    def _previous_record(self) -> dict[str, Any] | None:
-        """What an earlier process of this node wrote in this run, if it did not finish."""
-        try:
-            previous = json.loads(self.recorder.path.read_text())
-        except (OSError, ValueError):
-            return None
-        if (not isinstance(previous, dict) or previous.get("status") == "finished"
-                or previous.get("config_digest") != self.config.digest()):
-            return None
-        return previous
 
     def _rejoin(self, previous: dict[str, Any] | None, first: int) -> None:
         """Keep an earlier process's rounds and byte totals; note where this one joined."""
@@ -219,12 +236,6 @@ class Node:
             result["before_restart"] = {key: previous.get(key) for key in TOTALS
                                         if key in previous}
         log.warning("node %d: rejoined the federation at round %d", self.node_id, first)
-
-    def fail(self, error: str) -> None:
-        """Record why the node stopped and release the network at once."""
-        self.recorder.result.update({"status": "failed", "error": error})
-        self.recorder.write()
-        self.transport.close(0)
 
     def _run_round(self, round_: int, algorithm: Algorithm, data: NodeData,
                    peers: Peers) -> dict[str, Any]:

@@ -1,14 +1,10 @@
 """Small set-ups several test files share: a tiny model config and synthetic node data."""
 
-import threading
-
 import torch
 
 from node.algorithms.base import NodeData
-from node.config import build_graph, from_dict
-from node.runtime import Node
-from node.transport import MemoryHub
-from topology import out_neighbours
+from node.config import from_dict
+from node.inprocess import memory_federation, run_in_memory
 
 CPU = torch.device("cpu")
 
@@ -31,24 +27,4 @@ def tiny_data(samples=20, classes=3):
 
 def run_in_process(config, tmp_path):
     """Every node of `config` in its own thread on one MemoryHub; their result dicts."""
-    hub = MemoryHub()
-    graph = build_graph(config)
-    nodes = [Node(config, i, hub.transport(i, out_neighbours(graph, i)),
-                  tmp_path / f"node-{i}.json", local_nodes=config.nodes)
-             for i in range(config.nodes)]
-    results: dict[int, dict] = {}
-    errors: list[BaseException] = []
-
-    def work(node):
-        try:
-            results[node.node_id] = node.run()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not errors, errors
-    return [results[i] for i in range(config.nodes)]
+    return run_in_memory(memory_federation(config), tmp_path)

@@ -6,6 +6,7 @@ import pytest
 
 from node.config import FederationConfig, from_dict, load
 from node.errors import ConfigError
+from node.federation import resolve
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,7 +87,7 @@ def test_a_topology_that_disconnects_the_graph_is_refused(tmp_path):
     edges.write_text("0 1\n2 3\n")
     path = write(tmp_path, f'nodes = 4\n[topology]\nkind = "file"\npath = "{edges}"\n')
     with pytest.raises(ConfigError, match=rf"{path}: \[topology\].*connected"):
-        load(path)
+        resolve(load(path), ["a"] * 4, ["a"] * 4, str(path))
 
 
 def test_graph_file_with_wrong_node_count_is_refused(tmp_path):
@@ -94,7 +95,7 @@ def test_graph_file_with_wrong_node_count_is_refused(tmp_path):
     edges.write_text("0 1\n1 2\n")
     path = write(tmp_path, f'nodes = 5\n[topology]\nkind = "file"\npath = "{edges}"\n')
     with pytest.raises(ConfigError, match="topology"):
-        load(path)
+        resolve(load(path), ["a"] * 5, ["a"] * 5, str(path))
 
 
 def test_overrides_change_one_run(tmp_path):
@@ -169,11 +170,13 @@ def test_bad_model_groups_are_named(tmp_path, groups, key):
 
 def test_algorithm_tables_default_to_the_papers_values(tmp_path):
     config = load(write(tmp_path, "[fedhp]\nprototype_lr = 0.01\n[fedproto]\nweight = 0.5\n"))
-    assert (config.fedhp.prototype_lr, config.fedhp.weight, config.fedhp.weight_decay) == (
+    assert (config.methods["fedhp"].prototype_lr, config.methods["fedhp"].weight,
+            config.methods["fedhp"].weight_decay) == (
         0.01, 0.1, 1e-4)
-    assert config.fedproto.weight == 0.5 and FederationConfig().fedproto.weight is None
-    assert (config.fedproc.projection_dim, config.fedproc.temperature) == (256, 1.0)
-    assert config.fedpr.weight == 1.0
+    assert config.methods["fedproto"].weight == 0.5
+    assert from_dict({}).methods["fedproto"].weight is None
+    assert (config.methods["fedproc"].projection_dim, config.methods["fedproc"].temperature) == (256, 1.0)
+    assert config.methods["fedpr"].weight == 1.0
 
 
 @pytest.mark.parametrize("text, key", [

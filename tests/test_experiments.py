@@ -86,7 +86,7 @@ def write_cell(root, method, codec, partition, sent, received, elapsed, f1s, **n
     algorithm = method.split("-")[0]
     config = {"algorithm": algorithm, "exchange": {"codec": codec}, "data": data,
               "topology": {"kind": "fully_connected"}, "nodes": 2, "seed": 1}
-    (cell / "config.json").write_text(json.dumps({"config": config}))
+    (cell / "federation.json").write_text(json.dumps({"config": config}))
     (cell / "cell.json").write_text(json.dumps({"algorithm": method}))
     (cell / "summary.json").write_text(json.dumps({"failed_nodes": []}))
     for i in range(2):

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from node.algorithms import create
 from node.algorithms.base import Payload
 from node.algorithms.common import local_sgd
 from node.algorithms.fedavg import FedAvg
@@ -25,7 +26,7 @@ def test_cross_entropy_term_by_hand():
 def test_reported_loss_is_the_cross_entropy_of_the_step():
     config = tiny_config(batch_size=64)  # one batch holds all 20 samples: one SGD step
     data = tiny_data()
-    algorithm = FedAvg(config, data, CPU, 0)
+    algorithm = create("fedavg", config, data, CPU, 0)
     with torch.no_grad():
         expected = float(cross_entropy(algorithm.model(data.train_x)[0], data.train_y))
     stats = algorithm.train_round(1)
@@ -36,7 +37,7 @@ def test_reported_loss_is_the_cross_entropy_of_the_step():
 def test_local_sgd_averages_each_term_over_steps():
     config = tiny_config(batch_size=8)  # 20 samples: batches of 8, 8, 4 -> 3 steps
     data = tiny_data()
-    algorithm = FedAvg(config, data, CPU, 0)
+    algorithm = create("fedavg", config, data, CPU, 0)
     seen = []
 
     def terms(logits, _embeddings, labels):
@@ -50,7 +51,7 @@ def test_local_sgd_averages_each_term_over_steps():
 
 def test_payload_is_the_model_and_nothing_else():
     data = tiny_data()
-    algorithm = FedAvg(tiny_config(), data, CPU, 0)
+    algorithm = create("fedavg", tiny_config(), data, CPU, 0)
     payload = algorithm.payload()
     assert FedAvg.kinds == ("model",) and set(payload) == {"model"}
     assert set(payload["model"].tensors) == set(algorithm.model.state_dict())
@@ -69,7 +70,7 @@ def snapshot(tensors):
 
 
 def test_aggregate_is_the_sample_weighted_average():
-    algorithm = FedAvg(tiny_config(), tiny_data(), CPU, 0)
+    algorithm = create("fedavg", tiny_config(), tiny_data(), CPU, 0)
     own = algorithm.payload()
     mine = snapshot(own["model"].tensors)
     peer = Payload(shifted(mine, 4.0), {"samples": 60})
@@ -81,7 +82,7 @@ def test_aggregate_is_the_sample_weighted_average():
 
 
 def test_malformed_peers_are_rejected_and_the_rest_averaged():
-    algorithm = FedAvg(tiny_config(), tiny_data(), CPU, 0)
+    algorithm = create("fedavg", tiny_config(), tiny_data(), CPU, 0)
     own = algorithm.payload()
     mine = snapshot(own["model"].tensors)
     first = next(iter(mine))
@@ -102,7 +103,7 @@ def test_malformed_peers_are_rejected_and_the_rest_averaged():
 
 def test_predict_is_the_argmax_of_the_logits():
     data = tiny_data()
-    algorithm = FedAvg(tiny_config(), data, CPU, 0)
+    algorithm = create("fedavg", tiny_config(), data, CPU, 0)
     with torch.no_grad():
         expected = algorithm.model(data.global_x)[0].argmax(dim=1)
     assert torch.equal(algorithm.predict(data.global_x), expected)

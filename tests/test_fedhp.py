@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from node.algorithms import create
 from node.algorithms.base import NodeData, Payload
 from node.algorithms.fedhp import (
     LAMBDA_H,
-    FedHP,
     distance_loss,
     fedhp_loss,
     hyperspherical_loss,
@@ -34,7 +34,7 @@ def synthetic_node(num_classes=4, samples=20, seed=3):
     y = torch.arange(samples) % 3  # class 3 has no local sample
     data = NodeData(train_x=x, train_y=y, test_x=x[:4], test_y=y[:4], global_x=x[:6],
                     global_y=y[:6], num_classes=num_classes)
-    return FedHP(config, data, torch.device("cpu"), node_id=0)
+    return create("fedhp", config, data, torch.device("cpu"), node_id=0)
 
 
 # --- loss terms --------------------------------------------------------------------------
@@ -211,7 +211,7 @@ def run_three_nodes(data_dir):
                                  "subset": 1500},
                         "train": {"device": "cpu"}})
     cpu = torch.device("cpu")
-    nodes = [FedHP(config, load_node_data(config, i, cpu), cpu, i) for i in range(3)]
+    nodes = [create("fedhp", config, load_node_data(config, i, cpu), cpu, i) for i in range(3)]
 
     def accuracy():
         return [evaluate(n, n.data.global_x, n.data.global_y, 10, 1000)["accuracy"]

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from node.aggregation import nearest_prototype
+from node.algorithms import create
 from node.algorithms.base import Payload
 from node.algorithms.common import prototype_payload
 from node.algorithms.fedpr import FedPR, client_mean_prototypes
@@ -54,7 +55,7 @@ def test_loss_by_hand():
 
 def test_model_and_prototypes_travel():
     data = tiny_data()
-    algorithm = FedPR(tiny_config(), data, CPU, 0)
+    algorithm = create("fedpr", tiny_config(), data, CPU, 0)
     algorithm.train_round(1)
     payload = algorithm.payload()
     assert FedPR.kinds == ("model", "prototypes") and set(payload) == {"model", "prototypes"}
@@ -107,7 +108,7 @@ EXPECTED = torch.tensor([[2.5, 2.5, 2.5, 2.5], [0.0, 2.0, 0.0, 2.0], [1.0, 0.0, 
 
 def test_aggregate_averages_models_by_samples_and_prototypes_by_nodes():
     data = tiny_data()
-    algorithm = FedPR(tiny_config(), data, CPU, 0)
+    algorithm = create("fedpr", tiny_config(), data, CPU, 0)
     own, mine, peer = hand_updates(algorithm)
     assert algorithm.aggregate(own, {1: peer}) == []
     # (20 * w + 60 * (w + 4)) / 80 = w + 3
@@ -121,7 +122,7 @@ def test_aggregate_averages_models_by_samples_and_prototypes_by_nodes():
 
 
 def test_a_peer_with_a_bad_model_or_bad_prototypes_is_left_out_entirely():
-    algorithm = FedPR(tiny_config(), tiny_data(), CPU, 0)
+    algorithm = create("fedpr", tiny_config(), tiny_data(), CPU, 0)
     own, mine, good = hand_updates(algorithm)
     first = next(iter(mine))
     bad_model = {"model": Payload({**mine, first: torch.zeros(2)}, {"samples": 9}),
@@ -142,7 +143,7 @@ def test_a_peer_with_a_bad_model_or_bad_prototypes_is_left_out_entirely():
 
 def test_predict_is_the_argmax_before_any_prototype():
     data = tiny_data()
-    algorithm = FedPR(tiny_config(), data, CPU, 0)
+    algorithm = create("fedpr", tiny_config(), data, CPU, 0)
     with torch.no_grad():
         expected = algorithm.model(data.global_x)[0].argmax(dim=1)
     assert torch.equal(algorithm.predict(data.global_x), expected)
@@ -170,7 +171,7 @@ def test_a_short_federation_improves_global_accuracy(data_dir, one_thread):
                                   "embedding_dim": 32},
                         "train": {"batch_size": 16}})
     datas = [load_node_data(config, i, CPU) for i in range(3)]
-    nodes = [FedPR(config, d, CPU, i) for i, d in enumerate(datas)]
+    nodes = [create("fedpr", config, d, CPU, i) for i, d in enumerate(datas)]
 
     def accuracies():
         return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000)["accuracy"]

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
+from node.algorithms import create
 from node.algorithms.base import NodeData, Payload
 from node.algorithms.fedproc import (
     PROJECTION_DIM,
-    FedProc,
     alpha_schedule,
     fedproc_loss,
     gpc_loss,
@@ -29,7 +29,7 @@ def synthetic_node(num_classes=3, samples=20, seed=0):
     y = torch.arange(samples) % num_classes
     data = NodeData(train_x=x, train_y=y, test_x=x[:4], test_y=y[:4], global_x=x[:6],
                     global_y=y[:6], num_classes=num_classes)
-    return FedProc(config, data, torch.device("cpu"), node_id=0)
+    return create("fedproc", config, data, torch.device("cpu"), node_id=0)
 
 
 def copied(payloads):
@@ -186,7 +186,7 @@ def run_three_nodes(data_dir):
                         # the default 0.01, and 2 epochs, so that 2 rounds show learning
                         "train": {"device": "cpu", "lr": 0.05, "epochs": 2}})
     cpu = torch.device("cpu")
-    nodes = [FedProc(config, load_node_data(config, i, cpu), cpu, i) for i in range(3)]
+    nodes = [create("fedproc", config, load_node_data(config, i, cpu), cpu, i) for i in range(3)]
 
     def accuracy():
         return [evaluate(n, n.data.global_x, n.data.global_y, 10, 1000)["accuracy"]

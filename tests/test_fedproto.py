@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from node.aggregation import nearest_prototype
+from node.algorithms import create
 from node.algorithms.base import Payload
 from node.algorithms.common import prototype_payload
 from node.algorithms.fedproto import FedProto
@@ -50,7 +51,7 @@ def test_paper_lambda():
 
 def test_only_prototypes_travel():
     data = tiny_data()
-    algorithm = FedProto(tiny_config(), data, CPU, 0)
+    algorithm = create("fedproto", tiny_config(), data, CPU, 0)
     algorithm.train_round(1)
     payload = algorithm.payload()
     assert FedProto.kinds == ("prototypes",) and set(payload) == {"prototypes"}
@@ -71,7 +72,7 @@ def test_only_prototypes_travel():
 
 
 def test_nothing_is_sent_before_training():
-    payload = FedProto(tiny_config(), tiny_data(), CPU, 0).payload()
+    payload = create("fedproto", tiny_config(), tiny_data(), CPU, 0).payload()
     assert [t.numel() for t in payload["prototypes"].tensors.values()] == [0, 0, 0]
 
 
@@ -85,7 +86,7 @@ def own_and_peer():
 
 def test_aggregate_gives_count_weighted_global_prototypes():
     data = tiny_data()
-    algorithm = FedProto(tiny_config(), data, CPU, 0)
+    algorithm = create("fedproto", tiny_config(), data, CPU, 0)
     assert torch.equal(algorithm.predict(data.global_x),
                        algorithm.model(data.global_x)[0].argmax(dim=1))  # no prototype yet
     own, peer = own_and_peer()
@@ -101,7 +102,7 @@ def test_aggregate_gives_count_weighted_global_prototypes():
 
 
 def test_malformed_prototypes_are_rejected():
-    algorithm = FedProto(tiny_config(), tiny_data(), CPU, 0)
+    algorithm = create("fedproto", tiny_config(), tiny_data(), CPU, 0)
     own, good = own_and_peer()
     t = good.tensors
     received = {
@@ -147,7 +148,7 @@ def test_two_different_architectures_train_together(data_dir, one_thread):
     config = mnist_config(data_dir, 2, 600, train={"lr": 0.05},
                           model={"groups": [{"nodes": [1], "teacher_channels": [4, 8]}]})
     datas = [load_node_data(config, i, CPU) for i in range(2)]
-    nodes = [FedProto(config, d, CPU, i) for i, d in enumerate(datas)]
+    nodes = [create("fedproto", config, d, CPU, i) for i, d in enumerate(datas)]
     shapes = [{k: tuple(v.shape) for k, v in n.model.state_dict().items()} for n in nodes]
     assert [s["features.0.weight"][0] for s in shapes] == [8, 4]  # first conv's channels
     assert [s["features.3.weight"][0] for s in shapes] == [16, 8]
@@ -171,7 +172,7 @@ def test_two_different_architectures_train_together(data_dir, one_thread):
 def test_a_short_federation_improves_global_accuracy(data_dir, one_thread):
     config = mnist_config(data_dir, 3, 1500)
     datas = [load_node_data(config, i, CPU) for i in range(3)]
-    nodes = [FedProto(config, d, CPU, i) for i, d in enumerate(datas)]
+    nodes = [create("fedproto", config, d, CPU, i) for i, d in enumerate(datas)]
 
     def accuracies():
         return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000)["accuracy"]

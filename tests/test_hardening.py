@@ -16,7 +16,7 @@ from node.security import secret_file
 def planned(tmp_path):
     config = from_dict({"nodes": 3, "deploy": {"results_dir": str(tmp_path / "results")}})
     plan = plan_local(config, tmp_path / "c.toml", (), "run-1", [6001, 6002, 6003])
-    write_plan(plan, config)
+    write_plan(plan)
     return config, plan
 
 
@@ -31,7 +31,7 @@ def test_every_setting_drops_a_privilege():
 
 def test_compose_services_carry_the_same_settings(tmp_path):
     config, plan = planned(tmp_path)
-    document = compose_document(config, plan, "img:1", tmp_path, tmp_path)
+    document = compose_document(config, plan, "img:1", tmp_path)
     for line in ("cap_drop: [ALL]", "security_opt: [no-new-privileges:true]",
                  "\n    read_only: true\n",
                  f'user: "{docker_backend.container_user()}"', "target: /tmp"):
@@ -42,7 +42,7 @@ def test_compose_services_carry_the_same_settings(tmp_path):
 def test_docker_compose_accepts_the_file(tmp_path):
     config, plan = planned(tmp_path)
     path = tmp_path / "compose.yaml"
-    path.write_text(compose_document(config, plan, "img:1", tmp_path, tmp_path))
+    path.write_text(compose_document(config, plan, "img:1", tmp_path))
     done = subprocess.run(["docker-compose", "-f", str(path), "config", "-q"],
                           capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -83,8 +83,8 @@ def flood(run_dir, families):
     """Connect to node 0 with node 1's key and send every family COPIES times; return count."""
     deadline = time.monotonic() + 120
     wait_for(run_dir / "keys" / "public.json", deadline)
-    wait_for(run_dir / "peers.json", deadline)
-    address = json.loads((run_dir / "peers.json").read_text())["connect"]["0"]
+    wait_for(run_dir / "federation.json", deadline)
+    address = json.loads((run_dir / "federation.json").read_text())["nodes"][0]["address"]
     ring = load_keyring(run_dir / "keys", 1, 2)
     context = zmq.Context()
     dealer = context.socket(zmq.DEALER)

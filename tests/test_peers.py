@@ -15,7 +15,8 @@ CODECS = {"model": "int16", "prototypes": "fp32"}
 
 
 def make_peers(hub, node_id, ins, outs, rounds=3):
-    return Peers(node_id, hub.transport(node_id, outs), ins, outs, rounds, 1 << 20, CODECS)
+    return Peers(node_id, hub.transport(node_id, outs), in_neighbours=ins, out_neighbours=outs,
+                 rounds=rounds, max_message_bytes=1 << 20, codecs=CODECS)
 
 
 def handshake_all(peers, timeout=5.0):

@@ -104,10 +104,11 @@ def test_a_robust_rule_keeps_f1_with_one_poisoned_in_neighbour(data_dir, tmp_pat
                                                               monkeypatch, rule="median"):
     """(Under the plain mean the same poisoner drives the honest models to NaN: see the
     unbounded shift in the unit test above.)"""
-    from node import runtime
+    import node.algorithms
 
     clean = honest_f1(run_in_process(federation(data_dir, "mean"), tmp_path / "clean"), {4})
-    monkeypatch.setattr(runtime, "ALGORITHMS", _PerNode(runtime.ALGORITHMS, {4: Poisoner}))
+    monkeypatch.setattr(node.algorithms, "ALGORITHMS",
+                        _PerNode(node.algorithms.ALGORITHMS, {4: Poisoner}))
     attacked = honest_f1(run_in_process(federation(data_dir, rule), tmp_path / rule), {4})
     assert clean > 0.8
     assert attacked >= clean - 0.02, (rule, clean, attacked)

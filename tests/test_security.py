@@ -122,7 +122,8 @@ def test_a_peer_claiming_another_nodes_id_is_dropped(keys):
     receiver = ZmqTransport(0, address, {}, 1 << 20, ring[0], in_neighbours=[1, 2]).open()
     liar = ZmqTransport(2, f"tcp://127.0.0.1:{free_port()}", {0: address}, 1 << 20,
                         ring[2]).open()
-    peers = Peers(0, receiver, [1, 2], [], 3, 1 << 20, {"model": "fp32", "prototypes": "fp32"})
+    peers = Peers(0, receiver, in_neighbours=[1, 2], out_neighbours=[], rounds=3,
+                  max_message_bytes=1 << 20, codecs={"model": "fp32", "prototypes": "fp32"})
     try:
         for _ in range(20):
             liar.send(0, encode_message(1, 1, "prototypes"))
@@ -141,7 +142,7 @@ def secure_plan(tmp_path, security="curve"):
     config = from_dict({"nodes": 3, "deploy": {"results_dir": str(tmp_path / "results"),
                                                "security": security}})
     plan = plan_local(config, tmp_path / "c.toml", (), "run-1", [6001, 6002, 6003])
-    write_plan(plan, config)
+    write_plan(plan)
     return config, plan
 
 
@@ -149,13 +150,13 @@ def test_each_container_mounts_only_its_own_secret_and_hides_the_others(tmp_path
     config, plan = secure_plan(tmp_path)
     assert sorted(p.name for p in keys_dir(plan).iterdir()) == sorted([
         PUBLIC_FILE, secret_file(0), secret_file(1), secret_file(2)])
-    mounts = container_mounts(plan, 1, tmp_path, tmp_path)
+    mounts = container_mounts(plan, 1, tmp_path)
     key_mounts = [Path(source).name for source, target, _ in mounts if target.startswith("/keys")]
     assert key_mounts == [PUBLIC_FILE, secret_file(1)]
     assert all(read_only for _, target, read_only in mounts if target.startswith("/keys"))
     assert hidden_paths(plan) == ["/results/keys"]
     assert container_command(plan, 1)[-2:] == ["--keys", "/keys"]
-    document = compose_document(config, plan, "img:1", tmp_path, tmp_path)
+    document = compose_document(config, plan, "img:1", tmp_path)
     # per service: a scratch /tmp and the tmpfs over the keys folder
     assert document.count("type: tmpfs") == 6 and document.count(secret_file(2)) == 2  # source, target
 

@@ -1,4 +1,9 @@
-"""Learning algorithms behind one interface, picked by name."""
+"""Learning algorithms behind one interface, picked by name: adding one is a new module
+and a line in ALGORITHMS."""
+
+import threading
+
+import torch
 
 from node.algorithms.base import Algorithm, NodeData, Payload
 from node.algorithms.fedavg import FedAvg
@@ -12,4 +17,17 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     algorithm.name: algorithm for algorithm in (ProFe, FedAvg, FedProto, FedProc, FedHP, FedPR)
 }
 
-__all__ = ["ALGORITHMS", "Algorithm", "NodeData", "Payload"]
+# Construction draws initial weights from torch's global generator; nodes sharing one
+# process (in-process federations) must not interleave those draws.
+_CONSTRUCTION = threading.Lock()
+
+
+def create(name: str, config, data: NodeData, device: torch.device, node_id: int) -> Algorithm:
+    """Algorithm `name` for one node; every node of a federation starts from the same
+    weights, drawn from config.seed."""
+    with _CONSTRUCTION:
+        torch.manual_seed(config.seed)
+        return ALGORITHMS[name](config, data, device, node_id)
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "NodeData", "Payload", "create"]

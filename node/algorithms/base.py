@@ -5,11 +5,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from node.config import FederationConfig
+if TYPE_CHECKING:  # config imports the registry, never the other way round
+    from node.config import FederationConfig
+
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ class Algorithm(abc.ABC):
     name: ClassVar[str]
     kinds: ClassVar[tuple[str, ...]]  # the payload kinds sent every round, e.g. ("model",)
     reported_rule: ClassVar[str] = ARGMAX  # the prediction rule the algorithm's paper reports
+    # The dataclass of the algorithm's own config table, [<name>] (None: it has none). It
+    # may define problems() -> [(key, message)] for values out of range.
+    settings_class: ClassVar[type | None] = None
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
@@ -67,6 +72,11 @@ class Algorithm(abc.ABC):
         self.data = data
         self.device = device
         self.node_id = node_id
+
+    @property
+    def settings(self) -> Any:
+        """This algorithm's own config table, validated at the entrance."""
+        return self.config.methods[self.name]
 
     @abc.abstractmethod
     def train_round(self, round_: int) -> dict[str, float]:

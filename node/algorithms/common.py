@@ -5,42 +5,35 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from node.aggregation import local_prototypes, nearest_prototype
 from node.algorithms.base import ARGMAX, PROTOTYPE, NodeData, Payload
-from node.config import FederationConfig
 from node.errors import ProtocolError
 from node.models import (
     DEFAULT_EMBEDDING_DIM,
     STUDENT_CNN_CHANNELS,
     TEACHER_CNN_CHANNELS,
     build_model,
+    role_architecture,
 )
+
+if TYPE_CHECKING:  # config imports the registry, never the other way round
+    from node.config import FederationConfig
 
 log = logging.getLogger(__name__)
 
 # A peer's claimed sample count weighs its update; beyond any real dataset it only poisons.
 MAX_SAMPLES = 2**31 - 1
 
-# The paper's teacher/student pairs (section IV); "auto" in [model] picks these.
-PAPER_PAIRS = {
-    "mnist": ("cnn", "cnn"),
-    "fashion_mnist": ("cnn", "cnn"),
-    "cifar10": ("resnet18", "resnet8"),
-    "cifar100": ("resnet32", "resnet18"),
-}
-
-
 def build_role(config: FederationConfig, data: NodeData, role: str, node_id: int) -> nn.Module:
     """Build the teacher or the student that [model] (and its groups) give this node."""
-    teacher_arch, student_arch = PAPER_PAIRS[config.data.dataset]
     m = config.model.for_node(node_id)
-    arch = (m.teacher if role == "teacher" else m.student)
-    if arch == "auto":
-        arch = teacher_arch if role == "teacher" else student_arch
+    arch = role_architecture(m.teacher if role == "teacher" else m.student, role,
+                             config.data.dataset)
     channels = list(m.teacher_channels if role == "teacher" else m.student_channels) or None
     if channels is None and arch == "cnn":
         channels = list(TEACHER_CNN_CHANNELS if role == "teacher" else STUDENT_CNN_CHANNELS)

@@ -21,6 +21,7 @@ Deviations:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -33,8 +34,10 @@ from node.algorithms.common import (
     sgd,
     state_payload,
 )
-from node.config import FederationConfig
 from node.losses import cross_entropy
+
+if TYPE_CHECKING:  # config imports the registry, never the other way round
+    from node.config import FederationConfig
 
 
 class FedAvg(Algorithm):
@@ -46,7 +49,6 @@ class FedAvg(Algorithm):
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
-        torch.manual_seed(config.seed)  # every node starts from the same weights
         self.model = build_role(config, data, "teacher", node_id).to(device)
         self.optimizer = sgd(self.model, config)
 

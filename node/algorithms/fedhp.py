@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -66,7 +68,9 @@ from node.algorithms.common import (
     prototype_payload,
     round_generator,
 )
-from node.config import FederationConfig
+
+if TYPE_CHECKING:  # config imports the registry, never the other way round
+    from node.config import FederationConfig
 
 LAMBDA_H = 0.1  # "The parameter lambda in (1) is set to 0.1"
 HYPERSPHERE_STEPS = 1000  # ours: projected gradient steps minimising L_U (Eq. 3)
@@ -148,22 +152,41 @@ def fedhp_loss(z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
         prototypes, anchors)
 
 
+@dataclass(frozen=True)
+class FedHPSettings:
+    """[fedhp]: anchor weight lambda, prototype Adam lr, backbone weight decay, L_U init steps."""
+
+    weight: float = 0.1
+    prototype_lr: float = 0.005
+    weight_decay: float = 1e-4
+    init_steps: int = 1000
+
+    def problems(self) -> list[tuple[str, str]]:
+        found = [(key, f"must be non-negative, got {getattr(self, key)}")
+                 for key in ("weight", "weight_decay") if getattr(self, key) < 0]
+        if self.prototype_lr <= 0:
+            found.append(("prototype_lr", f"must be positive, got {self.prototype_lr}"))
+        if self.init_steps < 1:
+            found.append(("init_steps", f"must be at least 1, got {self.init_steps}"))
+        return found
+
+
 class FedHP(Algorithm):
     """The FedHP trainer behind the common algorithm interface."""
 
     name = "fedhp"
     kinds = ("prototypes",)
     reported_rule = PROTOTYPE
+    settings_class = FedHPSettings
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
-        torch.manual_seed(config.seed)  # every node starts from the same backbone
         self.net = build_role(config, data, "teacher", node_id)
         dim = self.net.classifier.in_features
         self.net.classifier = nn.Identity()  # FedHP uses only the backbone
         self.net.to(device)
-        h = config.fedhp
+        h = self.settings
         anchors = hyperspherical_prototypes(data.num_classes, dim, config.seed, h.init_steps)
         self.anchors = anchors.to(device)
         self.prototypes = nn.Parameter(anchors.clone().to(device))
@@ -185,7 +208,7 @@ class FedHP(Algorithm):
                 _, z = self.net(x)
                 l_d = distance_loss(z, y, self.prototypes)
                 l_h = hyperspherical_loss(self.prototypes, self.anchors)
-                loss = l_d + self.config.fedhp.weight * l_h
+                loss = l_d + self.settings.weight * l_h
                 self.net_optimizer.zero_grad()
                 self.prototype_optimizer.zero_grad()
                 loss.backward()

@@ -42,6 +42,8 @@ Deviations:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -58,8 +60,10 @@ from node.algorithms.common import (
     state_payload,
     train_prototypes,
 )
-from node.config import FederationConfig
 from node.losses_fedpr import fedpr_loss
+
+if TYPE_CHECKING:  # config imports the registry, never the other way round
+    from node.config import FederationConfig
 
 
 def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]],
@@ -74,20 +78,30 @@ def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Ten
                                  for protos, counts in contributions], rule, trim_fraction)
 
 
+@dataclass(frozen=True)
+class FedPRSettings:
+    """[fedpr]: the weight on the l2 distance to the global prototype (Eq. 4 has none: 1)."""
+
+    weight: float = 1.0
+
+    def problems(self) -> list[tuple[str, str]]:
+        return [] if self.weight >= 0 else [("weight", f"must be non-negative, got {self.weight}")]
+
+
 class FedPR(Algorithm):
     """FedPR behind the common algorithm interface: model and prototypes travel."""
 
     name = "fedpr"
     kinds = ("model", "prototypes")
     reported_rule = PROTOTYPE
+    settings_class = FedPRSettings
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
-        torch.manual_seed(config.seed)  # every node starts from the same weights
         self.model = build_role(config, data, "teacher", node_id).to(device)
         self.optimizer = sgd(self.model, config)
-        self.weight = config.fedpr.weight
+        self.weight = self.settings.weight
         self.dim = self.model.classifier.in_features
         self.global_prototypes = torch.zeros(data.num_classes, self.dim, device=device)
         self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)

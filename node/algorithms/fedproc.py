@@ -41,6 +41,8 @@ Choices and deviations:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +60,9 @@ from node.algorithms.common import (
     state_payload,
     train_prototypes,
 )
-from node.config import FederationConfig
+
+if TYPE_CHECKING:  # config imports the registry, never the other way round
+    from node.config import FederationConfig
 
 PROJECTION_DIM = 256  # "the projection head consists of a 2-layer MLP with an output size of 256"
 GPC_TEMPERATURE = 1.0  # Eq. (4) is exp(sim(z, c)) with no temperature
@@ -116,19 +120,35 @@ def fedproc_loss(logits: torch.Tensor, z: torch.Tensor, labels: torch.Tensor,
             + (1.0 - alpha) * F.cross_entropy(logits, labels))
 
 
+@dataclass(frozen=True)
+class FedProcSettings:
+    """[fedproc]: projection head output size and contrastive temperature (paper: 256, 1)."""
+
+    projection_dim: int = 256
+    temperature: float = 1.0
+
+    def problems(self) -> list[tuple[str, str]]:
+        found = []
+        if self.projection_dim < 1:
+            found.append(("projection_dim", f"must be at least 1, got {self.projection_dim}"))
+        if self.temperature <= 0:
+            found.append(("temperature", f"must be positive, got {self.temperature}"))
+        return found
+
+
 class FedProc(Algorithm):
     """The FedProc trainer behind the common algorithm interface."""
 
     name = "fedproc"
     kinds = ("model", "prototypes")
+    settings_class = FedProcSettings
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
-        torch.manual_seed(config.seed)  # every node starts from the same weights
         encoder = build_role(config, data, "teacher", node_id)
         self.net = FedProcNet(encoder, data.num_classes,
-                              projection_dim=config.fedproc.projection_dim).to(device)
+                              projection_dim=self.settings.projection_dim).to(device)
         self.optimizer = sgd(self.net, config)
         dim = self.net.classifier.in_features
         self.global_prototypes = torch.zeros(data.num_classes, dim, device=device)
@@ -155,7 +175,7 @@ class FedProc(Algorithm):
             for x, y in batches(self.data.train_x, self.data.train_y, t.batch_size, generator):
                 logits, z = self.net(x)
                 gpc = gpc_loss(z, y, self.global_prototypes, self.known,
-                               self.config.fedproc.temperature)
+                               self.settings.temperature)
                 ce = F.cross_entropy(logits, y)
                 loss = alpha * gpc + (1.0 - alpha) * ce
                 self.optimizer.zero_grad()

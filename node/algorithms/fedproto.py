@@ -39,6 +39,8 @@ never leaves the node, so nodes may run different architectures as long as they 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -53,8 +55,22 @@ from node.algorithms.common import (
     sgd,
     train_prototypes,
 )
-from node.config import FederationConfig
 from node.losses_fedproto import fedproto_loss, paper_lambda
+
+if TYPE_CHECKING:  # config imports the registry, never the other way round
+    from node.config import FederationConfig
+
+
+@dataclass(frozen=True)
+class FedProtoSettings:
+    """[fedproto]: the prototype-loss weight lambda; unset = the paper's value for the dataset."""
+
+    weight: float | None = None
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.weight is not None and self.weight < 0:
+            return [("weight", f"must be non-negative, got {self.weight}")]
+        return []
 
 
 class FedProto(Algorithm):
@@ -63,14 +79,14 @@ class FedProto(Algorithm):
     name = "fedproto"
     kinds = ("prototypes",)
     reported_rule = PROTOTYPE
+    settings_class = FedProtoSettings
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
-        torch.manual_seed(config.seed)
         self.model = build_role(config, data, "teacher", node_id).to(device)
         self.optimizer = sgd(self.model, config)
-        weight = config.fedproto.weight
+        weight = self.settings.weight
         self.lam = paper_lambda(config.data.dataset) if weight is None else weight
         self.dim = self.model.classifier.in_features
         self.global_prototypes = torch.zeros(data.num_classes, self.dim, device=device)

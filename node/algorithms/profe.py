@@ -41,6 +41,7 @@ Deviations and readings, each a choice the paper leaves open or one we changed:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -58,8 +59,10 @@ from node.algorithms.common import (
     state_payload,
     train_prototypes,
 )
-from node.config import FederationConfig
 from node.losses import decayed_weight, student_loss, teacher_loss
+
+if TYPE_CHECKING:  # config imports the registry, never the other way round
+    from node.config import FederationConfig
 
 
 class ProFe(Algorithm):
@@ -71,7 +74,6 @@ class ProFe(Algorithm):
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
-        torch.manual_seed(config.seed)  # every node starts from the same weights
         self.teacher = build_role(config, data, "teacher", node_id).to(device)
         self.student = build_role(config, data, "student", node_id).to(device)
         self.teacher_optimizer = sgd(self.teacher, config)

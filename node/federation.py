@@ -1,0 +1,114 @@
+"""A resolved federation: the validated config plus every node's addresses and neighbours.
+
+The launcher builds it once (the graph included) and writes it as one JSON file; every
+backend hands that file to every node unchanged, and nodes never rebuild the graph.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from node.config import FederationConfig, build_graph, from_dict
+from node.errors import ConfigError, ProtofedError
+from topology import in_neighbours, out_neighbours
+
+FORMAT = 1  # bumped when the file's shape changes
+
+
+@dataclass(frozen=True)
+class Member:
+    """One node's place in the federation: where it listens, where it is reached, whom it
+    hears from and whom it sends to."""
+
+    node_id: int
+    bind: str
+    address: str
+    in_neighbours: tuple[int, ...]
+    out_neighbours: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Federation:
+    """The config every node runs with and the members, node i at index i."""
+
+    config: FederationConfig
+    members: tuple[Member, ...]
+
+    def member(self, node_id: int) -> Member:
+        """Node `node_id`'s entry; ConfigError when there is no such node."""
+        if not 0 <= node_id < len(self.members):
+            raise ConfigError(f"node id {node_id} is outside 0..{len(self.members) - 1}")
+        return self.members[node_id]
+
+    def addresses(self, node_ids: Sequence[int]) -> dict[int, str]:
+        """Where each of `node_ids` is reached."""
+        return {i: self.members[i].address for i in node_ids}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "digest": self.config.digest(),
+                "config": self.config.to_dict(),
+                "nodes": [{"id": m.node_id, "bind": m.bind, "address": m.address,
+                           "in": list(m.in_neighbours), "out": list(m.out_neighbours)}
+                          for m in self.members]}
+
+    def write(self, path: Path) -> Path:
+        path.write_text(json.dumps(self.to_dict(), indent=1))
+        return path
+
+
+def resolve(config: FederationConfig, binds: Sequence[str], addresses: Sequence[str],
+            source: str = "<config>") -> Federation:
+    """Build the graph (once) and give node i the bind and reach addresses binds[i],
+    addresses[i]; a graph that cannot be built is a ConfigError naming [topology]."""
+    if not len(binds) == len(addresses) == config.nodes:
+        raise ConfigError(f"need {config.nodes} addresses, got {len(binds)} and "
+                          f"{len(addresses)}")
+    try:
+        graph = build_graph(config)
+    except ProtofedError as exc:
+        raise ConfigError(f"{source}: [topology] {exc}") from None
+    members = tuple(Member(i, binds[i], addresses[i], tuple(in_neighbours(graph, i)),
+                           tuple(out_neighbours(graph, i))) for i in range(config.nodes))
+    return Federation(config, members)
+
+
+def read(path: str | Path) -> Federation:
+    """A federation file written by the launcher, checked as strictly as a TOML file."""
+    source = str(path)
+    try:
+        raw = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the federation file: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{source}: not a federation file (bad JSON: {exc})") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise ConfigError(f"{source}: not a federation file of format {FORMAT} (written by "
+                          "another protofed version?)")
+    config = from_dict(raw.get("config"), source=source)
+    nodes = raw.get("nodes")
+    if not isinstance(nodes, list) or len(nodes) != config.nodes:
+        raise ConfigError(f"{source}: nodes must list all {config.nodes} nodes")
+    members = tuple(_member(entry, i, config.nodes, source) for i, entry in enumerate(nodes))
+    return Federation(config, members)
+
+
+def _member(entry: Any, index: int, nodes: int, source: str) -> Member:
+    where = f"{source}: nodes[{index}]"
+    if not isinstance(entry, dict) or entry.get("id") != index:
+        raise ConfigError(f"{where}: must be an object with id {index}")
+    for key in ("bind", "address"):
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise ConfigError(f"{where}.{key}: must be an address like tcp://host:port")
+    neighbours = {}
+    for key in ("in", "out"):
+        ids = entry.get(key)
+        if (not isinstance(ids, list) or
+                not all(type(i) is int and 0 <= i < nodes and i != index for i in ids)):
+            raise ConfigError(f"{where}.{key}: must list node ids in 0..{nodes - 1} other "
+                              f"than {index}, got {ids!r}")
+        neighbours[key] = tuple(sorted(set(ids)))
+    return Member(index, entry["bind"], entry["address"], neighbours["in"], neighbours["out"])
