@@ -19,6 +19,7 @@ from deploy.runner import watch
 from node.config import load
 from node.data import default_data_dir
 from node.errors import ConfigError, ProtofedError
+from node.record import NodeRecord
 
 log = logging.getLogger("protofed")
 
@@ -174,9 +175,9 @@ class Progress:
         self.tty = sys.stderr.isatty()
         self.last = ""
 
-    def show(self, results: list[dict]) -> None:
-        cells = [f"{r['node']}:{_state(r, self.rounds)}" for r in results]
-        done = sum(r.get("rounds_done", 0) for r in results)
+    def show(self, results: list[NodeRecord]) -> None:
+        cells = [f"{r.node}:{_state(r, self.rounds)}" for r in results]
+        done = sum(r.rounds_done for r in results)
         text = f"rounds {done}/{self.rounds * len(results)}  " + " ".join(cells)
         if text == self.last:
             return
@@ -191,11 +192,10 @@ class Progress:
             print(file=sys.stderr)
 
 
-def _state(result: dict, rounds: int) -> str:
-    status = result.get("status", "missing")
-    if status in ("running", "finished"):
-        return f"{result.get('rounds_done', 0)}/{rounds}"
-    return {"missing": "wait", "starting": "init"}.get(status, status)
+def _state(result: NodeRecord, rounds: int) -> str:
+    if result.status in ("running", "finished"):
+        return f"{result.rounds_done}/{rounds}"
+    return {"missing": "wait", "starting": "init"}.get(result.status, result.status)
 
 
 def _docker_client_if_running():

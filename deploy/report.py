@@ -6,34 +6,27 @@ import json
 from pathlib import Path
 from typing import Any
 
+from node.record import Evaluation, NodeRecord, final_evaluation
 
-def read_node_results(results_dir: Path, nodes: int) -> list[dict[str, Any]]:
-    """Every node's JSON result; a node that wrote none (or garbage) gets a 'missing' stub."""
+
+def read_node_results(results_dir: Path, nodes: int) -> list[NodeRecord]:
+    """Every node's record; a node that wrote none (or garbage) gets a 'missing' one."""
     out = []
     for node_id in range(nodes):
         path = results_dir / f"node-{node_id}.json"
         try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            out.append({"node": node_id, "status": "missing", "rounds": [], "rounds_done": 0})
+            out.append(NodeRecord.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError, AttributeError):
+            out.append(NodeRecord(node=node_id))
     return out
 
 
-def final_metrics(result: dict[str, Any], split: str) -> dict[str, float | None]:
-    """The last recorded round's accuracy and F1 on `split` (local_test or global_test)."""
-    rounds = result.get("rounds") or []
-    if not rounds:
-        return {"accuracy": None, "f1": None, "rule": None, "by_rule": {}}
-    return dict(rounds[-1][split])
-
-
-def node_status(result: dict[str, Any], exit_code: int | None) -> str:
+def node_status(result: NodeRecord, exit_code: int | None) -> str:
     """The node's status; a node whose process ended while its file says it was still
     working died without a word (killed): it is "dead", not "running"."""
-    status = result.get("status", "missing")
-    if exit_code is not None and status in ("starting", "running"):
+    if exit_code is not None and result.status in ("starting", "running"):
         return "dead"
-    return status
+    return result.status
 
 
 def summarize(results_dir: Path, run_id: str, nodes: int,
@@ -43,25 +36,25 @@ def summarize(results_dir: Path, run_id: str, nodes: int,
     the nodes that finished (a dead node's last F1 is stale and left out)."""
     rows = []
     for result in read_node_results(results_dir, nodes):
-        global_ = final_metrics(result, "global_test")
-        local = final_metrics(result, "local_test")
-        by_rule = {rule: metrics["f1"] for rule, metrics in global_.get("by_rule", {}).items()}
+        global_ = final_evaluation(result, "global_test") or Evaluation()
+        local = final_evaluation(result, "local_test") or Evaluation()
+        measured = bool(result.rounds)
         rows.append({
-            "node": result["node"],
-            "status": node_status(result, (exit_codes or {}).get(result["node"])),
-            "rule": global_.get("rule"), "global_f1_by_rule": by_rule,
-            "in_neighbours": result.get("in_neighbours", []),
-            "out_neighbours": result.get("out_neighbours", []),
-            "rounds_done": result.get("rounds_done", 0),
-            "bytes_sent": result.get("bytes_sent", 0),
-            "bytes_received": result.get("bytes_received", 0),
-            "global_f1": global_["f1"], "global_accuracy": global_["accuracy"],
-            "local_f1": local["f1"], "local_accuracy": local["accuracy"],
-            "elapsed_seconds": result.get("elapsed_seconds"),
-            "dropped_messages": result.get("dropped_count",
-                                           len(result.get("dropped_messages", []))),
-            "interface_bytes": result.get("interface_bytes"),
-            "error": result.get("error"),
+            "node": result.node,
+            "status": node_status(result, (exit_codes or {}).get(result.node)),
+            "rule": global_.rule or None,
+            "global_f1_by_rule": {rule: m["f1"] for rule, m in global_.by_rule.items()},
+            "in_neighbours": result.in_neighbours, "out_neighbours": result.out_neighbours,
+            "rounds_done": result.rounds_done,
+            "bytes_sent": result.bytes_sent, "bytes_received": result.bytes_received,
+            "global_f1": global_.f1 if measured else None,
+            "global_accuracy": global_.accuracy if measured else None,
+            "local_f1": local.f1 if measured else None,
+            "local_accuracy": local.accuracy if measured else None,
+            "elapsed_seconds": result.elapsed_seconds,
+            "dropped_messages": result.dropped_count or len(result.dropped_messages),
+            "interface_bytes": result.interface_bytes,
+            "error": result.error,
         })
     finished = [r for r in rows if r["global_f1"] is not None and r["status"] == "finished"]
     summary = {

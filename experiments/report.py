@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from node.record import NodeRecord
+
 ARCHIVE_NAME = "archive.jsonl.gz"
 STUDENT_BASELINE = ("fedavg-student", "fp32")  # the ProFe paper's baseline: the student's size
 TEACHER_BASELINE = ("fedavg", "fp32")  # FedAvg on the teacher-size model, for comparison
@@ -130,41 +132,43 @@ def _partition(data: dict) -> str:
     return data["partition"]
 
 
-def _final(node: dict, split: str, rule: str | None = None) -> tuple[float, float]:
+def _final(node: NodeRecord, split: str, rule: str | None = None) -> tuple[float, float]:
     """(F1, top-class share) of the node's last round on `split`, under `rule` or its own."""
-    metrics = node["rounds"][-1][split]
-    if rule is not None:
-        metrics = metrics.get("by_rule", {}).get(rule, {"f1": float("nan")})
+    evaluation = getattr(node.rounds[-1], split)
+    if rule is None:
+        return evaluation.f1, evaluation.top_class_share
+    metrics = evaluation.by_rule.get(rule, {"f1": float("nan")})
     return metrics["f1"], metrics.get("top_class_share", float("nan"))
 
 
 def parse_record(record: dict) -> CellResult | None:
     """A cell's figures, over its finished nodes; None when no node finished."""
     config = record["config"]
-    finished = [n for n in record["nodes"] if n.get("status") == "finished" and n["rounds"]]
+    nodes = [NodeRecord.from_dict(n) for n in record["nodes"]]
+    finished = [n for n in nodes if n.status == "finished" and n.rounds]
     if not finished:
         return None
     method = (record.get("cell") or {}).get("algorithm", config["algorithm"])
-    last = finished[0]["rounds"][-1]["global_test"]
-    rule = last.get("rule", "argmax")
-    others = sorted(set(last.get("by_rule", {})) - {rule})
-    rounds = min(len(n["rounds"]) for n in finished)
+    last = finished[0].rounds[-1].global_test
+    rule = last.rule or "argmax"
+    others = sorted(set(last.by_rule) - {rule})
+    rounds = min(len(n.rounds) for n in finished)
     return CellResult(
         key=record["key"], method=method, codec=codec_label(config["exchange"]),
         dataset=config["data"]["dataset"], partition=_partition(config["data"]),
         topology=config["topology"]["kind"], nodes=config["nodes"], seed=config["seed"],
         rule=rule,
-        bytes_sent=tuple(n["bytes_sent"] for n in finished),
-        bytes_received=tuple(n["bytes_received"] for n in finished),
-        elapsed=tuple(n["elapsed_seconds"] for n in finished),
+        bytes_sent=tuple(n.bytes_sent for n in finished),
+        bytes_received=tuple(n.bytes_received for n in finished),
+        elapsed=tuple(n.elapsed_seconds for n in finished),
         final_f1=tuple(_final(n, "global_test")[0] for n in finished),
         final_local_f1=tuple(_final(n, "local_test")[0] for n in finished),
         top_class_share=tuple(_final(n, "global_test")[1] for n in finished),
         other_rules={r: (tuple(_final(n, "global_test", r)[0] for n in finished),
                          tuple(_final(n, "global_test", r)[1] for n in finished))
                      for r in others},
-        f1_per_round=tuple(statistics.fmean(n["rounds"][i]["global_test"]["f1"]
-                                            for n in finished) for i in range(rounds)))
+        f1_per_round=tuple(statistics.fmean(n.rounds[i].global_test.f1 for n in finished)
+                           for i in range(rounds)))
 
 
 # ---- tables ----

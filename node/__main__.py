@@ -11,6 +11,7 @@ from pathlib import Path
 from node.config import FederationConfig
 from node.errors import ConfigError, ProtofedError
 from node.federation import read as read_federation
+from node.record import NodeRecord
 from node.runtime import Recorder, build_node
 from node.security import Keyring, load_keyring
 from node.transport import ZmqTransport
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         federation = read_federation(args.federation)
         config, member = federation.config, federation.member(args.node_id)
         recorder = Recorder(Path(args.results) / f"node-{args.node_id}.json",
-                            {"node": args.node_id})
+                            NodeRecord(node=args.node_id))
         transport = ZmqTransport(args.node_id, member.bind,
                                  federation.addresses(member.out_neighbours),
                                  config.exchange.max_message_bytes,

@@ -12,6 +12,7 @@ from typing import Any
 
 from node.config import FederationConfig
 from node.federation import Federation, resolve
+from node.record import NodeRecord
 from node.runtime import Recorder, build_node
 from node.transport import MemoryHub
 
@@ -24,7 +25,7 @@ def memory_federation(config: FederationConfig) -> Federation:
 
 def run_in_memory(federation: Federation, results_dir: Path,
                   timeout: float = 600.0) -> list[dict[str, Any]]:
-    """Run every node to the end and return their results, node i at index i.
+    """Run every node to the end and return their results as node-<i>.json holds them.
 
     A node that raises makes the whole call raise, after the others stopped.
     """
@@ -35,9 +36,9 @@ def run_in_memory(federation: Federation, results_dir: Path,
     def work(node_id: int) -> None:
         member = federation.member(node_id)
         transport = hub.transport(node_id, list(member.out_neighbours))
-        recorder = Recorder(Path(results_dir) / f"node-{node_id}.json", {"node": node_id})
+        recorder = Recorder(Path(results_dir) / f"node-{node_id}.json", NodeRecord(node=node_id))
         try:
-            results[node_id] = build_node(federation, node_id, transport, recorder).run()
+            results[node_id] = build_node(federation, node_id, transport, recorder).run().to_dict()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread below
             recorder.fail(f"{type(exc).__name__}: {exc}")
             transport.close(0)

@@ -25,6 +25,7 @@ from node.federation import Federation
 from node.metrics import prediction_metrics
 from node.partition import federated_split
 from node.peers import RECEIVED, SENT, Peers
+from node.record import Evaluation, NodeRecord, RoundRecord
 from node.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -90,20 +91,19 @@ def interface_counters(name: str) -> dict[str, int] | None:
 
 @torch.no_grad()
 def evaluate(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, num_classes: int,
-             batch_size: int) -> dict[str, Any]:
+             batch_size: int) -> Evaluation:
     """Accuracy, macro-F1 and top-class share on one set under every prediction rule.
 
     The top-level figures are those of the rule the algorithm's paper reports ("rule").
     """
     rule = algorithm.reported_rule
     if len(y) == 0:
-        return {"accuracy": 0.0, "f1": 0.0, "top_class_share": 0.0, "rule": rule,
-                "by_rule": {}}
+        return Evaluation(rule=rule)
     parts = [algorithm.predictions(x[i:i + batch_size]) for i in range(0, len(x), batch_size)]
     truth = y.cpu().numpy()
     by_rule = {name: prediction_metrics(torch.cat([p[name] for p in parts]).cpu().numpy(),
                                         truth, num_classes) for name in parts[0]}
-    return {**by_rule[rule], "rule": rule, "by_rule": by_rule}
+    return Evaluation(**by_rule[rule], rule=rule, by_rule=by_rule)
 
 
 @dataclass
@@ -111,30 +111,29 @@ class Recorder:
     """Keeps the node's results and rewrites its JSON file after every round."""
 
     path: Path
-    result: dict[str, Any] = field(default_factory=dict)
+    result: NodeRecord
     started: float = field(default_factory=time.monotonic)
 
     def write(self) -> None:
         """Atomically replace the result file, so a reader never sees half of it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.result, indent=1, sort_keys=True))
+        tmp.write_text(json.dumps(self.result.to_dict(), indent=1, sort_keys=True))
         tmp.replace(self.path)
 
-    def unfinished(self, digest: str) -> dict[str, Any] | None:
+    def unfinished(self, digest: str) -> NodeRecord | None:
         """What an earlier process of this node wrote in this run, if it did not finish."""
         try:
-            previous = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+            previous = NodeRecord.from_dict(json.loads(self.path.read_text()))
+        except (OSError, ValueError, TypeError, AttributeError):
             return None
-        if (not isinstance(previous, dict) or previous.get("status") == "finished"
-                or previous.get("config_digest") != digest):
+        if previous.status == "finished" or previous.config_digest != digest:
             return None
         return previous
 
     def fail(self, error: str) -> None:
         """Record why the node stopped."""
-        self.result.update({"status": "failed", "error": error})
+        self.result.status, self.result.error = "failed", error
         self.write()
 
 
@@ -154,19 +153,18 @@ def build_node(federation: Federation, node_id: int, transport: Transport,
     member = federation.member(node_id)
     previous = recorder.unfinished(config.digest())  # before this start overwrites it
     threads, device = prepare_process(config, node_id)
-    recorder.result.update({
-        "node": node_id, "status": "starting", "algorithm": config.algorithm,
-        "config_digest": config.digest(), "config_name": config.name,
-        "in_neighbours": list(member.in_neighbours),
-        "out_neighbours": list(member.out_neighbours), "rounds": [], "rounds_done": 0,
-        "rounds_total": config.rounds, "threads": threads, "device": str(device)})
+    recorder.result = NodeRecord(
+        node=node_id, status="starting", algorithm=config.algorithm,
+        config_digest=config.digest(), config_name=config.name,
+        in_neighbours=list(member.in_neighbours), out_neighbours=list(member.out_neighbours),
+        rounds_total=config.rounds, threads=threads, device=str(device))
     recorder.write()
     data = load_node_data(config, node_id, device)
     algorithm = create(config.algorithm, config, data, device, node_id)
-    recorder.result.update({"train_samples": len(data.train_y),
-                            "test_samples": len(data.test_y),
-                            "global_test_samples": len(data.global_y),
-                            "setup_seconds": time.monotonic() - recorder.started})
+    result = recorder.result
+    result.train_samples, result.test_samples = len(data.train_y), len(data.test_y)
+    result.global_test_samples = len(data.global_y)
+    result.setup_seconds = time.monotonic() - recorder.started
     peers = Peers(node_id, transport, in_neighbours=member.in_neighbours,
                   out_neighbours=member.out_neighbours, rounds=config.rounds,
                   max_message_bytes=config.exchange.max_message_bytes,
@@ -180,7 +178,7 @@ class Node:
 
     def __init__(self, config: FederationConfig, node_id: int, algorithm: Algorithm,
                  peers: Peers, recorder: Recorder,
-                 previous: dict[str, Any] | None = None) -> None:
+                 previous: NodeRecord | None = None) -> None:
         self.config = config
         self.node_id = node_id
         self.algorithm = algorithm
@@ -188,57 +186,54 @@ class Node:
         self.recorder = recorder
         self.previous = previous  # an earlier, unfinished process's record of this node
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> NodeRecord:
         """Train for every round and return (and write) the node's result."""
         config, node_id, peers = self.config, self.node_id, self.peers
         algorithm, data = self.algorithm, self.algorithm.data
         result = self.recorder.result
         handshake_started = time.monotonic()
         peers.handshake(config.timeouts.startup)
-        result["handshake_seconds"] = time.monotonic() - handshake_started
-        result["status"] = "running"
+        result.handshake_seconds = time.monotonic() - handshake_started
+        result.status = "running"
         first = 1
         if peers.joined_round:  # the others are in that round already: join at the next one
             first = peers.joined_round + 1
             self._rejoin(self.previous, first)
         else:
-            result["rounds"].append(self._round_record(0, algorithm, data, peers, {}, {}, [],
-                                                       []))
+            result.rounds.append(self._round_record(0, algorithm, data, peers, {}, {}, [], []))
         self.recorder.write()
         for round_ in range(first, config.rounds + 1):
             peers.current_round = round_
             record = self._run_round(round_, algorithm, data, peers)
-            result["rounds"].append(record)
-            result["rounds_done"] = round_
+            result.rounds.append(record)
+            result.rounds_done = round_
             self._fill_totals(peers)
             self.recorder.write()
             log.info("node %d: round %d/%d done: global F1 %.4f, missing %s", node_id, round_,
-                     config.rounds, record["global_test"]["f1"], record["missing_peers"])
-        result["no_goodbye_from"] = peers.goodbye(config.timeouts.shutdown)
+                     config.rounds, record.global_test.f1, record.missing_peers)
+        result.no_goodbye_from = peers.goodbye(config.timeouts.shutdown)
         peers.transport.close(config.timeouts.shutdown)
         interface = os.environ.get("PROTOFED_INTERFACE")
         if interface:  # set by the docker backend: this container's own interface
-            result["interface_bytes"] = interface_counters(interface)
-        result["status"] = "finished"
-        result["elapsed_seconds"] = time.monotonic() - self.recorder.started
+            result.interface_bytes = interface_counters(interface)
+        result.status = "finished"
+        result.elapsed_seconds = time.monotonic() - self.recorder.started
         self._fill_totals(peers)
         self.recorder.write()
         return result
 
-    def _rejoin(self, previous: dict[str, Any] | None, first: int) -> None:
+    def _rejoin(self, previous: NodeRecord | None, first: int) -> None:
         """Keep an earlier process's rounds and byte totals; note where this one joined."""
         result = self.recorder.result
-        result["restarts"] = 1 + (previous or {}).get("restarts", 0)
-        result["rejoined_at"] = [*(previous or {}).get("rejoined_at", []), first]
+        result.restarts = 1 + ((previous.restarts or 0) if previous else 0)
+        result.rejoined_at = [*((previous.rejoined_at or []) if previous else []), first]
         if previous is not None:
-            result["rounds"] = [r for r in previous.get("rounds", [])
-                                if isinstance(r, dict) and r.get("round", first) < first]
-            result["before_restart"] = {key: previous.get(key) for key in TOTALS
-                                        if key in previous}
+            result.rounds = [r for r in previous.rounds if r.round < first]
+            result.before_restart = {key: getattr(previous, key) for key in TOTALS}
         log.warning("node %d: rejoined the federation at round %d", self.node_id, first)
 
     def _run_round(self, round_: int, algorithm: Algorithm, data: NodeData,
-                   peers: Peers) -> dict[str, Any]:
+                   peers: Peers) -> RoundRecord:
         started = time.monotonic()
         train_stats = algorithm.train_round(round_)
         trained = time.monotonic()
@@ -266,38 +261,37 @@ class Node:
 
     def _round_record(self, round_: int, algorithm: Algorithm, data: NodeData, peers: Peers,
                       train_stats: dict, timings: dict, missing: list[int],
-                      rejected: list[int]) -> dict[str, Any]:
+                      rejected: list[int]) -> RoundRecord:
         batch = self.config.train.eval_batch_size
         started = time.monotonic()
         local = evaluate(algorithm, data.test_x, data.test_y, data.num_classes, batch)
         global_ = evaluate(algorithm, data.global_x, data.global_y, data.num_classes, batch)
-        return {"round": round_, "local_test": local, "global_test": global_,
-                "train": train_stats, **timings,
-                "evaluation_seconds": time.monotonic() - started,
-                "missing_peers": missing, "rejected_peers": rejected,
-                "bytes_sent": peers.meter.total(SENT, round_=round_),
-                "bytes_received": peers.meter.total(RECEIVED, round_=round_),
-                "bytes_sent_by_peer": peers.meter.breakdown(SENT, round_),
-                "bytes_received_by_peer": peers.meter.breakdown(RECEIVED, round_)}
+        return RoundRecord(
+            round=round_, local_test=local, global_test=global_, train=train_stats, **timings,
+            evaluation_seconds=time.monotonic() - started, missing_peers=missing,
+            rejected_peers=rejected, bytes_sent=peers.meter.total(SENT, round_=round_),
+            bytes_received=peers.meter.total(RECEIVED, round_=round_),
+            bytes_sent_by_peer=peers.meter.breakdown(SENT, round_),
+            bytes_received_by_peer=peers.meter.breakdown(RECEIVED, round_))
 
     def _fill_totals(self, peers: Peers) -> None:
         meter = peers.meter
         result = self.recorder.result
-        result.update({
-            "bytes_sent": meter.total(SENT), "bytes_received": meter.total(RECEIVED),
-            "bytes_sent_by_peer": meter.breakdown(SENT),
-            "bytes_received_by_peer": meter.breakdown(RECEIVED),
-            "bytes_sent_by_kind": {k: meter.total(SENT, kind=k)
-                                   for k in ("model", "prototypes", "control")},
-            "bytes_received_by_kind": {k: meter.total(RECEIVED, kind=k)
-                                       for k in ("model", "prototypes", "control")},
-            "unreachable_peers": sorted(peers.unreachable_seen),
-            # the whole process's peak, so in-process federations share one figure
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            **meter.drop_record()})
-        for key, earlier in result.get("before_restart", {}).items():
-            result[key] = add_counts(result[key], earlier)
+        result.bytes_sent, result.bytes_received = meter.total(SENT), meter.total(RECEIVED)
+        result.bytes_sent_by_peer = meter.breakdown(SENT)
+        result.bytes_received_by_peer = meter.breakdown(RECEIVED)
+        result.bytes_sent_by_kind = {k: meter.total(SENT, kind=k) for k in KINDS}
+        result.bytes_received_by_kind = {k: meter.total(RECEIVED, kind=k) for k in KINDS}
+        result.unreachable_peers = sorted(peers.unreachable_seen)
+        # the whole process's peak, so in-process federations share one figure
+        result.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        for key, value in meter.drop_record().items():
+            setattr(result, key, value)
+        for key, earlier in (result.before_restart or {}).items():
+            setattr(result, key, add_counts(getattr(result, key), earlier))
 
+
+KINDS = ("model", "prototypes", "control")
 
 # Result totals an earlier process of a restarted node counted, added to the new ones.
 TOTALS = ("bytes_sent", "bytes_received", "bytes_sent_by_peer", "bytes_received_by_peer",

@@ -1,6 +1,8 @@
 """Both prediction rules are recorded, and prototype inference does not collapse on disjoint
 classes once prototypes come from the aggregated model (in-process federations)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -67,7 +69,7 @@ class OneRule:
 def test_evaluate_records_every_rule_and_the_top_class_share():
     y = torch.tensor([0, 1, 0, 1])
     x = y.to(torch.float32).unsqueeze(1)
-    result = evaluate(OneRule(), x, y, num_classes=2, batch_size=3)
+    result = dataclasses.asdict(evaluate(OneRule(), x, y, num_classes=2, batch_size=3))
     assert result["rule"] == ARGMAX
     # argmax answers 0 for everything: class 0 F1 = 2*2/(4+2), class 1 F1 = 0
     assert result["by_rule"][ARGMAX] == pytest.approx(
@@ -79,7 +81,7 @@ def test_evaluate_records_every_rule_and_the_top_class_share():
 
 def test_evaluate_on_an_empty_set():
     empty = evaluate(OneRule(), torch.zeros(0, 1), torch.zeros(0, dtype=torch.int64), 2, 8)
-    assert empty["f1"] == 0.0 and empty["by_rule"] == {}
+    assert empty.f1 == 0.0 and empty.by_rule == {}
 
 
 def test_every_algorithm_reports_a_rule_it_has():

@@ -1,0 +1,116 @@
+"""What a node records: one typed record per node, written by the round loop as
+node-<i>.json and read back by the launcher's table and the experiment reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+PeerKindBytes = dict[str, dict[str, int]]  # {peer id: {message kind: bytes}}
+
+
+@dataclass
+class Evaluation:
+    """One test set under every prediction rule; the top level is the reported `rule`."""
+
+    accuracy: float = 0.0
+    f1: float = 0.0
+    top_class_share: float = 0.0
+    rule: str = ""
+    by_rule: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass
+class RoundRecord:
+    """One round of one node: metrics after aggregation, losses, timings, peers, bytes."""
+
+    round: int = 0
+    local_test: Evaluation = field(default_factory=Evaluation)
+    global_test: Evaluation = field(default_factory=Evaluation)
+    train: dict[str, float] = field(default_factory=dict)
+    train_seconds: float = 0.0
+    communication_seconds: float = 0.0
+    aggregation_seconds: float = 0.0
+    evaluation_seconds: float = 0.0
+    missing_peers: list[int] = field(default_factory=list)
+    rejected_peers: list[int] = field(default_factory=list)
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    bytes_sent_by_peer: PeerKindBytes = field(default_factory=dict)
+    bytes_received_by_peer: PeerKindBytes = field(default_factory=dict)
+
+
+@dataclass
+class NodeRecord:
+    """A node's whole run. Optional parts (None) are left out of the file."""
+
+    node: int = -1  # -1: a record that does not say
+    status: str = "missing"  # starting, running, finished, failed (dead: see deploy.report)
+    algorithm: str = ""
+    config_digest: str = ""
+    config_name: str = ""
+    in_neighbours: list[int] = field(default_factory=list)
+    out_neighbours: list[int] = field(default_factory=list)
+    rounds: list[RoundRecord] = field(default_factory=list)
+    rounds_done: int = 0
+    rounds_total: int = 0
+    threads: int | None = None
+    device: str | None = None
+    train_samples: int | None = None
+    test_samples: int | None = None
+    global_test_samples: int | None = None
+    setup_seconds: float | None = None
+    handshake_seconds: float | None = None
+    elapsed_seconds: float | None = None
+    # bytes: counted when handed to a live connection (sent) or read and metered (received)
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    bytes_sent_by_peer: PeerKindBytes = field(default_factory=dict)
+    bytes_received_by_peer: PeerKindBytes = field(default_factory=dict)
+    bytes_sent_by_kind: dict[str, int] = field(default_factory=dict)
+    bytes_received_by_kind: dict[str, int] = field(default_factory=dict)
+    dropped_count: int = 0
+    dropped_bytes: int = 0
+    dropped_by_reason: dict[str, int] = field(default_factory=dict)
+    dropped_by_peer: dict[str, int] = field(default_factory=dict)
+    dropped_messages: list[dict[str, Any]] = field(default_factory=list)  # a bounded sample
+    unreachable_peers: list[int] = field(default_factory=list)
+    no_goodbye_from: list[int] | None = None
+    peak_rss_bytes: int | None = None
+    interface_bytes: dict[str, int] | None = None  # containers: their interface's counters
+    error: str | None = None
+    restarts: int | None = None
+    rejoined_at: list[int] | None = None
+    before_restart: dict[str, Any] | None = None  # totals of the earlier processes
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document of node-<i>.json."""
+        return {key: value for key, value in dataclasses.asdict(self).items()
+                if value is not None}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> NodeRecord:
+        """A record read back from JSON; keys this version does not know are ignored."""
+        return _build(cls, raw)
+
+
+def _build(cls: type, raw: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in raw:
+            continue
+        value, hint = raw[f.name], hints[f.name]
+        if hint is Evaluation and isinstance(value, dict):
+            value = _build(Evaluation, value)
+        elif f.name == "rounds" and isinstance(value, list):
+            value = [_build(RoundRecord, r) for r in value if isinstance(r, dict)]
+        values[f.name] = value
+    return cls(**values)
+
+
+def final_evaluation(record: NodeRecord, split: str) -> Evaluation | None:
+    """The last recorded round's `split` ("local_test" or "global_test"), if any."""
+    return getattr(record.rounds[-1], split) if record.rounds else None
