@@ -139,7 +139,7 @@ def run_federation(cls, config, datas, rounds):
     nodes = [cls(config, data, CPU, i) for i, data in enumerate(datas)]
 
     def accuracies():
-        return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000)["accuracy"]
+        return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000).accuracy
                 for n, d in zip(nodes, datas, strict=True)]
 
     history = [accuracies()]

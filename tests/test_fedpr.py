@@ -174,7 +174,7 @@ def test_a_short_federation_improves_global_accuracy(data_dir, one_thread):
     nodes = [create("fedpr", config, d, CPU, i) for i, d in enumerate(datas)]
 
     def accuracies():
-        return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000)["accuracy"]
+        return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000).accuracy
                 for n, d in zip(nodes, datas, strict=True)]
 
     history = [accuracies()]

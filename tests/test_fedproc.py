@@ -189,7 +189,7 @@ def run_three_nodes(data_dir):
     nodes = [create("fedproc", config, load_node_data(config, i, cpu), cpu, i) for i in range(3)]
 
     def accuracy():
-        return [evaluate(n, n.data.global_x, n.data.global_y, 10, 1000)["accuracy"]
+        return [evaluate(n, n.data.global_x, n.data.global_y, 10, 1000).accuracy
                 for n in nodes]
 
     initial = accuracy()
