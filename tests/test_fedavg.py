@@ -136,7 +136,7 @@ def wire(payload):
 
 def run_federation(cls, config, datas, rounds):
     """Nodes exchange payloads directly (fully connected); global accuracy per round."""
-    nodes = [cls(config, data, CPU, i) for i, data in enumerate(datas)]
+    nodes = [create(cls.name, config, data, CPU, i) for i, data in enumerate(datas)]
 
     def accuracies():
         return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000).accuracy
