@@ -7,6 +7,7 @@ records codec "raw". Decoding always restores the original dtype and shape.
 
 import logging
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,40 +165,97 @@ def _dtype_name(tensor: torch.Tensor, name: str) -> str:
     return dtype
 
 
-def quantize_int16(x: np.ndarray) -> tuple[np.ndarray, float]:
+# Elements per block in the int16 paths: their float64 temporaries stay in the CPU cache,
+# so a large tensor costs a few passes over memory rather than one per operation.
+BLOCK = 1 << 15
+_LITTLE_ENDIAN = sys.byteorder == "little"
+SUBNORMAL_DELTA = 1e-300  # above float64's smallest normal (2.2e-308), with room to spare
+
+
+def _peak(values: torch.Tensor | np.ndarray) -> float:
+    """max |x| in one pass without temporaries; NaN or Inf when `values` holds any."""
+    if values.size == 0 if isinstance(values, np.ndarray) else values.numel() == 0:
+        return 0.0
+    if isinstance(values, np.ndarray):
+        low, high = float(np.min(values)), float(np.max(values))
+    else:
+        low, high = (float(v) for v in torch.aminmax(values))
+    if math.isnan(low) or math.isnan(high):
+        return math.nan
+    return max(-low, high)
+
+
+def _blocks(size: int) -> range:
+    return range(0, size, BLOCK)
+
+
+def quantize_int16(x: np.ndarray, peak: float | None = None) -> tuple[np.ndarray, float]:
     """ProFe III-D: codes floor(x/Delta + 0.5) as little-endian int16, Delta = max|x| / 32767.
 
-    An all-zero (or empty) array gets Delta = 1.0, so its codes and decoded values are exact zeros.
+    An all-zero (or empty) array gets Delta = 1.0, so its codes and decoded values are exact
+    zeros. The arithmetic is float64, block by block; `peak` is max|x| when already known.
     """
-    values = np.asarray(x, dtype=np.float64)
-    if not np.all(np.isfinite(values)):
+    values = np.asarray(x)
+    if values.dtype.kind != "f" or values.dtype.itemsize < 4:
+        values = values.astype(np.float64)
+    peak = _peak(values) if peak is None else peak
+    if not math.isfinite(peak):
         raise QuantizationError("cannot quantize an array containing NaN or Inf")
-    peak = float(np.max(np.abs(values))) if values.size else 0.0
     delta = peak / INT16_MAX if peak > 0 else 1.0
     if delta == 0.0:
         # peak is a float64 subnormal whose quotient underflows; any tiny step keeps the bound
         delta = float(np.finfo(np.float64).tiny)
-    codes = np.floor(values / delta + 0.5)
-    return np.clip(codes, -INT16_MAX, INT16_MAX).astype("<i2"), delta
+    # With a normal Delta, |x| <= peak keeps every code within +-32767 already (peak/Delta
+    # is 32767 up to one rounding); only a subnormal Delta needs the clip.
+    clip = delta < SUBNORMAL_DELTA
+    flat = values.reshape(-1)
+    codes = np.empty(flat.size, dtype="<i2")
+    work = np.empty(min(BLOCK, flat.size), dtype=np.float64)
+    for start in _blocks(flat.size):
+        block = work[:len(flat[start:start + BLOCK])]
+        block[...] = flat[start:start + BLOCK]  # exact: every float32 is a float64
+        np.divide(block, delta, out=block)
+        block += 0.5
+        np.floor(block, out=block)
+        if clip:
+            np.clip(block, -INT16_MAX, INT16_MAX, out=block)
+        codes[start:start + len(block)] = block
+    return codes.reshape(values.shape), delta
 
 
 def dequantize_int16(codes: np.ndarray, delta: float) -> np.ndarray:
-    """Inverse of quantize_int16: codes * Delta as float32."""
-    # np.asarray keeps 0-d results arrays rather than numpy scalars
-    return np.asarray(np.asarray(codes, dtype=np.float64) * delta, dtype=np.float32)
+    """Inverse of quantize_int16: codes * Delta (in float64) as float32."""
+    wire = np.asarray(codes)
+    flat = wire.reshape(-1)
+    out = np.empty(flat.size, dtype=np.float32)
+    work = np.empty(min(BLOCK, flat.size), dtype=np.float64)
+    for start in _blocks(flat.size):
+        block = work[:len(flat[start:start + BLOCK])]
+        block[...] = flat[start:start + BLOCK]
+        block *= delta
+        out[start:start + len(block)] = block  # rounds to nearest, as astype does
+    return out.reshape(wire.shape)
 
 
-def _encode_float(name: str, tensor: torch.Tensor, codec: str) -> tuple[bytes, float]:
+def _native_bytes(array: np.ndarray, wire: str) -> bytes:
+    """The array's bytes in the little-endian wire layout."""
+    if _LITTLE_ENDIAN and array.dtype == np.dtype(wire):
+        return array.tobytes()
+    return array.astype(wire).tobytes()
+
+
+def _encode_float(name: str, tensor: torch.Tensor, codec: str, peak: float) -> tuple[bytes, float]:
     """Payload and scale of a finite floating tensor under a user codec."""
     if codec == "int16":
-        codes, delta = quantize_int16(tensor.to(torch.float64).numpy())
+        exact = tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()
+        codes, delta = quantize_int16(exact.numpy(), peak)
         return codes.tobytes(), delta
     cast = tensor.to(_CODEC_TORCH[codec])
-    if not bool(torch.isfinite(cast).all()):
+    if not math.isfinite(_peak(cast)):
         raise QuantizationError(
             f"tensor {name!r} overflows {codec}; use codec 'int16' or 'fp32' instead"
         )
-    return cast.numpy().astype(_CODEC_WIRE[codec]).tobytes(), 1.0
+    return _native_bytes(cast.numpy(), _CODEC_WIRE[codec]), 1.0
 
 
 def encode(name: str, tensor: torch.Tensor, codec: str) -> tuple[TensorSpec, bytes]:
@@ -211,9 +269,10 @@ def encode(name: str, tensor: torch.Tensor, codec: str) -> tuple[TensorSpec, byt
         logger.debug("tensor %r has dtype %s: sent raw instead of %s", name, dtype, codec)
         payload = values.numpy().astype(_RAW_DTYPES[dtype][1]).tobytes()
         return TensorSpec(name, dtype, shape, RAW, 1.0), payload
-    if not bool(torch.isfinite(values).all()):
+    peak = _peak(values)  # one pass: NaN or Inf anywhere makes it non-finite
+    if not math.isfinite(peak):
         raise QuantizationError(f"tensor {name!r} contains NaN or Inf and cannot be encoded")
-    payload, scale = _encode_float(name, values, codec)
+    payload, scale = _encode_float(name, values, codec, peak)
     return TensorSpec(name, dtype, shape, codec, scale), payload
 
 
@@ -250,10 +309,16 @@ def decode(spec: TensorSpec, data: bytes | memoryview) -> torch.Tensor:
         )
         return torch.from_numpy(native).to(torch_dtype)
     if spec.codec == "int16":
+        # |value| grows with |code|: the largest code alone says whether any overflows
+        largest = max(-int(wire.min()), int(wire.max())) if wire.size else 0
+        finite = math.isfinite(float(np.float32(largest * spec.scale)))
         floats = dequantize_int16(wire, spec.scale)
     else:
         floats = wire.astype(np.float32)
-    tensor = torch.from_numpy(floats).to(_FLOAT_DTYPES[spec.dtype])
-    if not bool(torch.isfinite(tensor).all()):
+        finite = math.isfinite(_peak(floats))
+    if not finite:
         raise QuantizationError(f"tensor {spec.name!r} decodes to NaN or Inf")
+    tensor = torch.from_numpy(floats).to(_FLOAT_DTYPES[spec.dtype])
+    if tensor.dtype != torch.float32 and not math.isfinite(_peak(tensor)):
+        raise QuantizationError(f"tensor {spec.name!r} overflows its dtype {spec.dtype}")
     return tensor

@@ -17,6 +17,7 @@ from quant import (
     encoded_size,
     quantize_int16,
 )
+from quant.codecs import BLOCK
 
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INT_DTYPES = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]
@@ -49,6 +50,25 @@ def test_hand_computed_int16_example() -> None:
     assert np.frombuffer(data, dtype="<i2").tolist() == [0, 16384, -32767, 8192]
     expected = torch.tensor([0.0, 16384 * delta, -2.0, 8192 * delta], dtype=torch.float32)
     assert torch.equal(decode(spec, data), expected)
+
+
+def test_blockwise_int16_equals_the_whole_array_formula() -> None:
+    """Tensors longer than one block (and not a multiple of it) get exactly the codes and
+    values of the one-shot float64 formula of III-D."""
+    x = torch.randn(3 * BLOCK + 17, generator=torch.Generator().manual_seed(4)) * 7
+    spec, data = encode("w", x, "int16")
+    values = x.numpy().astype(np.float64)
+    delta = np.abs(values).max() / 32767
+    codes = np.clip(np.floor(values / delta + 0.5), -32767, 32767).astype("<i2")
+    assert spec.scale == delta
+    assert np.array_equal(np.frombuffer(data, dtype="<i2"), codes)
+    assert np.array_equal(decode(spec, data).numpy(), (codes * delta).astype(np.float32))
+
+
+def test_a_subnormal_delta_still_keeps_codes_in_range() -> None:
+    codes, delta = quantize_int16(np.array([1e-310, -3e-310, 5e-320]))
+    assert delta < 1e-300 and codes.tolist()[1] == -32767
+    assert np.all(np.abs(codes.astype(np.int32)) <= 32767)
 
 
 def test_quantize_int16_is_floor_of_half_shift() -> None:
