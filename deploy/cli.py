@@ -19,6 +19,7 @@ from deploy.runner import watch
 from node.config import load
 from node.data import default_data_dir
 from node.errors import ConfigError, ProtofedError
+from node.lifecycle import exit_now
 from node.record import NodeRecord
 
 log = logging.getLogger("protofed")
@@ -286,5 +287,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def run() -> None:
+    """The `protofed` command: main(), then exit without the interpreter's teardown."""
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,6 +127,10 @@ class DockerRun:
                 if state.get("OOMKilled"):
                     self.oom_killed.add(node_id)
         return dict(self.exit_codes)
+
+    def wait(self, timeout: float) -> None:
+        """Sleep between polls of the engine."""
+        time.sleep(timeout)
 
     def save_logs(self) -> None:
         """Copy every container's output to logs/node-<i>.log."""

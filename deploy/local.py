@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -58,6 +59,11 @@ class LocalRun:
             self.exit_codes[node_id] = code
         return dict(self.exit_codes)
 
+    def wait(self, timeout: float) -> None:
+        """Sleep until a node process exits or `timeout` seconds pass."""
+        live = [p for i, p in self.processes.items() if i not in self.exit_codes]
+        wait_for_exit(live, timeout)
+
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM every live node, then SIGKILL whatever is left after `grace` seconds."""
         self.stopping = True
@@ -109,6 +115,26 @@ def node_command(plan: Plan, node_id: int, listen_fd: int | None = None) -> list
     keys = str(keys_dir(plan)) if keys_dir(plan).is_dir() else None
     return [sys.executable, "-m", "node", *node_arguments(
         str(plan.federation_file), node_id, str(plan.results_dir), keys, listen_fd)]
+
+
+def wait_for_exit(processes: list[subprocess.Popen], timeout: float) -> None:
+    """Block until one of `processes` exits (Linux pidfds) or `timeout` seconds pass."""
+    descriptors = []
+    try:
+        for process in processes:
+            try:
+                descriptors.append(os.pidfd_open(process.pid))
+            except ProcessLookupError:  # already gone: nothing to wait for
+                return
+        if descriptors:
+            select.select(descriptors, [], [], timeout)
+        else:
+            time.sleep(timeout)
+    except (AttributeError, OSError):  # no pidfd_open on this system: just sleep
+        time.sleep(timeout)
+    finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
 
 
 def start(plan: Plan, listeners: list[socket.socket], restarts: int = 0) -> LocalRun:

@@ -11,6 +11,7 @@ from pathlib import Path
 from node.config import FederationConfig
 from node.errors import ConfigError, ProtofedError
 from node.federation import read as read_federation
+from node.lifecycle import exit_now
 from node.record import NodeRecord
 from node.runtime import Recorder, build_node
 from node.security import Keyring, load_keyring
@@ -87,4 +88,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
