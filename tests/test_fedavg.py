@@ -40,11 +40,13 @@ def test_local_sgd_averages_each_term_over_steps():
     algorithm = create("fedavg", config, data, CPU, 0)
     seen = []
 
-    def terms(logits, _embeddings, labels):
+    def terms(x, labels):
         seen.append(len(labels))
+        logits, _ = algorithm.model(x)
         return {"loss": cross_entropy(logits, labels), "size": torch.tensor(float(len(labels)))}
 
-    stats = local_sgd(algorithm.model, algorithm.optimizer, data, config, 0, 1, terms)
+    stats = local_sgd((algorithm.model,), {"loss": (algorithm.optimizer,)}, data, config, 0, 1,
+                      terms)
     assert seen == [8, 8, 4]
     assert stats["size"] == pytest.approx((8 + 8 + 4) / 3)
 

@@ -69,8 +69,12 @@ def test_total_loss_is_distance_plus_lambda_hyperspherical():
     assert LAMBDA_H == 0.1
     prototypes = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
     anchors = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
-    loss = fedhp_loss(torch.zeros(1, 2), torch.tensor([0]), prototypes, anchors)
+    loss, l_d, l_h = fedhp_loss(torch.zeros(1, 2), torch.tensor([0]), prototypes, anchors)
     assert loss.item() == pytest.approx(math.log(1 + 1 / E) + 0.1, abs=1e-6)
+    assert l_d.item() == pytest.approx(math.log(1 + 1 / E), abs=1e-6)
+    assert l_h.item() == pytest.approx(1.0, abs=1e-6)
+    loss, _, _ = fedhp_loss(torch.zeros(1, 2), torch.tensor([0]), prototypes, anchors, 0.5)
+    assert loss.item() == pytest.approx(math.log(1 + 1 / E) + 0.5, abs=1e-6)
 
 
 def test_uniformity_loss_by_hand():

@@ -85,10 +85,15 @@ def test_total_loss_mixes_gpc_and_cross_entropy_by_alpha():
     y = torch.tensor([1])
     expected = 0.25 * (math.log(2 + E) - 1) + 0.75 * math.log(4 / 3)
     assert abs(expected - 0.35362) < 1e-5
-    assert fedproc_loss(logits, z, y, PROTOS, ALL, 0.25).item() == pytest.approx(expected,
-                                                                                abs=1e-5)
-    assert fedproc_loss(logits, z, y, PROTOS, ALL, 1.0).item() == pytest.approx(
+    loss, gpc, ce = fedproc_loss(logits, z, y, PROTOS, ALL, 0.25)
+    assert loss.item() == pytest.approx(expected, abs=1e-5)
+    assert gpc.item() == pytest.approx(math.log(2 + E) - 1, abs=1e-6)
+    assert ce.item() == pytest.approx(math.log(4 / 3), abs=1e-6)
+    assert fedproc_loss(logits, z, y, PROTOS, ALL, 1.0)[0].item() == pytest.approx(
         math.log(2 + E) - 1, abs=1e-6)
+    # temperature 0.5 doubles the similarities (0, 1, 0): gpc = log(2 + e^2) - 2
+    loss, gpc, _ = fedproc_loss(logits, z, y, PROTOS, ALL, 1.0, temperature=0.5)
+    assert loss.item() == gpc.item() == pytest.approx(math.log(2 + E**2) - 2, abs=1e-6)
 
 
 # --- network, payload, aggregation -------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -164,29 +164,39 @@ def checked_prototypes(payload: Payload, num_classes: int,
     return dense, dense_counts
 
 
-# (logits, embeddings, labels) -> named loss terms; "loss" is the one minimised.
-LossTerms = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
+# A batch (x, y) -> named loss terms, from the models' forward passes.
+LossTerms = Callable[[torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
 
 
-def local_sgd(model: nn.Module, optimizer: torch.optim.Optimizer, data: NodeData,
+def descend(loss: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    """One gradient step of every optimiser in `optimizers` on `loss`."""
+    for optimizer in optimizers:
+        optimizer.zero_grad()
+    loss.backward()
+    for optimizer in optimizers:
+        optimizer.step()
+
+
+def local_sgd(models: Sequence[nn.Module],
+              minimise: Mapping[str, Sequence[torch.optim.Optimizer]], data: NodeData,
               config: FederationConfig, node_id: int, round_: int,
               loss_terms: LossTerms) -> dict[str, float]:
-    """[train] epochs of mini-batch SGD on the local train set minimising terms["loss"].
+    """[train] epochs of mini-batch SGD over the local train set, `models` in train mode.
 
-    Returns each term averaged over the steps (all zero when there are no training samples).
+    Each batch, every term named in `minimise` takes a step of its optimisers, in that
+    order. Returns each term averaged over the batches ({} without training samples).
     """
     t = config.train
     generator = round_generator(config, node_id, round_)
     sums: dict[str, float] = {}
     steps = 0
-    model.train()
+    for model in models:
+        model.train()
     for _ in range(t.epochs):
         for x, y in batches(data.train_x, data.train_y, t.batch_size, generator):
-            logits, embeddings = model(x)
-            terms = loss_terms(logits, embeddings, y)
-            optimizer.zero_grad()
-            terms["loss"].backward()
-            optimizer.step()
+            terms = loss_terms(x, y)
+            for key, optimizers in minimise.items():
+                descend(terms[key], optimizers)
             for key, value in terms.items():
                 sums[key] = sums.get(key, 0.0) + float(value.detach())
             steps += 1

@@ -52,9 +52,14 @@ class FedAvg(Algorithm):
         self.model = build_role(config, data, "teacher", node_id).to(device)
         self.optimizer = sgd(self.model, config)
 
+    def _loss_terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The batch's cross-entropy, the term SGD minimises."""
+        logits, _ = self.model(x)
+        return {"loss": cross_entropy(logits, y)}
+
     def train_round(self, round_: int) -> dict[str, float]:
-        return local_sgd(self.model, self.optimizer, self.data, self.config, self.node_id,
-                         round_, lambda logits, _, y: {"loss": cross_entropy(logits, y)})
+        return local_sgd((self.model,), {"loss": (self.optimizer,)}, self.data, self.config,
+                         self.node_id, round_, self._loss_terms)
 
     def payload(self) -> dict[str, Payload]:
         return {"model": state_payload(self.model, len(self.data.train_y))}

@@ -62,11 +62,10 @@ from torch import nn
 from node.aggregation import aggregate_prototypes, nearest_prototype
 from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
-    batches,
     build_role,
     gather,
+    local_sgd,
     prototype_payload,
-    round_generator,
 )
 
 if TYPE_CHECKING:  # config imports the registry, never the other way round
@@ -146,10 +145,12 @@ def hyperspherical_loss(prototypes: torch.Tensor, anchors: torch.Tensor) -> torc
 
 
 def fedhp_loss(z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
-               anchors: torch.Tensor, lambda_h: float = LAMBDA_H) -> torch.Tensor:
-    """L = L_D + lambda * L_H  (Eq. 1)."""
-    return distance_loss(z, labels, prototypes) + lambda_h * hyperspherical_loss(
-        prototypes, anchors)
+               anchors: torch.Tensor, lambda_h: float = LAMBDA_H,
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(L, L_D, L_H) with L = L_D + lambda * L_H  (Eq. 1)."""
+    l_d = distance_loss(z, labels, prototypes)
+    l_h = hyperspherical_loss(prototypes, anchors)
+    return l_d + lambda_h * l_h, l_d, l_h
 
 
 @dataclass(frozen=True)
@@ -197,28 +198,18 @@ class FedHP(Algorithm):
         self.prototype_optimizer = torch.optim.Adam([self.prototypes], lr=h.prototype_lr)
         self.counts = torch.bincount(data.train_y.cpu(), minlength=data.num_classes)
 
+    def _loss_terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Eq. (1) on a batch; backbone and prototypes both descend on it."""
+        _, z = self.net(x)
+        loss, l_d, l_h = fedhp_loss(z, y, self.prototypes, self.anchors, self.settings.weight)
+        return {"loss": loss, "distance_loss": l_d, "hyperspherical_loss": l_h}
+
     def train_round(self, round_: int) -> dict[str, float]:
-        t = self.config.train
-        generator = round_generator(self.config, self.node_id, round_)
-        sums = {"loss": 0.0, "distance_loss": 0.0, "hyperspherical_loss": 0.0}
-        steps = 0
-        self.net.train()
-        for _ in range(t.epochs):
-            for x, y in batches(self.data.train_x, self.data.train_y, t.batch_size, generator):
-                _, z = self.net(x)
-                l_d = distance_loss(z, y, self.prototypes)
-                l_h = hyperspherical_loss(self.prototypes, self.anchors)
-                loss = l_d + self.settings.weight * l_h
-                self.net_optimizer.zero_grad()
-                self.prototype_optimizer.zero_grad()
-                loss.backward()
-                self.net_optimizer.step()
-                self.prototype_optimizer.step()
-                sums["loss"] += loss.item()
-                sums["distance_loss"] += l_d.item()
-                sums["hyperspherical_loss"] += l_h.item()
-                steps += 1
-        return {key: value / max(steps, 1) for key, value in sums.items()}
+        optimizers = (self.net_optimizer, self.prototype_optimizer)
+        # zeros keep every key when there is nothing to train on
+        return {"loss": 0.0, "distance_loss": 0.0, "hyperspherical_loss": 0.0} | local_sgd(
+            (self.net,), {"loss": optimizers}, self.data, self.config, self.node_id, round_,
+            self._loss_terms)
 
     def payload(self) -> dict[str, Payload]:
         return {"prototypes": prototype_payload(self.prototypes.detach(), self.counts)}

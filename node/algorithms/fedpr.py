@@ -108,15 +108,15 @@ class FedPR(Algorithm):
         self.local_prototypes = torch.zeros(data.num_classes, self.dim)
         self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
 
-    def _loss_terms(self, logits: torch.Tensor, embeddings: torch.Tensor,
-                    labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _loss_terms(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        logits, embeddings = self.model(x)
         loss, ce, distance = fedpr_loss(logits, embeddings, labels, self.global_prototypes,
                                         self.known, self.weight)
         return {"loss": loss, "ce_loss": ce, "proto_loss": distance}
 
     def train_round(self, round_: int) -> dict[str, float]:
-        stats = local_sgd(self.model, self.optimizer, self.data, self.config, self.node_id,
-                          round_, self._loss_terms)
+        stats = local_sgd((self.model,), {"loss": (self.optimizer,)}, self.data, self.config,
+                          self.node_id, round_, self._loss_terms)
         if len(self.data.train_y):
             self.local_prototypes, self.local_counts = train_prototypes(
                 self.model, self.data, self.config.train.eval_batch_size)

@@ -51,11 +51,10 @@ from torch import nn
 from node.aggregation import aggregate_prototypes, aggregate_states
 from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
-    batches,
     build_role,
     gather,
+    local_sgd,
     prototype_payload,
-    round_generator,
     sgd,
     state_payload,
     train_prototypes,
@@ -114,10 +113,13 @@ def gpc_loss(z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
 
 
 def fedproc_loss(logits: torch.Tensor, z: torch.Tensor, labels: torch.Tensor,
-                 prototypes: torch.Tensor, known: torch.Tensor, alpha: float) -> torch.Tensor:
-    """l = alpha * l_gpc + (1 - alpha) * l_ce  (Eq. 2)."""
-    return (alpha * gpc_loss(z, labels, prototypes, known)
-            + (1.0 - alpha) * F.cross_entropy(logits, labels))
+                 prototypes: torch.Tensor, known: torch.Tensor, alpha: float,
+                 temperature: float = GPC_TEMPERATURE,
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(l, l_gpc, l_ce) with l = alpha * l_gpc + (1 - alpha) * l_ce  (Eq. 2)."""
+    gpc = gpc_loss(z, labels, prototypes, known, temperature)
+    ce = F.cross_entropy(logits, labels)
+    return alpha * gpc + (1.0 - alpha) * ce, gpc, ce
 
 
 @dataclass(frozen=True)
@@ -160,33 +162,25 @@ class FedProc(Algorithm):
         self.local_prototypes, self.local_counts = train_prototypes(
             self.net, self.data, self.config.train.eval_batch_size)
 
+    def _loss_terms(self, x: torch.Tensor, y: torch.Tensor,
+                    alpha: float) -> dict[str, torch.Tensor]:
+        """Eq. (2) on a batch, against the global prototypes of the last aggregation."""
+        logits, z = self.net(x)
+        loss, gpc, ce = fedproc_loss(logits, z, y, self.global_prototypes, self.known, alpha,
+                                     self.settings.temperature)
+        return {"loss": loss, "gpc_loss": gpc, "ce_loss": ce}
+
     def train_round(self, round_: int) -> dict[str, float]:
-        t = self.config.train
         if not bool(self.known.any()):  # c^0: own class means under the shared initial weights
             self._compute_local_prototypes()
             self.global_prototypes = self.local_prototypes.to(self.device)
             self.known = (self.local_counts > 0).to(self.device)
         alpha = alpha_schedule(round_, self.config.rounds)
-        generator = round_generator(self.config, self.node_id, round_)
-        sums = {"loss": 0.0, "gpc_loss": 0.0, "ce_loss": 0.0}
-        steps = 0
-        self.net.train()
-        for _ in range(t.epochs):
-            for x, y in batches(self.data.train_x, self.data.train_y, t.batch_size, generator):
-                logits, z = self.net(x)
-                gpc = gpc_loss(z, y, self.global_prototypes, self.known,
-                               self.settings.temperature)
-                ce = F.cross_entropy(logits, y)
-                loss = alpha * gpc + (1.0 - alpha) * ce
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
-                sums["loss"] += loss.item()
-                sums["gpc_loss"] += gpc.item()
-                sums["ce_loss"] += ce.item()
-                steps += 1
+        # zeros keep every key when there is nothing to train on
+        stats = {"loss": 0.0, "gpc_loss": 0.0, "ce_loss": 0.0} | local_sgd(
+            (self.net,), {"loss": (self.optimizer,)}, self.data, self.config, self.node_id,
+            round_, lambda x, y: self._loss_terms(x, y, alpha))
         self._compute_local_prototypes()
-        stats = {key: value / max(steps, 1) for key, value in sums.items()}
         stats["alpha"] = alpha
         return stats
 

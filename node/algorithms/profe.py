@@ -48,13 +48,12 @@ import torch
 from node.aggregation import aggregate_prototypes, aggregate_states
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
-    batches,
     build_role,
     classify,
     gather,
+    local_sgd,
     model_then_prototypes,
     prototype_payload,
-    round_generator,
     sgd,
     state_payload,
     train_prototypes,
@@ -85,39 +84,39 @@ class ProFe(Algorithm):
         self.local_prototypes = torch.zeros(data.num_classes, dim)
         self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
 
+    def _loss_terms(self, x: torch.Tensor, y: torch.Tensor,
+                    use_teacher: bool) -> dict[str, torch.Tensor]:
+        """Eq. (9) for the teacher (when it trains) and Eq. (8) for the student on a batch.
+
+        The student distils from the teacher's outputs detached before the teacher's step.
+        """
+        t = self.config.train
+        terms = {}
+        teacher_logits = teacher_embeddings = None
+        if use_teacher:
+            teacher_logits, teacher_embeddings = self.teacher(x)
+            terms["teacher_loss"] = teacher_loss(teacher_logits, teacher_embeddings, y,
+                                                 self.global_prototypes, self.known, t.beta_t)
+            teacher_logits = teacher_logits.detach()
+            teacher_embeddings = teacher_embeddings.detach()
+        logits, embeddings = self.student(x)
+        terms["student_loss"] = student_loss(logits, embeddings, y, self.global_prototypes,
+                                             self.known, t.beta_s, self.alpha_s, teacher_logits,
+                                             teacher_embeddings, t.temperature)
+        return terms
+
     def train_round(self, round_: int) -> dict[str, float]:
         t = self.config.train
-        generator = round_generator(self.config, self.node_id, round_)
         use_teacher = self.alpha_s > 0.0
-        sums = {"teacher_loss": 0.0, "student_loss": 0.0}
-        steps = 0
-        self.student.train()
-        self.teacher.train(use_teacher)
-        for _ in range(t.epochs):
-            for x, y in batches(self.data.train_x, self.data.train_y, t.batch_size, generator):
-                teacher_logits = teacher_embeddings = None
-                if use_teacher:
-                    teacher_logits, teacher_embeddings = self.teacher(x)
-                    loss_t = teacher_loss(teacher_logits, teacher_embeddings, y,
-                                          self.global_prototypes, self.known, t.beta_t)
-                    self.teacher_optimizer.zero_grad()
-                    loss_t.backward()
-                    self.teacher_optimizer.step()
-                    sums["teacher_loss"] += loss_t.item()
-                    teacher_logits = teacher_logits.detach()
-                    teacher_embeddings = teacher_embeddings.detach()
-                logits, embeddings = self.student(x)
-                loss_s = student_loss(logits, embeddings, y, self.global_prototypes, self.known,
-                                      t.beta_s, self.alpha_s, teacher_logits,
-                                      teacher_embeddings, t.temperature)
-                self.student_optimizer.zero_grad()
-                loss_s.backward()
-                self.student_optimizer.step()
-                sums["student_loss"] += loss_s.item()
-                steps += 1
+        minimise = {"teacher_loss": (self.teacher_optimizer,)} if use_teacher else {}
+        minimise["student_loss"] = (self.student_optimizer,)
+        self.teacher.train(use_teacher)  # a retired teacher is never run again
+        # zeros keep every key when there is nothing to train on
+        stats = {"teacher_loss": 0.0, "student_loss": 0.0} | local_sgd(
+            (self.student,), minimise, self.data, self.config, self.node_id, round_,
+            lambda x, y: self._loss_terms(x, y, use_teacher))
         self.local_prototypes, self.local_counts = train_prototypes(
             self.student, self.data, t.eval_batch_size)
-        stats = {key: value / max(steps, 1) for key, value in sums.items()}
         stats["alpha_s"] = self.alpha_s
         stats["teacher_trained"] = float(use_teacher)
         self.alpha_s = decayed_weight(self.alpha_s, t.alpha_limit)
