@@ -117,6 +117,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if docker_backend:
             run = docker.start(config, plan, image, client, data_dir)
         else:
+            local.warm_up(plan.federation.config)
             run = local.start(plan, listeners, config.deploy.restarts)
     except KeyboardInterrupt:
         for sock in listeners:
@@ -213,7 +214,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     if args.run_id:
         runs = [r for r in runs if r["run_id"] == args.run_id]
     for run in runs:
-        local.stop_pids(run["alive"])
+        local.stop_pids(run["alive"], run.get("start_times"))
         print(f"protofed: stopped {run['run_id']} ({len(run['alive'])} node processes)")
         stopped += 1
     client = _docker_client_if_running()

@@ -18,6 +18,7 @@ from pathlib import Path
 from deploy.plan import Plan, keys_dir, node_arguments
 from node.config import FederationConfig, memory_bytes
 from node.errors import DeployError
+from node.lifecycle import exit_now
 
 log = logging.getLogger(__name__)
 
@@ -28,17 +29,42 @@ NO_RESTART_EXITS = frozenset({0, 2, 128 + signal.SIGINT, 128 + signal.SIGTERM,
                               -signal.SIGINT, -signal.SIGTERM})
 
 
+class ForkedNode:
+    """A node process forked from the launcher: the part of subprocess.Popen a run uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit code (negative: killed by that signal) once the process has ended."""
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"node process {self.pid}", timeout)
+            wait_for_exit([self], 0.05)
+        return self.returncode
+
+
 @dataclass
 class LocalRun:
     """Running node processes of one federation."""
 
     plan: Plan
-    processes: dict[int, subprocess.Popen] = field(default_factory=dict)
+    processes: dict[int, subprocess.Popen | ForkedNode] = field(default_factory=dict)
     exit_codes: dict[int, int] = field(default_factory=dict)
     restarts_left: int = 0  # per node: deploy.restarts
     restarts: dict[int, int] = field(default_factory=dict)
-    launch: Callable[[int], subprocess.Popen] | None = None
+    launch: Callable[[int], subprocess.Popen | ForkedNode] | None = None
     listeners: list[socket.socket] = field(default_factory=list)  # kept for restarts
+    start_times: dict[int, int | None] = field(default_factory=dict)  # a pid's identity
     stopping: bool = False
 
     def poll_exits(self) -> dict[int, int]:
@@ -54,6 +80,7 @@ class LocalRun:
                 log.warning("node %d exited with %d: starting it again (restart %d of %d)",
                             node_id, code, self.restarts[node_id], self.restarts_left)
                 self.processes[node_id] = self.launch(node_id)
+                self.start_times[node_id] = start_time(self.processes[node_id].pid)
                 write_run_file(self, "running")
                 continue
             self.exit_codes[node_id] = code
@@ -110,13 +137,6 @@ def check_capacity(config: FederationConfig, available: int) -> None:
             "backend on a larger host")
 
 
-def node_command(plan: Plan, node_id: int, listen_fd: int | None = None) -> list[str]:
-    """The command line that starts one node process (on a listening socket it inherits)."""
-    keys = str(keys_dir(plan)) if keys_dir(plan).is_dir() else None
-    return [sys.executable, "-m", "node", *node_arguments(
-        str(plan.federation_file), node_id, str(plan.results_dir), keys, listen_fd)]
-
-
 def wait_for_exit(processes: list[subprocess.Popen], timeout: float) -> None:
     """Block until one of `processes` exits (Linux pidfds) or `timeout` seconds pass."""
     descriptors = []
@@ -137,24 +157,73 @@ def wait_for_exit(processes: list[subprocess.Popen], timeout: float) -> None:
             os.close(descriptor)
 
 
-def start(plan: Plan, listeners: list[socket.socket], restarts: int = 0) -> LocalRun:
-    """Start every node process, each in its own session with its log file, each handed
-    the listening socket the launcher bound for it (so its port cannot be taken). The run
-    keeps the sockets, so a node started again listens on the same port."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def warm_up(config: FederationConfig) -> None:
+    """Import and load, once, what every node needs, so forked nodes share it.
 
-    def launch(node_id: int) -> subprocess.Popen:
-        fd = listeners[node_id].fileno()
-        with open(plan.results_dir / "logs" / f"node-{node_id}.log", "ab") as log_file:
-            return subprocess.Popen(node_command(plan, node_id, fd),
-                                    stdout=log_file, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True, pass_fds=(fd,))
+    Torch, the algorithms, the transport, the optimizer machinery (torch imports its
+    compiler stack the first time an optimizer is built) and the dataset: each forked node
+    starts with them in memory, shared copy-on-write.
+    """
+    import torch
+
+    import node.__main__  # noqa: F401 - the node's whole import tree
+    from node.data import default_data_dir, load_dataset
+
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    data = config.data
+    load_dataset(data.dataset, data.dir or default_data_dir(), download=data.download)
+
+
+def fork_node(plan: Plan, node_id: int, listeners: list[socket.socket]) -> ForkedNode:
+    """Start one node as a fork of this (warm) process, in its own session, its output
+    in logs/node-<i>.log, listening on the socket the launcher bound for it."""
+    log_path = plan.results_dir / "logs" / f"node-{node_id}.log"
+    keys = str(keys_dir(plan)) if keys_dir(plan).is_dir() else None
+    arguments = node_arguments(str(plan.federation_file), node_id, str(plan.results_dir),
+                               keys, listeners[node_id].fileno())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return ForkedNode(pid)
+    code = 1
+    try:  # the child: it never returns from here
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        output = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        for other, listener in enumerate(listeners):
+            if other != node_id:
+                listener.close()
+        logging.root.handlers.clear()  # the node sets up its own logging
+        from node.__main__ import main as node_main
+
+        code = node_main(arguments)
+    except BaseException:  # noqa: BLE001 - a child must never run the launcher's code
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        exit_now(code)
+
+
+def start(plan: Plan, listeners: list[socket.socket], restarts: int = 0) -> LocalRun:
+    """Start every node, each in its own session with its log file, each on the listening
+    socket the launcher bound for it (so its port cannot be taken). Nodes are forked from
+    this process after `warm_up`. The run keeps the sockets, so a node started again
+    listens on the same port."""
+
+    def launch(node_id: int) -> ForkedNode:
+        return fork_node(plan, node_id, listeners)
 
     run = LocalRun(plan, restarts_left=restarts, launch=launch, listeners=list(listeners))
     try:
         for spec in plan.nodes:
             run.processes[spec.node_id] = launch(spec.node_id)
+            run.start_times[spec.node_id] = start_time(run.processes[spec.node_id].pid)
     except OSError:
         stop(run)
         run.remove()
@@ -167,6 +236,7 @@ def write_run_file(run: LocalRun, status: str) -> None:
     """Record pids and status so `protofed down` and `status` can find the run."""
     document = {"run_id": run.plan.run_id, "backend": "local", "status": status,
                 "pids": {str(i): p.pid for i, p in run.processes.items()},
+                "start_times": {str(i): t for i, t in run.start_times.items()},
                 "exit_codes": {str(i): c for i, c in run.exit_codes.items()},
                 "restarts": {str(i): n for i, n in run.restarts.items()},
                 "nodes": len(run.plan.nodes)}
@@ -215,38 +285,44 @@ def running_runs(results_root: Path) -> list[dict]:
             continue
         if document.get("backend") != "local":
             continue
-        alive = {i: pid for i, pid in document.get("pids", {}).items() if _alive(pid)}
+        starts = document.get("start_times", {})
+        alive = {i: pid for i, pid in document.get("pids", {}).items()
+                 if _alive(pid, starts.get(i))}
         if alive:
             found.append({**document, "alive": alive, "dir": str(run_file.parent)})
     return found
 
 
-def _alive(pid: int) -> bool:
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks after boot): with the pid, its identity."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    """The process runs and, when its start time was recorded, is the same process (a
+    recycled pid belongs to a process that started later)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return _is_node_process(pid)
+    return started is None or start_time(pid) in (started, None)
 
 
-def _is_node_process(pid: int) -> bool:
-    """Guard against a recycled pid: the process must be one of our node processes."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return True  # no /proc: trust the pid
-    return b"node" in cmdline and b"--node-id" in cmdline
-
-
-def stop_pids(pids: dict[str, int], grace: float = 5.0) -> None:
+def stop_pids(pids: dict[str, int], start_times: dict[str, int] | None = None,
+              grace: float = 5.0) -> None:
     """Stop the node processes of a run found on disk (used by `protofed down`)."""
-    for pid in pids.values():
+    starts = start_times or {}
+    live = {i: pid for i, pid in pids.items() if _alive(pid, starts.get(i))}
+    for pid in live.values():
         _signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(p) for p in pids.values()):
+    while time.monotonic() < deadline and any(_alive(p, starts.get(i)) for i, p in live.items()):
         time.sleep(0.1)
-    for pid in pids.values():
-        if _alive(pid):
+    for i, pid in live.items():
+        if _alive(pid, starts.get(i)):
             _signal_group(pid, signal.SIGKILL)

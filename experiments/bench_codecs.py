@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                 "gb_per_s": rates}
     (OUT / "bench.json").write_text(json.dumps(document, indent=1) + "\n")
     lines = ["# Codec speed", "",
-             f"Produced by `python -m experiments.bench_codecs` ({args.elements:,} fp32 "
-             f"elements, one thread, best of {args.repeats}).", "",
+             (f"Produced by `python -m experiments.bench_codecs` ({args.elements:,} fp32 "
+             f"elements, one thread, best of {args.repeats})."), "",
              "| what | GB/s of fp32 input |", "|---|---|"]
     lines += [f"| {name} | {rate:.2f} |" for name, rate in rates.items()]
     (OUT / "bench.md").write_text("\n".join(lines) + "\n")

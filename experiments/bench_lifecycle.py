@@ -101,6 +101,8 @@ results_dir = "{workdir / 'results'}"
         peak_pss = max(peak_pss, sum(pss_bytes(p) for p in descendants(launcher.pid)))
         time.sleep(0.05)
     exited = time.monotonic()
+    if finished is None:  # the command was gone before the next look at the files
+        finished = exited
     if launcher.returncode != 0:
         raise SystemExit(f"{nodes} nodes: protofed up failed:\n{launcher.stderr.read()[-2000:]}")
     return {"nodes": nodes, "rounds": rounds,

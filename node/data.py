@@ -148,13 +148,22 @@ def load_dataset(name: str, data_dir: str | Path | None = None, download: bool =
     if name not in DATASETS:
         raise ConfigError(f"data.dataset: unknown dataset {name!r}; choose one of {DATASETS}")
     root = Path(data_dir) if data_dir is not None else default_data_dir()
+    key = (name, str(root.resolve()))
+    if key in _LOADED:  # decoded once per process; forked nodes share it copy-on-write
+        return _LOADED[key]
     if name in IDX_FOLDERS:
         dataset = _load_idx_dataset(name, root, download)
     else:
         dataset = _load_cifar(name, root, download)
+    dataset.images.flags.writeable = False  # shared by every node of the process
+    dataset.labels.flags.writeable = False
     log.info("loaded %s: %d images %s from %s", name, len(dataset.labels),
              dataset.images.shape[1:], root)
+    _LOADED[key] = dataset
     return dataset
+
+
+_LOADED: dict[tuple[str, str], Dataset] = {}
 
 
 # ---------------------------------------------------------------- IDX (MNIST, Fashion-MNIST)

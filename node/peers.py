@@ -138,6 +138,8 @@ class Peers:
         self.inbox = Inbox()
         self.current_round = 0
         self.hello_from: set[int] = set()
+        self.hello_owed: set[int] = set()  # restarted out-neighbours to hello once reachable
+        self.rejoins_after: dict[int, int] = {}  # restarted neighbour -> round it skips to
         self.ack_from: set[int] = set()
         self.bye_from: set[int] = set()
         self.handshake_done = False
@@ -167,6 +169,7 @@ class Peers:
     def poll(self, timeout: float) -> bool:
         """Receive at most one message, validate and file it; False if nothing came."""
         received = self.transport.receive(timeout)
+        self._answer_hellos()
         if received is None:
             return False
         peer, frames = received
@@ -216,8 +219,12 @@ class Peers:
             if (self.handshake_done and message.sender in self.out_neighbours
                     and not message.meta.get("answer")):
                 # a neighbour that started again waits for our hello; an answer is not answered
-                self._send(message.sender, 0, "hello",
-                           encode_message(self.node_id, 0, "hello", meta={"answer": 1}))
+                self.hello_owed.add(message.sender)
+                self._answer_hellos()
+            if self.handshake_done and not message.meta.get("answer"):
+                # it started again and joins after the round our ack named: no update
+                # from it is coming for that round or any before
+                self.rejoins_after[message.sender] = self.current_round
         elif message.kind == "ack":
             self.ack_from.add(message.sender)
             self.joined_round = max(self.joined_round, message.meta.get("round", 0))
@@ -233,6 +240,14 @@ class Peers:
                             message.round)
         else:
             self.inbox.put(message)
+
+    def _answer_hellos(self) -> None:
+        """Hello the restarted neighbours that helloed us, once our connection to them is
+        back (their hello can arrive before our side has reconnected)."""
+        for peer in sorted(self.hello_owed - self.transport.unreachable()):
+            self.hello_owed.discard(peer)
+            self._send(peer, 0, "hello",
+                       encode_message(self.node_id, 0, "hello", meta={"answer": 1}))
 
     # -- phases --------------------------------------------------------------------------
     def handshake(self, timeout: float) -> None:
@@ -261,8 +276,9 @@ class Peers:
                 ) -> tuple[dict[int, dict[str, Message]], list[int]]:
         """In-neighbours' updates for `round_`, waiting up to `timeout`; also who was missing.
 
-        Not waited for: neighbours that said goodbye or whose connection is lost. Waited
-        for only `absent_timeout`: neighbours that missed the previous collect.
+        Not waited for: neighbours that said goodbye, whose connection is lost, or that
+        started again and join after this round. Waited for only `absent_timeout`:
+        neighbours that missed the previous collect.
         """
         kinds = tuple(kinds)
         self.current_round = round_
@@ -273,7 +289,8 @@ class Peers:
                                    else min(timeout, absent_timeout))
                      for p in self.in_neighbours}
         while True:
-            gone = self.bye_from | self._lost()
+            gone = (self.bye_from | self._lost()
+                    | {p for p, last in self.rejoins_after.items() if round_ <= last})
             now = time.monotonic()
             pending = [p for p in self.in_neighbours if p not in gone
                        and not self.inbox.has(round_, p, kinds) and now < deadlines[p]]

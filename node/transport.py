@@ -106,6 +106,8 @@ class ZmqTransport:
         router.setsockopt(zmq.LINGER, 0)
         if self.keyring is not None:
             self._secure_router(router)
+        else:  # the claimed identity names the sender: a restarted peer takes its name back
+            router.setsockopt(zmq.ROUTER_HANDOVER, 1)
         if self.listen_fd is not None:
             router.setsockopt(zmq.USE_FD, self.listen_fd)
         try:
@@ -121,7 +123,11 @@ class ZmqTransport:
         identity = str(self.node_id).encode()
         for peer, address in sorted(self.out_addresses.items()):
             dealer = self._context.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.IDENTITY, identity)
+            if self.keyring is None:
+                # Under CurveZMQ the key names the sender and the ROUTER picks a fresh
+                # routing id per connection, so a peer restarted before its old connection
+                # was noticed gone is not refused as a duplicate.
+                dealer.setsockopt(zmq.IDENTITY, identity)
             dealer.setsockopt(zmq.LINGER, 0)
             dealer.setsockopt(zmq.SNDHWM, 10_000)
             if self.keyring is not None:
