@@ -1,5 +1,10 @@
 """Small set-ups several test files share: a tiny model config and synthetic node data."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 from node.algorithms.base import NodeData
@@ -28,3 +33,58 @@ def tiny_data(samples=20, classes=3):
 def run_in_process(config, tmp_path):
     """Every node of `config` in its own thread on one MemoryHub; their result dicts."""
     return run_in_memory(memory_federation(config), tmp_path)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_config(tmp_path, data_dir, name, *, nodes=3, rounds=2, algorithm="profe",
+                 topology="fully_connected", codec="int16", startup=60, round_timeout=60,
+                 deploy="", extra=""):
+    """A small federation config file: MNIST subset of 1,500, short timeouts; `deploy`
+    adds lines to [deploy], `extra` whole tables."""
+    text = f"""
+name = "{name}"
+nodes = {nodes}
+rounds = {rounds}
+seed = 7
+algorithm = "{algorithm}"
+[topology]
+kind = "{topology}"
+[data]
+dataset = "mnist"
+dir = "{data_dir}"
+download = false
+subset = 1500
+[exchange]
+codec = "{codec}"
+[timeouts]
+startup = {startup}
+round = {round_timeout}
+shutdown = 5
+[deploy]
+results_dir = "{tmp_path / "results"}"
+{deploy}
+{extra}
+"""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def protofed(*args, timeout=300):
+    """Run the `protofed` command to the end in a child process."""
+    return subprocess.run([sys.executable, "-m", "deploy.cli", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def run_federation(tmp_path, data_dir, name, timeout=300, **settings):
+    """`protofed up` to the end: (completed process, summary or None, node results)."""
+    config = write_config(tmp_path, data_dir, name, **settings)
+    done = protofed("up", "-c", config, "--run-id", name, timeout=timeout)
+    run_dir = tmp_path / "results" / name
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    nodes = [json.loads(p.read_text())
+             for p in sorted(run_dir.glob("node-*.json"), key=lambda p: int(p.stem[5:]))]
+    return done, summary, nodes

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from deploy import docker_backend, image
+from tests import helpers
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.docker
 
-REPO = Path(__file__).resolve().parents[1]
 # Headers, ZeroMQ framing, TCP/IP and Ethernet: what the wire adds on top of our frames.
 WIRE_OVERHEAD = 0.10
 
@@ -55,44 +56,24 @@ def node_image(client):
     return image.ensure_image(client, "python:3.11-slim")
 
 
-def write_config(tmp_path, data_dir, name, **overrides):
-    text = f"""
-name = "{name}"
-nodes = {overrides.pop("nodes", 3)}
-rounds = {overrides.pop("rounds", 2)}
-seed = 7
-[topology]
-kind = "{overrides.pop("topology", "fully_connected")}"
-[data]
-dataset = "mnist"
-dir = "{data_dir}"
-download = false
-subset = 1500
-[timeouts]
-startup = 120
-round = {overrides.pop("round_timeout", 90)}
-shutdown = 5
-[deploy]
-backend = "docker"
-results_dir = "{tmp_path / "results"}"
-memory = "1g"
-"""
-    assert not overrides
-    path = tmp_path / f"{name}.toml"
-    path.write_text(text)
-    return path
+DOCKER = 'backend = "docker"\nmemory = "1g"'
+
+
+def write_config(tmp_path, data_dir, name, **settings):
+    """The shared small config on the Docker backend, with container-sized timeouts."""
+    settings = {"startup": 120, "round_timeout": 90, **settings}
+    return helpers.write_config(tmp_path, data_dir, name, deploy=DOCKER, **settings)
 
 
 def protofed(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "deploy.cli", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return helpers.protofed(*args, timeout=timeout)
 
 
-def run_federation(tmp_path, data_dir, name, **overrides):
-    done = protofed("up", "-c", write_config(tmp_path, data_dir, name, **overrides),
-                    "--run-id", name)
-    run_dir = tmp_path / "results" / name
-    nodes = [json.loads(p.read_text()) for p in sorted(run_dir.glob("node-*.json"))]
+def run_federation(tmp_path, data_dir, name, **settings):
+    """`protofed up` on Docker to the end: (completed process, node results)."""
+    settings = {"startup": 120, "round_timeout": 90, **settings}
+    done, _, nodes = helpers.run_federation(tmp_path, data_dir, name, timeout=600,
+                                            deploy=DOCKER, **settings)
     return done, nodes
 
 

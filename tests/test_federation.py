@@ -10,55 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import REPO, protofed, run_federation, write_config
+
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def write_config(tmp_path, data_dir, name, **overrides):
-    """A small federation config: MNIST subset, 2 rounds, short timeouts."""
-    text = f"""
-name = "{name}"
-nodes = {overrides.pop("nodes", 3)}
-rounds = {overrides.pop("rounds", 2)}
-seed = 7
-algorithm = "{overrides.pop("algorithm", "profe")}"
-[topology]
-kind = "{overrides.pop("topology", "fully_connected")}"
-[data]
-dataset = "mnist"
-dir = "{data_dir}"
-download = false
-subset = 1500
-[exchange]
-codec = "{overrides.pop("codec", "int16")}"
-[timeouts]
-startup = 60
-round = {overrides.pop("round_timeout", 60)}
-shutdown = 5
-[deploy]
-results_dir = "{tmp_path / "results"}"
-{overrides.pop("extra", "")}
-"""
-    assert not overrides
-    path = tmp_path / f"{name}.toml"
-    path.write_text(text)
-    return path
-
-
-def protofed(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "deploy.cli", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def run_federation(tmp_path, data_dir, name, **overrides):
-    """Run `protofed up` to the end; return (completed process, summary, node results)."""
-    config = write_config(tmp_path, data_dir, name, **overrides)
-    done = protofed("up", "-c", config, "--run-id", name)
-    run_dir = tmp_path / "results" / name
-    summary = json.loads((run_dir / "summary.json").read_text())
-    nodes = [json.loads(p.read_text()) for p in sorted(run_dir.glob("node-*.json"))]
-    return done, summary, nodes
 
 
 @pytest.fixture(scope="module")

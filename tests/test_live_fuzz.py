@@ -17,7 +17,7 @@ import zmq
 
 from node.message import encode_message
 from node.security import load_keyring
-from tests.test_federation import REPO, write_config
+from tests.helpers import REPO, write_config
 
 pytestmark = pytest.mark.integration
 
