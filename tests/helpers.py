@@ -1,10 +1,13 @@
 """Small set-ups several test files share: a tiny model config and synthetic node data."""
 
+import contextlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from node.algorithms.base import NodeData
@@ -88,3 +91,33 @@ def run_federation(tmp_path, data_dir, name, timeout=300, **settings):
     nodes = [json.loads(p.read_text())
              for p in sorted(run_dir.glob("node-*.json"), key=lambda p: int(p.stem[5:]))]
     return done, summary, nodes
+
+
+@contextlib.contextmanager
+def protofed_running(*args):
+    """`protofed` started in the background; killed and reaped on the way out, whatever
+    happened, so no process or pipe outlives the test."""
+    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", *map(str, args)],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        for pipe in (process.stdout, process.stderr):
+            pipe.close()
+
+
+def wait_for_rounds(result_path, rounds=1, timeout=180.0):
+    """Wait until a node's result file records `rounds` rounds done; fail the test if not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(Path(result_path).read_text())["rounds_done"] >= rounds:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"{result_path} never recorded {rounds} rounds done")

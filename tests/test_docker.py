@@ -17,7 +17,7 @@ import pytest
 
 from deploy import docker_backend, image
 from tests import helpers
-from tests.helpers import REPO
+from tests.helpers import REPO, protofed_running, wait_for_rounds
 
 pytestmark = pytest.mark.docker
 
@@ -153,26 +153,10 @@ def test_a_killed_container_is_named_and_the_others_finish(client, node_image, w
                                                             data_dir):
     name = "dk-killed"
     config = write_config(workdir, data_dir, name, rounds=3, round_timeout=10)
-    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "-c", str(config),
-                                "--run-id", name], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    result = workdir / "results" / name / "node-2.json"
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                if json.loads(result.read_text())["rounds_done"] >= 1:
-                    break
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.3)
-        else:
-            pytest.fail("node 2 never finished a round")
+    with protofed_running("up", "-c", config, "--run-id", name) as process:
+        wait_for_rounds(workdir / "results" / name / "node-2.json", 1, timeout=300)
         client.containers.get(f"{name}-node-2").kill()
         _, stderr = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert process.returncode == 1
     assert "node 2 did not finish" in stderr
     for i in (0, 1):
@@ -184,10 +168,7 @@ def test_a_killed_container_is_named_and_the_others_finish(client, node_image, w
 def test_down_removes_every_container_and_network(client, node_image, workdir, data_dir):
     name = "dk-down"
     config = write_config(workdir, data_dir, name, rounds=50)
-    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "-c", str(config),
-                                "--run-id", name], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    try:
+    with protofed_running("up", "-c", config, "--run-id", name) as process:
         deadline = time.monotonic() + 120
         while len(leftovers(client, name)) < 4 and time.monotonic() < deadline:
             time.sleep(0.3)
@@ -195,9 +176,6 @@ def test_down_removes_every_container_and_network(client, node_image, workdir, d
         down = protofed("down", name)
         assert down.returncode == 0, down.stderr
         process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert not leftovers(client, name)
 
 

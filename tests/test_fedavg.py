@@ -9,9 +9,7 @@ from node.algorithms import create
 from node.algorithms.base import Payload
 from node.algorithms.common import local_sgd
 from node.algorithms.fedavg import FedAvg
-from node.config import from_dict
 from node.losses import cross_entropy
-from node.runtime import evaluate, load_node_data
 from tests.helpers import CPU, tiny_config, tiny_data
 
 
@@ -109,60 +107,3 @@ def test_predict_is_the_argmax_of_the_logits():
     with torch.no_grad():
         expected = algorithm.model(data.global_x)[0].argmax(dim=1)
     assert torch.equal(algorithm.predict(data.global_x), expected)
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """The machine is shared: train on one thread, as a node of a local federation does."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def mnist_three(data_dir, one_thread):
-    config = from_dict({"nodes": 3, "seed": 5,
-                        "data": {"dataset": "mnist", "dir": str(data_dir), "download": False,
-                                 "subset": 1500},
-                        "model": {"teacher": "cnn", "teacher_channels": [8, 16],
-                                  "embedding_dim": 32},
-                        "train": {"batch_size": 16}})
-    return config, [load_node_data(config, i, CPU) for i in range(3)]
-
-
-def wire(payload):
-    """What a peer receives: a copy, as the runtime encodes a payload before aggregating."""
-    return {kind: Payload(snapshot(p.tensors), dict(p.meta)) for kind, p in payload.items()}
-
-
-def run_federation(cls, config, datas, rounds):
-    """Nodes exchange payloads directly (fully connected); global accuracy per round."""
-    nodes = [create(cls.name, config, data, CPU, i) for i, data in enumerate(datas)]
-
-    def accuracies():
-        return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000).accuracy
-                for n, d in zip(nodes, datas, strict=True)]
-
-    history = [accuracies()]
-    for round_ in range(1, rounds + 1):
-        for node in nodes:
-            node.train_round(round_)
-        payloads = [wire(node.payload()) for node in nodes]
-        for i, node in enumerate(nodes):
-            others = {j: p for j, p in enumerate(payloads) if j != i}
-            assert node.aggregate(payloads[i], others) == []
-        history.append(accuracies())
-    return nodes, history
-
-
-def test_a_short_federation_improves_global_accuracy(mnist_three):
-    config, datas = mnist_three
-    nodes, history = run_federation(FedAvg, config, datas, rounds=2)
-    first, last = history[0], history[-1]
-    assert all(b > a for a, b in zip(first, last, strict=True)), history
-    assert sum(last) / 3 > sum(first) / 3 + 0.15, history
-    # a fully connected federation of FedAvg nodes ends with one model
-    states = [n.model.state_dict() for n in nodes]
-    for name, value in states[0].items():
-        assert all(torch.allclose(value, s[name], atol=1e-6) for s in states[1:])

@@ -1,16 +1,21 @@
 """Integration: real node processes over ZeroMQ on 127.0.0.1, real MNIST subsets."""
 
+import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, protofed, run_federation, write_config
+from tests.helpers import (
+    protofed,
+    protofed_running,
+    run_federation,
+    wait_for_rounds,
+    write_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -81,8 +86,10 @@ def test_int16_sends_about_half_the_model_bytes_of_fp32(four_fc, four_fc_fp32):
         assert ratio == pytest.approx(0.5, abs=0.01)
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedproto", "fedproc", "fedhp", "fedpr"])
-def test_every_algorithm_trains_over_zeromq(workdir, data_dir, algorithm):
+# Every algorithm's contract is tested in-process (test_contract.py); over real sockets and
+# processes: a two-step exchange (model, then prototypes) and mixed architectures.
+@pytest.mark.parametrize("algorithm", ["fedproto", "fedpr"])
+def test_algorithms_train_over_zeromq(workdir, data_dir, algorithm):
     extra = {
         # FedProto shares only prototypes, so node 2 runs a narrower network than the others.
         "fedproto": "[[model.groups]]\nnodes = [2]\nteacher_channels = [8, 16]\n",
@@ -116,27 +123,10 @@ def test_a_node_killed_mid_run_does_not_stop_the_others(workdir, data_dir):
     round_timeout = 60  # never waited for: the lost connection says node 2 is gone
     config = write_config(workdir, data_dir, name, rounds=3, round_timeout=round_timeout)
     run_dir = workdir / "results" / name
-    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "-c", str(config),
-                                "--run-id", name], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        victim_result = run_dir / "node-2.json"
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if json.loads(victim_result.read_text())["rounds_done"] >= 1:
-                    break
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.2)
-        else:
-            pytest.fail("node 2 never finished its first round")
-        pid = json.loads((run_dir / "run.json").read_text())["pids"]["2"]
-        os.kill(pid, signal.SIGKILL)
+    with protofed_running("up", "-c", config, "--run-id", name) as process:
+        wait_for_rounds(run_dir / "node-2.json", 1)
+        os.kill(json.loads((run_dir / "run.json").read_text())["pids"]["2"], signal.SIGKILL)
         _, stderr = process.communicate(timeout=240)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert process.returncode == 1
     assert "node 2 did not finish" in stderr
     survivors = [json.loads((run_dir / f"node-{i}.json").read_text()) for i in (0, 1)]
@@ -150,26 +140,17 @@ def test_a_node_killed_mid_run_does_not_stop_the_others(workdir, data_dir):
     assert summary["failed_nodes"] == [2]
 
 
-def start_long_federation(workdir, data_dir, name):
-    """Start `protofed up` on a federation that would run for a long time; wait until it trains."""
+@contextlib.contextmanager
+def long_federation(workdir, data_dir, name):
+    """`protofed up` on a federation that would run for hours, once every node trains:
+    (process, node pids)."""
     config = write_config(workdir, data_dir, name, rounds=1000)  # never ends on its own
-    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "-c", str(config),
-                                "--run-id", name], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
     run_dir = workdir / "results" / name
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            states = [json.loads((run_dir / f"node-{i}.json").read_text())["status"]
-                      for i in range(3)]
-            if states == ["running"] * 3:
-                pids = json.loads((run_dir / "run.json").read_text())["pids"]
-                return process, [int(p) for p in pids.values()]
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.2)
-    process.kill()
-    pytest.fail(f"{name}: nodes never started training")
+    with protofed_running("up", "-c", config, "--run-id", name) as process:
+        for i in range(3):
+            wait_for_rounds(run_dir / f"node-{i}.json", 1)
+        pids = json.loads((run_dir / "run.json").read_text())["pids"]
+        yield process, [int(p) for p in pids.values()]
 
 
 def alive(pid):
@@ -181,8 +162,7 @@ def alive(pid):
 
 
 def test_status_then_down_stops_a_running_federation(workdir, data_dir):
-    process, pids = start_long_federation(workdir, data_dir, "to-stop")
-    try:
+    with long_federation(workdir, data_dir, "to-stop") as (process, pids):
         results = workdir / "results"
         status = protofed("status", "--results-dir", results)
         assert "to-stop" in status.stdout
@@ -193,14 +173,10 @@ def test_status_then_down_stops_a_running_federation(workdir, data_dir):
         assert process.returncode != 0
         assert not any(alive(pid) for pid in pids)
         assert "no running federations" in protofed("status", "--results-dir", results).stdout
-    finally:
-        if process.poll() is None:
-            process.kill()
 
 
 def test_ctrl_c_stops_every_child(workdir, data_dir):
-    process, pids = start_long_federation(workdir, data_dir, "interrupted")
-    try:
+    with long_federation(workdir, data_dir, "interrupted") as (process, pids):
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == 130
@@ -208,9 +184,6 @@ def test_ctrl_c_stops_every_child(workdir, data_dir):
         assert not any(alive(pid) for pid in pids)
         summary = json.loads((workdir / "results" / "interrupted" / "summary.json").read_text())
         assert summary["failed_nodes"] == [0, 1, 2]
-    finally:
-        if process.poll() is None:
-            process.kill()
 
 
 def test_up_stops_a_run_that_outlives_timeouts_run(workdir, data_dir):
@@ -233,25 +206,11 @@ def test_a_killed_node_is_started_again_and_rejoins_the_running_federation(workd
     rounds = 60  # about 0.5 s each here: the others are still training when node 2 is back
     config = write_config(workdir, data_dir, name, rounds=rounds)
     run_dir = workdir / "results" / name
-    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "-c", str(config),
-                                "--run-id", name, "--set", "deploy.restarts=1"], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if json.loads((run_dir / "node-2.json").read_text())["rounds_done"] >= 1:
-                    break
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail("node 2 never finished its first round")
+    with protofed_running("up", "-c", config, "--run-id", name,
+                          "--set", "deploy.restarts=1") as process:
+        wait_for_rounds(run_dir / "node-2.json", 1)
         os.kill(int(json.loads((run_dir / "run.json").read_text())["pids"]["2"]), signal.SIGKILL)
         _, stderr = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert process.returncode == 0, stderr[-3000:]
     nodes = [json.loads((run_dir / f"node-{i}.json").read_text()) for i in range(3)]
     assert [n["status"] for n in nodes] == ["finished"] * 3

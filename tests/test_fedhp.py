@@ -20,7 +20,6 @@ from node.algorithms.fedhp import (
     uniformity_loss,
 )
 from node.config import from_dict
-from node.runtime import evaluate, load_node_data
 
 E = math.e
 
@@ -196,40 +195,3 @@ def test_predict_is_the_nearest_prototype():
         distances = torch.cdist(z, node.prototypes)
     assert torch.equal(node.predict(x), distances.argmin(dim=1))
     assert torch.equal(node.predict(x), F.softmax(-distances, dim=1).argmax(dim=1))
-
-
-# --- a tiny in-process federation on real MNIST ------------------------------------------
-
-def test_three_nodes_improve_global_accuracy_in_two_rounds(data_dir):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the machine is shared; put the thread count back afterwards
-    try:
-        run_three_nodes(data_dir)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def run_three_nodes(data_dir):
-    config = from_dict({"nodes": 3, "rounds": 2, "seed": 7, "algorithm": "profe",
-                        "data": {"dataset": "mnist", "dir": str(data_dir), "download": False,
-                                 "subset": 1500},
-                        "train": {"device": "cpu"}})
-    cpu = torch.device("cpu")
-    nodes = [create("fedhp", config, load_node_data(config, i, cpu), cpu, i) for i in range(3)]
-
-    def accuracy():
-        return [evaluate(n, n.data.global_x, n.data.global_y, 10, 1000).accuracy
-                for n in nodes]
-
-    initial = accuracy()
-    for round_ in (1, 2):
-        for n in nodes:
-            n.train_round(round_)
-        sent = [n.payload() for n in nodes]
-        for i, n in enumerate(nodes):
-            assert n.aggregate(sent[i], {j: sent[j] for j in range(3) if j != i}) == []
-        # fully connected: every node holds the same prototypes for the classes it has
-        assert all(torch.allclose(n.prototypes.detach(), nodes[0].prototypes.detach())
-                   for n in nodes)
-    final = accuracy()
-    assert min(final) > max(initial) + 0.1

@@ -10,9 +10,7 @@ from node.algorithms import create
 from node.algorithms.base import Payload
 from node.algorithms.common import prototype_payload
 from node.algorithms.fedpr import FedPR, client_mean_prototypes
-from node.config import from_dict
 from node.losses_fedpr import PROTOTYPE_WEIGHT, fedpr_loss, prototype_l2
-from node.runtime import evaluate, load_node_data
 from tests.helpers import CPU, tiny_config, tiny_data
 
 
@@ -147,48 +145,3 @@ def test_predict_is_the_argmax_before_any_prototype():
     with torch.no_grad():
         expected = algorithm.model(data.global_x)[0].argmax(dim=1)
     assert torch.equal(algorithm.predict(data.global_x), expected)
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """The machine is shared: train on one thread, as a node of a local federation does."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def wire(payload):
-    """What a peer receives: a copy, as the runtime encodes a payload before aggregating."""
-    return {kind: Payload(snapshot(p.tensors), dict(p.meta)) for kind, p in payload.items()}
-
-
-def test_a_short_federation_improves_global_accuracy(data_dir, one_thread):
-    config = from_dict({"nodes": 3, "seed": 5,
-                        "data": {"dataset": "mnist", "dir": str(data_dir), "download": False,
-                                 "subset": 1500},
-                        "model": {"teacher": "cnn", "teacher_channels": [8, 16],
-                                  "embedding_dim": 32},
-                        "train": {"batch_size": 16}})
-    datas = [load_node_data(config, i, CPU) for i in range(3)]
-    nodes = [create("fedpr", config, d, CPU, i) for i, d in enumerate(datas)]
-
-    def accuracies():
-        return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000).accuracy
-                for n, d in zip(nodes, datas, strict=True)]
-
-    history = [accuracies()]
-    stats = []
-    for round_ in (1, 2):
-        stats.append([node.train_round(round_) for node in nodes])
-        payloads = [wire(n.payload()) for n in nodes]
-        for i, node in enumerate(nodes):
-            assert node.aggregate(payloads[i],
-                                  {j: p for j, p in enumerate(payloads) if j != i}) == []
-        history.append(accuracies())
-    assert all(s["proto_loss"] == 0.0 for s in stats[0])  # no global prototype in round 1
-    assert all(s["proto_loss"] > 0.0 for s in stats[1])
-    assert bool(nodes[0].known.all())
-    first, last = history[0], history[-1]
-    assert all(b > a for a, b in zip(first, last, strict=True)), history
-    assert sum(last) / 3 > sum(first) / 3 + 0.15, history

@@ -15,7 +15,6 @@ from node.algorithms.fedproc import (
     gpc_loss,
 )
 from node.config import from_dict
-from node.runtime import evaluate, load_node_data
 
 E = math.e
 
@@ -170,40 +169,3 @@ def test_aggregate_by_hand_and_rejects_malformed_peers():
     # class 0: own only = 1; class 1: (1*2 + 3*4) / 4 = 3.5; class 2: peer only = 5
     assert node.known.tolist() == [True, True, True]
     assert torch.allclose(node.global_prototypes, torch.stack([ones, 3.5 * ones, 5 * ones]))
-
-
-# --- a tiny in-process federation on real MNIST ------------------------------------------
-
-def test_three_nodes_improve_global_accuracy_in_two_rounds(data_dir):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the machine is shared; put the thread count back afterwards
-    try:
-        run_three_nodes(data_dir)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def run_three_nodes(data_dir):
-    config = from_dict({"nodes": 3, "rounds": 2, "seed": 7, "algorithm": "profe",
-                        "data": {"dataset": "mnist", "dir": str(data_dir), "download": False,
-                                 "subset": 1500},
-                        # l_gpc (cosines, no temperature) moves slowly: a larger step than
-                        # the default 0.01, and 2 epochs, so that 2 rounds show learning
-                        "train": {"device": "cpu", "lr": 0.05, "epochs": 2}})
-    cpu = torch.device("cpu")
-    nodes = [create("fedproc", config, load_node_data(config, i, cpu), cpu, i) for i in range(3)]
-
-    def accuracy():
-        return [evaluate(n, n.data.global_x, n.data.global_y, 10, 1000).accuracy
-                for n in nodes]
-
-    initial = accuracy()
-    for round_ in (1, 2):
-        for n in nodes:
-            n.train_round(round_)
-        sent = [copied(n.payload()) for n in nodes]  # all sent before anyone aggregates
-        for i, n in enumerate(nodes):
-            assert n.aggregate(sent[i], {j: sent[j] for j in range(3) if j != i}) == []
-    final = accuracy()
-    assert final[0] == final[1] == final[2]  # fully connected: the same model everywhere
-    assert final[0] > initial[0] + 0.1

@@ -12,7 +12,7 @@ from node.algorithms.common import prototype_payload
 from node.algorithms.fedproto import FedProto
 from node.config import from_dict
 from node.losses_fedproto import fedproto_loss, paper_lambda
-from node.runtime import evaluate, load_node_data
+from node.runtime import load_node_data
 from tests.helpers import CPU, tiny_config, tiny_data
 
 
@@ -167,26 +167,3 @@ def test_two_different_architectures_train_together(data_dir, one_thread):
         assert stats[0]["proto_loss"] == 0.0 and stats[1]["proto_loss"] > 0.0
         assert stats[-1]["loss"] < stats[0]["loss"], stats
         assert stats[-1]["ce_loss"] < stats[0]["ce_loss"], stats
-
-
-def test_a_short_federation_improves_global_accuracy(data_dir, one_thread):
-    config = mnist_config(data_dir, 3, 1500)
-    datas = [load_node_data(config, i, CPU) for i in range(3)]
-    nodes = [create("fedproto", config, d, CPU, i) for i, d in enumerate(datas)]
-
-    def accuracies():
-        return [evaluate(n, d.global_x, d.global_y, d.num_classes, 1000).accuracy
-                for n, d in zip(nodes, datas, strict=True)]
-
-    history = [accuracies()]
-    for round_ in (1, 2):
-        for node in nodes:
-            node.train_round(round_)
-        payloads = [wire(n.payload()) for n in nodes]
-        for i, node in enumerate(nodes):
-            assert node.aggregate(payloads[i],
-                                  {j: p for j, p in enumerate(payloads) if j != i}) == []
-        history.append(accuracies())
-    first, last = history[0], history[-1]
-    assert all(b > a for a, b in zip(first, last, strict=True)), history
-    assert sum(last) / 3 > sum(first) / 3 + 0.15, history

@@ -1,0 +1,76 @@
+"""Every registered algorithm fulfils the same contract, in a small in-process federation
+on real MNIST: it learns, meters exactly what it sends, records both prediction rules where
+it has them, and repeats itself for the same seed."""
+
+import pytest
+import torch
+
+from node.algorithms import ALGORITHMS
+from node.config import from_dict
+from node.inprocess import memory_federation, run_in_memory
+
+# What each method sends every round (ProFe, FedProc and FedPR: a model and prototypes).
+KINDS = {"fedavg": {"model"}, "fedproto": {"prototypes"}, "fedhp": {"prototypes"}}
+CHANCE_F1 = 0.1  # ten classes
+
+
+def small_federation(data_dir, algorithm):
+    return from_dict({
+        "name": f"contract-{algorithm}", "nodes": 3, "rounds": 3, "seed": 11,
+        "algorithm": algorithm,
+        "data": {"dataset": "mnist", "dir": str(data_dir), "download": False, "subset": 3000},
+        # FedProc trains its output layer only late (alpha = 1 - t/T): a larger step
+        "train": {"threads": 1, "device": "cpu", "lr": 0.05 if algorithm == "fedproc" else 0.01},
+        "fedhp": {"init_steps": 200},
+        "timeouts": {"startup": 30, "round": 120, "shutdown": 5}})
+
+
+@pytest.fixture(scope="module", params=sorted(ALGORITHMS))
+def runs(request, data_dir, tmp_path_factory):
+    """The same federation run twice, for one algorithm."""
+    threads = torch.get_num_threads()
+    try:
+        config = small_federation(data_dir, request.param)
+        return request.param, [run_in_memory(memory_federation(config),
+                                             tmp_path_factory.mktemp(request.param))
+                               for _ in range(2)]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_every_node_finishes_and_learns_well_above_chance(runs):
+    algorithm, (nodes, _) = runs
+    for node in nodes:
+        assert node["status"] == "finished" and node["rounds_done"] == 3
+        first, last = node["rounds"][0]["global_test"], node["rounds"][-1]["global_test"]
+        assert last["f1"] > max(first["f1"] + 0.2, 3 * CHANCE_F1), (algorithm, first, last)
+        assert last["top_class_share"] < 0.5, algorithm  # not one class for everything
+
+
+def test_bytes_sent_to_a_peer_are_the_bytes_it_received_kind_by_kind(runs):
+    algorithm, (nodes, _) = runs
+    for sender in nodes:
+        sent = {kind for kind, n in sender["bytes_sent_by_kind"].items()
+                if n and kind != "control"}
+        assert sent == KINDS.get(algorithm, {"model", "prototypes"})
+        for peer, kinds in sender["bytes_sent_by_peer"].items():
+            assert nodes[int(peer)]["bytes_received_by_peer"][str(sender["node"])] == kinds
+        assert sender["dropped_count"] == 0
+
+
+def test_the_reported_rule_is_recorded_beside_every_other(runs):
+    algorithm, (nodes, _) = runs
+    reported = ALGORITHMS[algorithm].reported_rule
+    for node in nodes:
+        for split in ("global_test", "local_test"):
+            evaluation = node["rounds"][-1][split]
+            assert evaluation["rule"] == reported
+            assert evaluation["f1"] == evaluation["by_rule"][reported]["f1"]
+
+
+def test_the_same_seed_gives_the_same_results(runs):
+    _, (first, second) = runs
+    for a, b in zip(first, second, strict=True):
+        assert [r["global_test"] for r in a["rounds"]] == [r["global_test"] for r in b["rounds"]]
+        assert [r["train"] for r in a["rounds"]] == [r["train"] for r in b["rounds"]]
+        assert a["bytes_sent_by_peer"] == b["bytes_sent_by_peer"]
