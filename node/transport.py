@@ -51,6 +51,9 @@ class Transport(Protocol):
         """Deliver what is queued for up to `linger` seconds, then release everything."""
 
 
+RECEIVE_HWM = 64  # messages queued per incoming connection before it is read
+
+
 class ZmqTransport:
     """One bound ROUTER plus one DEALER per out-neighbour, over TCP."""
 
@@ -103,6 +106,10 @@ class ZmqTransport:
         self._context = zmq.Context()
         router = self._context.socket(zmq.ROUTER)
         router.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        # A peer sends at most a few messages a round and ROUNDS_AHEAD rounds ahead: what a
+        # flooding connection can make us hold is RECEIVE_HWM messages of at most
+        # max_message_bytes; beyond that ZeroMQ stops reading it.
+        router.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         router.setsockopt(zmq.LINGER, 0)
         if self.keyring is not None:
             self._secure_router(router)
