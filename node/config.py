@@ -25,6 +25,7 @@ PROTOTYPE_SOURCES = ("aggregated", "local")
 BACKENDS = ("local", "docker")
 SECURITY = ("curve", "none")
 DEVICES = ("auto", "cpu", "cuda")
+OPTIMIZERS = ("sgd", "adam")
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class TrainConfig:
 
     epochs: int = 1
     batch_size: int = 64
+    optimizer: str = "sgd"
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 0.0
@@ -410,6 +412,7 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     _check(t.temperature > 0.0, source, "train.temperature",
            f"must be positive, got {t.temperature}")
     _one_of(t.device, DEVICES, source, "train.device")
+    _one_of(t.optimizer, OPTIMIZERS, source, "train.optimizer")
     _check(t.threads >= 0, source, "train.threads", f"must be 0 (auto) or positive, got {t.threads}")
     _one_of(c.exchange.codec, CODECS, source, "exchange.codec")
     if c.exchange.prototype_codec:

@@ -63,6 +63,7 @@ def test_wrong_types_are_named(tmp_path, text, key):
 
 @pytest.mark.parametrize("text, key", [
     ("nodes = 0", "nodes"),
+    ("[train]\noptimizer = 'lbfgs'", "train.optimizer"),
     ("rounds = 0", "rounds"),
     ("[data]\nclasses_fraction = 1.5", "data.classes_fraction"),
     ("[data]\nalpha = 0", "data.alpha"),

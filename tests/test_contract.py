@@ -5,9 +5,10 @@ it has them, and repeats itself for the same seed."""
 import pytest
 import torch
 
-from node.algorithms import ALGORITHMS
+from node.algorithms import ALGORITHMS, create
 from node.config import from_dict
 from node.inprocess import memory_federation, run_in_memory
+from node.runtime import load_node_data
 
 # What each method sends every round (ProFe, FedProc and FedPR: a model and prototypes).
 KINDS = {"fedavg": {"model"}, "fedproto": {"prototypes"}, "fedhp": {"prototypes"}}
@@ -74,3 +75,15 @@ def test_the_same_seed_gives_the_same_results(runs):
         assert [r["global_test"] for r in a["rounds"]] == [r["global_test"] for r in b["rounds"]]
         assert [r["train"] for r in a["rounds"]] == [r["train"] for r in b["rounds"]]
         assert a["bytes_sent_by_peer"] == b["bytes_sent_by_peer"]
+
+
+def test_adam_is_a_choice_every_model_sharing_method_trains_with(data_dir, tmp_path):
+    config = from_dict({**small_federation(data_dir, "fedavg").to_dict(),
+                        "train": {"threads": 1, "device": "cpu", "optimizer": "adam",
+                                  "lr": 0.001}})
+    federation = memory_federation(config)
+    nodes = run_in_memory(federation, tmp_path)
+    assert all(n["rounds"][-1]["global_test"]["f1"] > 0.5 for n in nodes)
+    algorithm = create("fedavg", config, load_node_data(config, 0, torch.device("cpu")),
+                       torch.device("cpu"), 0)
+    assert isinstance(algorithm.optimizer, torch.optim.Adam)

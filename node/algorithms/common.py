@@ -43,9 +43,12 @@ def build_role(config: FederationConfig, data: NodeData, role: str, node_id: int
                        key=f"model.{role}")
 
 
-def sgd(model: nn.Module, config: FederationConfig) -> torch.optim.Optimizer:
-    """SGD with the [train] learning rate, momentum and weight decay."""
+def new_optimizer(model: nn.Module, config: FederationConfig) -> torch.optim.Optimizer:
+    """The [train] optimizer: SGD with lr, momentum and weight decay (the papers'), or Adam
+    with lr, weight decay and torch's default betas."""
     t = config.train
+    if t.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
     return torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum,
                            weight_decay=t.weight_decay)
 

@@ -31,7 +31,7 @@ from node.algorithms.common import (
     build_role,
     gather,
     local_sgd,
-    sgd,
+    new_optimizer,
     state_payload,
 )
 from node.losses import cross_entropy
@@ -50,7 +50,7 @@ class FedAvg(Algorithm):
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
         self.model = build_role(config, data, "teacher", node_id).to(device)
-        self.optimizer = sgd(self.model, config)
+        self.optimizer = new_optimizer(self.model, config)
 
     def _loss_terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """The batch's cross-entropy, the term SGD minimises."""

@@ -55,8 +55,8 @@ from node.algorithms.common import (
     gather,
     local_sgd,
     model_then_prototypes,
+    new_optimizer,
     prototype_payload,
-    sgd,
     state_payload,
     train_prototypes,
 )
@@ -100,7 +100,7 @@ class FedPR(Algorithm):
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
         self.model = build_role(config, data, "teacher", node_id).to(device)
-        self.optimizer = sgd(self.model, config)
+        self.optimizer = new_optimizer(self.model, config)
         self.weight = self.settings.weight
         self.dim = self.model.classifier.in_features
         self.global_prototypes = torch.zeros(data.num_classes, self.dim, device=device)

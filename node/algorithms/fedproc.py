@@ -54,8 +54,8 @@ from node.algorithms.common import (
     build_role,
     gather,
     local_sgd,
+    new_optimizer,
     prototype_payload,
-    sgd,
     state_payload,
     train_prototypes,
 )
@@ -151,7 +151,7 @@ class FedProc(Algorithm):
         encoder = build_role(config, data, "teacher", node_id)
         self.net = FedProcNet(encoder, data.num_classes,
                               projection_dim=self.settings.projection_dim).to(device)
-        self.optimizer = sgd(self.net, config)
+        self.optimizer = new_optimizer(self.net, config)
         dim = self.net.classifier.in_features
         self.global_prototypes = torch.zeros(data.num_classes, dim, device=device)
         self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)

@@ -51,8 +51,8 @@ from node.algorithms.common import (
     classify,
     gather,
     local_sgd,
+    new_optimizer,
     prototype_payload,
-    sgd,
     train_prototypes,
 )
 from node.losses_fedproto import fedproto_loss, paper_lambda
@@ -85,7 +85,7 @@ class FedProto(Algorithm):
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
         self.model = build_role(config, data, "teacher", node_id).to(device)
-        self.optimizer = sgd(self.model, config)
+        self.optimizer = new_optimizer(self.model, config)
         weight = self.settings.weight
         self.lam = paper_lambda(config.data.dataset) if weight is None else weight
         self.dim = self.model.classifier.in_features

@@ -53,8 +53,8 @@ from node.algorithms.common import (
     gather,
     local_sgd,
     model_then_prototypes,
+    new_optimizer,
     prototype_payload,
-    sgd,
     state_payload,
     train_prototypes,
 )
@@ -75,8 +75,8 @@ class ProFe(Algorithm):
         super().__init__(config, data, device, node_id)
         self.teacher = build_role(config, data, "teacher", node_id).to(device)
         self.student = build_role(config, data, "student", node_id).to(device)
-        self.teacher_optimizer = sgd(self.teacher, config)
-        self.student_optimizer = sgd(self.student, config)
+        self.teacher_optimizer = new_optimizer(self.teacher, config)
+        self.student_optimizer = new_optimizer(self.student, config)
         self.alpha_s = config.train.alpha_s
         dim = self.student.classifier.in_features
         self.global_prototypes = torch.zeros(data.num_classes, dim, device=device)
