@@ -39,9 +39,17 @@ class ForkedNode:
     def poll(self) -> int | None:
         """The exit code (negative: killed by that signal) once the process has ended."""
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
+            # Ctrl-C between reaping the child and keeping its status would lose the status
+            # for good: hold the stop signals until both are done.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # reaped elsewhere: its status is gone
+                self.returncode = -signal.SIGKILL
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -101,10 +109,24 @@ class LocalRun:
 
     def remove(self) -> None:
         """Record the run as ended and release the nodes' listening sockets."""
-        write_run_file(self, "finished" if len(self.exit_codes) == len(self.processes)
-                       else "stopped")
+        write_run_file(self, run_status(self.exit_codes, len(self.processes), self.stopping))
         for listener in self.listeners:
             listener.close()
+
+
+STOP_EXITS = frozenset({128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT,
+                        -signal.SIGTERM})
+
+
+def run_status(exit_codes: dict[int, int], nodes: int, stopping: bool) -> str:
+    """"finished" when every node exited 0; "stopped" when the launcher stopped them or
+    they were asked to stop (`protofed down`, a signal); "failed" otherwise."""
+    unfinished = [code for code in exit_codes.values() if code != 0]
+    if not unfinished and len(exit_codes) == nodes:
+        return "finished"
+    if stopping or (unfinished and all(code in STOP_EXITS for code in unfinished)):
+        return "stopped"
+    return "failed"
 
 
 # What one local node process needs (measured: 475 MB average RSS over the 20 nodes of a

@@ -46,6 +46,9 @@ def node_keyring(config: FederationConfig, args: argparse.Namespace) -> Keyring 
     return load_keyring(Path(args.keys), args.node_id, config.nodes)
 
 
+STOPPED = "stopped by signal"
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -76,12 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     except (SystemExit, KeyboardInterrupt) as exc:
         log.error("stopped by signal")
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 130
-        error = "stopped by signal"
+        error = STOPPED
     except Exception as exc:  # any bug must still leave a result file behind
         log.exception("node failed")
         code, error = 1, f"{type(exc).__name__}: {exc}"
     if recorder is not None:
-        recorder.fail(error)
+        recorder.fail(error, status="stopped" if error == STOPPED else "failed")
     if transport is not None:
         transport.close(0)  # release the network at once
     return code

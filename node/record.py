@@ -47,7 +47,7 @@ class NodeRecord:
     """A node's whole run. Optional parts (None) are left out of the file."""
 
     node: int = -1  # -1: a record that does not say
-    status: str = "missing"  # starting, running, finished, failed (dead: see deploy.report)
+    status: str = "missing"  # starting, running, finished, failed, stopped (dead: deploy.report)
     algorithm: str = ""
     config_digest: str = ""
     config_name: str = ""

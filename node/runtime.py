@@ -131,9 +131,9 @@ class Recorder:
             return None
         return previous
 
-    def fail(self, error: str) -> None:
-        """Record why the node stopped."""
-        self.result.status, self.result.error = "failed", error
+    def fail(self, error: str, status: str = "failed") -> None:
+        """Record why the node stopped: "failed", or "stopped" when asked to stop."""
+        self.result.status, self.result.error = status, error
         self.write()
 
 

@@ -33,3 +33,15 @@ def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(tmp_
     assert done.returncode == 1, done.stderr
     assert f"{nodes} local nodes need about" in done.stderr
     assert not any(tmp_path.iterdir())  # nothing was planned or started
+
+
+@pytest.mark.parametrize("codes, stopping, status", [
+    ({0: 0, 1: 0}, False, "finished"),
+    ({0: 1, 1: 1}, False, "failed"),  # every node failed: not "finished"
+    ({0: 0, 1: -9}, False, "failed"),
+    ({0: 143, 1: 143}, False, "stopped"),  # protofed down sent SIGTERM
+    ({0: 0, 1: 1}, True, "stopped"),  # Ctrl-C or timeouts.run: the launcher stopped them
+    ({0: 0}, False, "failed"),  # a node never reported an exit
+])
+def test_the_run_file_says_how_the_run_ended(codes, stopping, status):
+    assert local.run_status(codes, 2, stopping) == status
