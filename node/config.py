@@ -274,12 +274,32 @@ def apply_override(raw: dict[str, Any], item: str, source: str = "<config>") -> 
     except tomllib.TOMLDecodeError:
         value = text.strip()
     parts = key.split(".")
+    _check_override_key(parts, key)
     target = raw
     for part in parts[:-1]:
         target = target.setdefault(part, {})
         if not isinstance(target, dict):
             raise ConfigError(f"{source}: --set {key}: {part!r} is not a table")
     target[parts[-1]] = value
+
+
+def _check_override_key(parts: list[str], key: str) -> None:
+    """A --set key must name a config value: the error names the option, not the file."""
+    tables = method_tables()
+    cls, where = FederationConfig, "top level"
+    if parts[0] in tables:
+        cls, where, parts = tables[parts[0]], f"[{parts[0]}]", parts[1:]
+    for depth, part in enumerate(parts):
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "methods"]
+        if part not in names:
+            known = names + (sorted(tables) if cls is FederationConfig else [])
+            raise ConfigError(f"--set {key}: unknown key {part!r} (known keys in {where}: "
+                              f"{', '.join(sorted(known))})")
+        hint = typing.get_type_hints(cls)[part]
+        if dataclasses.is_dataclass(hint):
+            cls, where = hint, f"[{'.'.join(parts[:depth + 1])}]"
+        elif depth < len(parts) - 1:
+            raise ConfigError(f"--set {key}: {part!r} is a value, not a table")
 
 
 def _build(cls: type, raw: Any, *, prefix: str, source: str) -> Any:

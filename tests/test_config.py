@@ -189,3 +189,21 @@ def test_algorithm_tables_default_to_the_papers_values(tmp_path):
 def test_bad_algorithm_settings_are_named(tmp_path, text, key):
     with pytest.raises(ConfigError, match=key):
         load(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("item, message", [
+    ("nodez=3", r"--set nodez=3|--set nodez: unknown key 'nodez'"),
+    ("train.lrr=0.1", r"--set train.lrr: unknown key 'lrr' \(known keys in \[train\]"),
+    ("fedhp.wieght=1", r"--set fedhp.wieght: unknown key 'wieght' \(known keys in \[fedhp\]"),
+    ("nodes.count=3", r"--set nodes.count: 'nodes' is a value, not a table"),
+])
+def test_an_unknown_set_key_is_blamed_on_the_option_not_the_file(tmp_path, item, message):
+    path = write(tmp_path, "nodes = 3\n")
+    with pytest.raises(ConfigError, match=message) as caught:
+        load(path, [item])
+    assert str(path) not in str(caught.value)
+
+
+def test_set_reaches_every_table_including_an_algorithms_own(tmp_path):
+    config = load(write(tmp_path, ""), ["fedhp.weight=0.5", "model.teacher_channels=[4, 8]"])
+    assert config.methods["fedhp"].weight == 0.5 and config.model.teacher_channels == [4, 8]
