@@ -112,7 +112,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"protofed: run {run_id}: {config.nodes} {config.algorithm} nodes "
           f"({config.deploy.backend}) on {config.topology.kind} topology, {config.rounds} "
           f"rounds, results in {plan.results_dir}", file=sys.stderr)
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the nodes just as Ctrl-C does
+    # `kill` stops the nodes just as Ctrl-C does. SIGINT is set too: a shell starts
+    # background commands with SIGINT ignored, and Python then never raises Ctrl-C.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         if docker_backend:
             run = docker.start(config, plan, image, client, data_dir)

@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -178,7 +179,10 @@ def test_status_then_down_stops_a_running_federation(workdir, data_dir):
 def test_ctrl_c_stops_every_child(workdir, data_dir):
     with long_federation(workdir, data_dir, "interrupted") as (process, pids):
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"protofed up ignored SIGINT for 60 s: {(exc.stderr or b'')[-1500:]!r}")
         assert process.returncode == 130
         assert "stopping every node" in stderr
         assert not any(alive(pid) for pid in pids)
