@@ -75,29 +75,31 @@ def _run(command: list[str], what: str) -> None:
 
 
 def resolve_base_image(client, wanted: str) -> str:
-    """The base to build on: `wanted` if present or pullable, else the local debootstrap image."""
+    """The base to build on, looked up on this machine first: `wanted`, else the local
+    debootstrap base if it was made; only then is `wanted` pulled, and if that fails the
+    local base is made (said once, on the terminal)."""
     import docker.errors
 
-    if wanted != LOCAL_BASE_IMAGE:
+    for local in dict.fromkeys((wanted, LOCAL_BASE_IMAGE)):
         try:
-            client.images.get(wanted)
-            return wanted
+            client.images.get(local)
         except docker.errors.ImageNotFound:
-            pass
+            continue
+        if local != wanted:
+            log.info("%s is not on this machine: building on the local base %s", wanted, local)
+        return local
+    if wanted != LOCAL_BASE_IMAGE:
         try:
             log.info("pulling %s", wanted)
             client.images.pull(wanted)
             return wanted
         except docker.errors.APIError as exc:
-            log.warning("cannot pull %s (%s); using the local base %s", wanted,
-                        str(exc).splitlines()[0], LOCAL_BASE_IMAGE)
-    try:
-        client.images.get(LOCAL_BASE_IMAGE)
-    except docker.errors.ImageNotFound:
-        script = PROJECT_ROOT / "deploy" / "make-base-image.sh"
-        print(f"protofed: making the local base image {LOCAL_BASE_IMAGE} with debootstrap "
-              "(about a minute, once)", file=sys.stderr)
-        _run(["bash", str(script), LOCAL_BASE_IMAGE], f"make {LOCAL_BASE_IMAGE}")
+            print(f"protofed: cannot pull {wanted} ({str(exc).splitlines()[0]})",
+                  file=sys.stderr)
+    script = PROJECT_ROOT / "deploy" / "make-base-image.sh"
+    print(f"protofed: making the local base image {LOCAL_BASE_IMAGE} with debootstrap "
+          "(about a minute, once)", file=sys.stderr)
+    _run(["bash", str(script), LOCAL_BASE_IMAGE], f"make {LOCAL_BASE_IMAGE}")
     return LOCAL_BASE_IMAGE
 
 
