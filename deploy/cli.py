@@ -82,6 +82,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     overrides = tuple(args.set) + ((f"deploy.backend={args.backend}",) if args.backend else ())
     config = load(args.config, overrides)
     run_id = args.run_id or new_run_id(config)
+    if config.nodes == 1:
+        print("protofed: nodes = 1: a single node trains on its own and exchanges nothing",
+              file=sys.stderr)
     docker_backend = config.deploy.backend == "docker"
     listeners = []
     if docker_backend:

@@ -222,7 +222,8 @@ def load(path: str | Path, overrides: typing.Sequence[str] = ()) -> FederationCo
 
 
 def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
-    """File paths written in a config are relative to that config file, not to the CWD."""
+    """Make relative file paths absolute against `base` (a config file's folder for the
+    paths written in it; the current directory for those given with --set)."""
     for table, key in (("topology", "path"), ("data", "dir")):
         section = raw.get(table)
         value = section.get(key) if isinstance(section, dict) else None
@@ -238,6 +239,9 @@ def from_dict(raw: dict[str, Any], *, source: str = "<config>",
         apply_override(merged, item, source)
     if not isinstance(merged, dict):
         raise ConfigError(f"{source}: [top level] must be a table")
+    # paths still relative came from --set (the file's own were made absolute by `load`):
+    # a path typed on the command line is relative to where it was typed
+    _resolve_relative_paths(merged, Path.cwd())
     tables = method_tables()
     methods = {name: _build(cls, merged.pop(name, {}), prefix=f"{name}.", source=source)
                for name, cls in tables.items()}

@@ -207,3 +207,14 @@ def test_an_unknown_set_key_is_blamed_on_the_option_not_the_file(tmp_path, item,
 def test_set_reaches_every_table_including_an_algorithms_own(tmp_path):
     config = load(write(tmp_path, ""), ["fedhp.weight=0.5", "model.teacher_channels=[4, 8]"])
     assert config.methods["fedhp"].weight == 0.5 and config.model.teacher_channels == [4, 8]
+
+
+def test_a_path_given_with_set_is_relative_to_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "graphs").mkdir()
+    (tmp_path / "graphs" / "pair.edgelist").write_text("0 1\n")
+    elsewhere = tmp_path / "configs"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+    config = load(write(elsewhere, "nodes = 2\n"),
+                  ["topology.kind=file", "topology.path=graphs/pair.edgelist"])
+    assert config.topology.path == str(tmp_path / "graphs" / "pair.edgelist")

@@ -9,6 +9,7 @@ import pytest
 from deploy import local
 from node.config import from_dict
 from node.errors import DeployError
+from tests.helpers import run_federation
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,3 +46,10 @@ def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(tmp_
 ])
 def test_the_run_file_says_how_the_run_ended(codes, stopping, status):
     assert local.run_status(codes, 2, stopping) == status
+
+
+def test_a_federation_of_one_runs_and_says_so(tmp_path, data_dir):
+    done, summary, nodes = run_federation(tmp_path, data_dir, "solo", nodes=1, rounds=1)
+    assert done.returncode == 0, done.stderr
+    assert "nodes = 1: a single node trains on its own" in done.stderr
+    assert nodes[0]["bytes_sent"] == 0 and summary["nodes"][0]["status"] == "finished"
