@@ -106,7 +106,9 @@ def test_malformed_flood_is_dropped_counted_and_changes_nothing(tmp_path, data_d
     assert len(families) >= 20
     runs = {}
     for name in ("fuzz-clean", "fuzz-flood"):
-        config = write_config(tmp_path, data_dir, name, nodes=2, rounds=2)
+        # enough rounds that the victim is still running when the last malformed message
+        # arrives (ZeroMQ makes the flooder wait while 64 are unread)
+        config = write_config(tmp_path, data_dir, name, nodes=2, rounds=30)
         runs[name] = subprocess.Popen(
             [sys.executable, "-m", "deploy.cli", "up", "-c", str(config), "--run-id", name],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
