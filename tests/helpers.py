@@ -1,7 +1,10 @@
-"""Small set-ups several test files share: a tiny model config and synthetic node data."""
+"""Set-ups several test files share: tiny synthetic nodes, small MNIST configs, plans,
+`protofed` processes and waiting for their files."""
 
 import contextlib
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -10,11 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from node.algorithms.base import NodeData
+from deploy.plan import plan_local, write_plan
+from node.algorithms import create
+from node.algorithms.base import NodeData, Payload
+from node.algorithms.common import prototype_payload
 from node.config import from_dict
 from node.inprocess import memory_federation, run_in_memory
 
+REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
+
+# --- tiny synthetic nodes (no dataset) ----------------------------------------------------
 
 
 def tiny_config(**train):
@@ -24,13 +33,58 @@ def tiny_config(**train):
                       "train": {"batch_size": 8, **train}})
 
 
-def tiny_data(samples=20, classes=3):
-    """Seeded 1x8x8 noise images with cycling labels; test and global sets are its head."""
-    g = torch.Generator().manual_seed(0)
+def tiny_data(samples=20, classes=3, *, labelled=None, seed=0, test=6):
+    """Seeded 1x8x8 noise images labelled 0, 1, ..., labelled - 1 in turn (labelled: all
+    `classes` by default); the test set is its first `test` samples, the global set its
+    first 6."""
+    g = torch.Generator().manual_seed(seed)
     x = torch.randn(samples, 1, 8, 8, generator=g)
-    y = torch.arange(samples) % classes
-    return NodeData(train_x=x, train_y=y, test_x=x[:6], test_y=y[:6], global_x=x[:6],
+    y = torch.arange(samples) % (labelled or classes)
+    return NodeData(train_x=x, train_y=y, test_x=x[:test], test_y=y[:test], global_x=x[:6],
                     global_y=y[:6], num_classes=classes)
+
+
+def synthetic_node(algorithm, data, **values):
+    """Node 0 of `algorithm` with the default CNN and an 8-dimensional embedding on `data`;
+    `values` are further top-level config keys (seed, rounds...)."""
+    config = from_dict({"model": {"embedding_dim": 8},
+                        "train": {"device": "cpu", "batch_size": 8}, **values})
+    return create(algorithm, config, data, CPU, node_id=0)
+
+
+def snapshot(tensors):
+    """A copy: on the CPU a state payload shares memory with the live model."""
+    return {name: t.clone() for name, t in tensors.items()}
+
+
+def as_received(payloads):
+    """What a peer receives: independent copies (the wire does not share storage)."""
+    return {kind: Payload(snapshot(p.tensors), dict(p.meta)) for kind, p in payloads.items()}
+
+
+def hand_prototypes():
+    """(own, peer) prototype payloads of dimension 4 over 3 classes: own has classes 0, 1
+    (counts 2, 1) and an empty class 2; the peer has classes 0 and 2 (counts 1, 3)."""
+    own = prototype_payload(torch.tensor([[1.0, 1.0, 1.0, 1.0], [0.0, 2.0, 0.0, 2.0],
+                                          [0.0, 0.0, 0.0, 0.0]]), torch.tensor([2, 1, 0]))
+    peer = Payload({"prototypes": torch.tensor([[4.0, 4.0, 4.0, 4.0], [1.0, 0.0, 1.0, 0.0]]),
+                    "classes": torch.tensor([0, 2]), "counts": torch.tensor([1, 3])})
+    return own, peer
+
+
+# --- in-process federations on real MNIST -------------------------------------------------
+
+
+def mnist_config(data_dir, subset, **values):
+    """A federation on a real MNIST subset of `subset` samples, one torch thread per node;
+    a table given in `values` updates the default one key by key."""
+    raw = {"data": {"dataset": "mnist", "dir": str(data_dir), "download": False,
+                    "subset": subset},
+           "train": {"threads": 1},
+           "timeouts": {"startup": 30, "round": 120, "shutdown": 5}}
+    for key, value in values.items():
+        raw[key] = {**raw[key], **value} if key in raw else value
+    return from_dict(raw)
 
 
 def run_in_process(config, tmp_path):
@@ -38,7 +92,38 @@ def run_in_process(config, tmp_path):
     return run_in_memory(memory_federation(config), tmp_path)
 
 
-REPO = Path(__file__).resolve().parents[1]
+# --- plans, without starting anything -----------------------------------------------------
+
+
+def deploy_config(tmp_path, nodes=3, deploy=None, **values):
+    """A config of `nodes` nodes whose runs are recorded under tmp_path/results."""
+    return from_dict({"nodes": nodes, **values,
+                      "deploy": {"results_dir": str(tmp_path / "results"), **(deploy or {})}})
+
+
+def local_plan(tmp_path, config, first_port=6001):
+    """`config` planned on this machine as run-1, node i on first_port + i."""
+    return plan_local(config, tmp_path / "c.toml", (), "run-1",
+                      [first_port + i for i in range(config.nodes)])
+
+
+def written_plan(tmp_path, **deploy):
+    """Three nodes planned locally with these [deploy] settings, the run folder written:
+    (config, plan)."""
+    config = deploy_config(tmp_path, deploy=deploy)
+    plan = local_plan(tmp_path, config)
+    write_plan(plan)
+    return config, plan
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on just now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- protofed processes -------------------------------------------------------------------
 
 
 def write_config(tmp_path, data_dir, name, *, nodes=3, rounds=2, algorithm="profe",
@@ -75,31 +160,38 @@ results_dir = "{tmp_path / "results"}"
     return path
 
 
-def protofed(*args, timeout=300):
+def protofed_command(*args):
+    return [sys.executable, "-m", "deploy.cli", *map(str, args)]
+
+
+def protofed(*args, timeout=300, env=None):
     """Run the `protofed` command to the end in a child process."""
-    return subprocess.run([sys.executable, "-m", "deploy.cli", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(protofed_command(*args), cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, check=False, env=env)
+
+
+def read_results(run_dir):
+    """(summary or None, node results in node order) of a run folder."""
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    nodes = [json.loads(p.read_text())
+             for p in sorted(run_dir.glob("node-*.json"), key=lambda p: int(p.stem[5:]))]
+    return summary, nodes
 
 
 def run_federation(tmp_path, data_dir, name, timeout=300, **settings):
     """`protofed up` to the end: (completed process, summary or None, node results)."""
     config = write_config(tmp_path, data_dir, name, **settings)
     done = protofed("up", "-c", config, "--run-id", name, timeout=timeout)
-    run_dir = tmp_path / "results" / name
-    summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-    nodes = [json.loads(p.read_text())
-             for p in sorted(run_dir.glob("node-*.json"), key=lambda p: int(p.stem[5:]))]
-    return done, summary, nodes
+    return done, *read_results(tmp_path / "results" / name)
 
 
 @contextlib.contextmanager
 def protofed_running(*args):
     """`protofed` started in the background; killed and reaped on the way out, whatever
     happened, so no process or pipe outlives the test."""
-    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", *map(str, args)],
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(protofed_command(*args), cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     try:
         yield process
     finally:
@@ -110,14 +202,40 @@ def protofed_running(*args):
             pipe.close()
 
 
-def wait_for_rounds(result_path, rounds=1, timeout=180.0):
-    """Wait until a node's result file records `rounds` rounds done; fail the test if not."""
+def alive(pid):
+    """The process exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:  # it ended between the two looks
+        return False
+
+
+# --- waiting for files --------------------------------------------------------------------
+
+
+def wait_until(condition, what, timeout=180.0, interval=0.1):
+    """Call `condition` until it is true; fail the test saying `what` never happened."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            if json.loads(Path(result_path).read_text())["rounds_done"] >= rounds:
-                return
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"{result_path} never recorded {rounds} rounds done")
+        if condition():
+            return
+        time.sleep(interval)
+    pytest.fail(f"{what} did not happen within {timeout:g} s")
+
+
+def read_json(path):
+    """A JSON file's content, or None while it is missing or half written."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_for_rounds(result_path, rounds=1, timeout=180.0):
+    """Wait until a node's result file records `rounds` rounds done; fail the test if not."""
+    wait_until(lambda: (read_json(result_path) or {}).get("rounds_done", 0) >= rounds,
+               f"{result_path} recording {rounds} rounds done", timeout)

@@ -10,7 +10,7 @@ from node.algorithms.base import Payload
 from node.algorithms.common import local_sgd
 from node.algorithms.fedavg import FedAvg
 from node.losses import cross_entropy
-from tests.helpers import CPU, tiny_config, tiny_data
+from tests.helpers import CPU, snapshot, tiny_config, tiny_data
 
 
 def test_cross_entropy_term_by_hand():
@@ -62,11 +62,6 @@ def test_payload_is_the_model_and_nothing_else():
 
 def shifted(tensors, by):
     return {name: t + by for name, t in tensors.items()}
-
-
-def snapshot(tensors):
-    """A copy: on the CPU a state payload shares memory with the live model."""
-    return {name: t.clone() for name, t in tensors.items()}
 
 
 def test_aggregate_is_the_sample_weighted_average():

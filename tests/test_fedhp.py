@@ -9,8 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from node.algorithms import create
-from node.algorithms.base import NodeData, Payload
+from node.algorithms.base import Payload
 from node.algorithms.fedhp import (
     LAMBDA_H,
     distance_loss,
@@ -19,21 +18,15 @@ from node.algorithms.fedhp import (
     hyperspherical_prototypes,
     uniformity_loss,
 )
-from node.config import from_dict
+from tests.helpers import synthetic_node, tiny_data
 
 E = math.e
 
 
-def synthetic_node(num_classes=4, samples=20, seed=3):
-    """A FedHP on tiny random 1x8x8 images, embedding dim 8: fast, no dataset needed."""
-    config = from_dict({"algorithm": "profe", "seed": seed, "model": {"embedding_dim": 8},
-                        "train": {"device": "cpu", "batch_size": 8}})
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(samples, 1, 8, 8, generator=g)
-    y = torch.arange(samples) % 3  # class 3 has no local sample
-    data = NodeData(train_x=x, train_y=y, test_x=x[:4], test_y=y[:4], global_x=x[:6],
-                    global_y=y[:6], num_classes=num_classes)
-    return create("fedhp", config, data, torch.device("cpu"), node_id=0)
+def fedhp_node():
+    """A FedHP on tiny random 1x8x8 images of 4 classes (class 3 has no local sample),
+    embedding dim 8: fast, no dataset needed."""
+    return synthetic_node("fedhp", tiny_data(classes=4, labelled=3, test=4), seed=3)
 
 
 # --- loss terms --------------------------------------------------------------------------
@@ -120,7 +113,7 @@ def test_init_is_identical_in_another_process_with_other_threads():
 
 
 def test_two_nodes_start_from_the_same_anchors():
-    first, second = synthetic_node(), synthetic_node()
+    first, second = fedhp_node(), fedhp_node()
     assert torch.equal(first.anchors, second.anchors)
     assert torch.equal(first.prototypes.detach(), first.anchors)
     assert torch.equal(first.anchors, hyperspherical_prototypes(4, 8, seed=3))
@@ -129,7 +122,7 @@ def test_two_nodes_start_from_the_same_anchors():
 # --- training, payload, aggregation, prediction ------------------------------------------
 
 def test_training_moves_network_and_prototypes_not_anchors():
-    node = synthetic_node()
+    node = fedhp_node()
     anchors = node.anchors.clone()
     start = node.prototypes.detach().clone()
     stats = node.train_round(1)
@@ -143,7 +136,7 @@ def test_training_moves_network_and_prototypes_not_anchors():
 
 
 def test_payload_is_only_the_local_prototypes():
-    node = synthetic_node()
+    node = fedhp_node()
     node.train_round(1)
     sent = node.payload()
     assert set(sent) == {"prototypes"} == set(node.kinds)
@@ -156,7 +149,7 @@ def test_payload_is_only_the_local_prototypes():
 
 
 def test_aggregate_by_hand_and_rejects_malformed_peers():
-    node = synthetic_node()
+    node = fedhp_node()
     ones = torch.ones(8)
     with torch.no_grad():
         node.prototypes.copy_(torch.stack([1 * ones, 2 * ones, 7 * ones, 9 * ones]))
@@ -186,7 +179,7 @@ def test_aggregate_by_hand_and_rejects_malformed_peers():
 
 
 def test_predict_is_the_nearest_prototype():
-    node = synthetic_node()
+    node = fedhp_node()
     node.train_round(1)
     x = node.data.train_x
     node.net.eval()

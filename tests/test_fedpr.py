@@ -8,10 +8,9 @@ import torch
 from node.aggregation import nearest_prototype
 from node.algorithms import create
 from node.algorithms.base import Payload
-from node.algorithms.common import prototype_payload
 from node.algorithms.fedpr import FedPR, client_mean_prototypes
 from node.losses_fedpr import PROTOTYPE_WEIGHT, fedpr_loss, prototype_l2
-from tests.helpers import CPU, tiny_config, tiny_data
+from tests.helpers import CPU, hand_prototypes, snapshot, tiny_config, tiny_data
 
 
 def test_distance_term_by_hand():
@@ -80,23 +79,14 @@ def test_global_prototypes_are_unweighted_means_over_the_nodes_that_have_the_cla
     assert known.tolist() == [True, True, False]
 
 
-def snapshot(tensors):
-    """A copy: on the CPU a state payload shares memory with the live model."""
-    return {name: t.clone() for name, t in tensors.items()}
-
-
 def hand_updates(algorithm):
+    """(own update, a copy of own model, a peer's update): the peer's model is own + 4
+    with 60 samples; the prototypes are hand_prototypes()."""
     own = algorithm.payload()
-    own["prototypes"] = prototype_payload(torch.tensor([[1.0, 1.0, 1.0, 1.0],
-                                                        [0.0, 2.0, 0.0, 2.0],
-                                                        [0.0, 0.0, 0.0, 0.0]]),
-                                          torch.tensor([2, 1, 0]))
+    own["prototypes"], peer_prototypes = hand_prototypes()
     mine = snapshot(own["model"].tensors)
     peer = {"model": Payload({k: t + 4.0 for k, t in mine.items()}, {"samples": 60}),
-            "prototypes": Payload({"prototypes": torch.tensor([[4.0, 4.0, 4.0, 4.0],
-                                                               [1.0, 0.0, 1.0, 0.0]]),
-                                   "classes": torch.tensor([0, 2]),
-                                   "counts": torch.tensor([1, 3])})}
+            "prototypes": peer_prototypes}
     return own, mine, peer
 
 

@@ -6,35 +6,22 @@ import pytest
 import torch
 from torch import nn
 
-from node.algorithms import create
-from node.algorithms.base import NodeData, Payload
+from node.algorithms.base import Payload
 from node.algorithms.fedproc import (
     PROJECTION_DIM,
     alpha_schedule,
     fedproc_loss,
     gpc_loss,
 )
-from node.config import from_dict
+from tests.helpers import as_received, synthetic_node, tiny_data
 
 E = math.e
 
 
-def synthetic_node(num_classes=3, samples=20, seed=0):
-    """A FedProc on tiny random 1x8x8 images, embedding dim 8: fast, no dataset needed."""
-    config = from_dict({"algorithm": "profe", "rounds": 4, "model": {"embedding_dim": 8},
-                        "train": {"device": "cpu", "batch_size": 8}})
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(samples, 1, 8, 8, generator=g)
-    y = torch.arange(samples) % num_classes
-    data = NodeData(train_x=x, train_y=y, test_x=x[:4], test_y=y[:4], global_x=x[:6],
-                    global_y=y[:6], num_classes=num_classes)
-    return create("fedproc", config, data, torch.device("cpu"), node_id=0)
-
-
-def copied(payloads):
-    """What a peer would receive: independent copies (the wire does not share storage)."""
-    return {kind: Payload({n: t.clone() for n, t in p.tensors.items()}, dict(p.meta))
-            for kind, p in payloads.items()}
+def fedproc_node():
+    """A FedProc of 4 rounds on tiny random 1x8x8 images, embedding dim 8: fast, no
+    dataset needed."""
+    return synthetic_node("fedproc", tiny_data(test=4), rounds=4)
 
 
 # --- loss terms --------------------------------------------------------------------------
@@ -98,7 +85,7 @@ def test_total_loss_mixes_gpc_and_cross_entropy_by_alpha():
 # --- network, payload, aggregation -------------------------------------------------------
 
 def test_network_is_encoder_projection_head_and_output_layer():
-    node = synthetic_node()
+    node = fedproc_node()
     net = node.net
     assert isinstance(net.encoder.classifier, nn.Identity)  # the teacher's classifier is gone
     linears = [m for m in net.head if isinstance(m, nn.Linear)]
@@ -111,7 +98,7 @@ def test_network_is_encoder_projection_head_and_output_layer():
 
 
 def test_payload_is_the_whole_network_and_projection_prototypes():
-    node = synthetic_node()
+    node = fedproc_node()
     node.train_round(1)
     sent = node.payload()
     assert set(sent) == {"model", "prototypes"} == set(node.kinds)
@@ -132,7 +119,7 @@ def test_payload_is_the_whole_network_and_projection_prototypes():
 
 
 def test_first_round_trains_on_initial_class_means():
-    node = synthetic_node()
+    node = fedproc_node()
     assert not node.known.any()
     before = [p.detach().clone() for p in node.net.parameters()]
     stats = node.train_round(1)
@@ -142,12 +129,12 @@ def test_first_round_trains_on_initial_class_means():
 
 
 def test_aggregate_by_hand_and_rejects_malformed_peers():
-    node = synthetic_node()
+    node = fedproc_node()
     dim = PROJECTION_DIM
     ones = torch.ones(dim)
     node.local_prototypes = torch.stack([1 * ones, 2 * ones, 0 * ones])
     node.local_counts = torch.tensor([2, 1, 0])
-    own = copied(node.payload())  # 20 samples
+    own = as_received(node.payload())  # 20 samples
     start = {k: v.clone() for k, v in own["model"].tensors.items()}
     # a peer with an all-zero model and 60 samples: average = own * 20/80 = own / 4
     good = {"model": Payload({k: torch.zeros_like(v) for k, v in start.items()},
@@ -155,13 +142,13 @@ def test_aggregate_by_hand_and_rejects_malformed_peers():
             "prototypes": Payload({"prototypes": torch.stack([4 * ones, 5 * ones]),
                                    "classes": torch.tensor([1, 2]),
                                    "counts": torch.tensor([3, 1])})}
-    wrong_dim = copied(good)
+    wrong_dim = as_received(good)
     wrong_dim["prototypes"] = Payload({"prototypes": torch.ones(2, 7),
                                        "classes": torch.tensor([1, 2]),
                                        "counts": torch.tensor([3, 1])})
-    missing_param = copied(good)
+    missing_param = as_received(good)
     del missing_param["model"].tensors["classifier.bias"]
-    no_prototypes = {"model": copied(good)["model"]}
+    no_prototypes = {"model": as_received(good)["model"]}
     rejected = node.aggregate(own, {3: good, 5: wrong_dim, 6: missing_param, 7: no_prototypes})
     assert rejected == [5, 6, 7]
     for name, value in node.net.state_dict().items():

@@ -8,12 +8,10 @@ import torch
 from node.aggregation import nearest_prototype
 from node.algorithms import create
 from node.algorithms.base import Payload
-from node.algorithms.common import prototype_payload
 from node.algorithms.fedproto import FedProto
-from node.config import from_dict
 from node.losses_fedproto import fedproto_loss, paper_lambda
 from node.runtime import load_node_data
-from tests.helpers import CPU, tiny_config, tiny_data
+from tests.helpers import CPU, as_received, hand_prototypes, mnist_config, tiny_config, tiny_data
 
 
 def test_loss_by_hand():
@@ -76,20 +74,12 @@ def test_nothing_is_sent_before_training():
     assert [t.numel() for t in payload["prototypes"].tensors.values()] == [0, 0, 0]
 
 
-def own_and_peer():
-    own = prototype_payload(torch.tensor([[1.0, 1.0, 1.0, 1.0], [0.0, 2.0, 0.0, 2.0],
-                                          [0.0, 0.0, 0.0, 0.0]]), torch.tensor([2, 1, 0]))
-    peer = Payload({"prototypes": torch.tensor([[4.0, 4.0, 4.0, 4.0], [1.0, 0.0, 1.0, 0.0]]),
-                    "classes": torch.tensor([0, 2]), "counts": torch.tensor([1, 3])})
-    return own, peer
-
-
 def test_aggregate_gives_count_weighted_global_prototypes():
     data = tiny_data()
     algorithm = create("fedproto", tiny_config(), data, CPU, 0)
     assert torch.equal(algorithm.predict(data.global_x),
                        algorithm.model(data.global_x)[0].argmax(dim=1))  # no prototype yet
-    own, peer = own_and_peer()
+    own, peer = hand_prototypes()
     assert algorithm.aggregate({"prototypes": own}, {1: {"prototypes": peer}}) == []
     # class 0: (2 * 1 + 1 * 4) / 3 = 2; class 1 only ours; class 2 only the peer's
     expected = torch.tensor([[2.0, 2.0, 2.0, 2.0], [0.0, 2.0, 0.0, 2.0], [1.0, 0.0, 1.0, 0.0]])
@@ -103,7 +93,7 @@ def test_aggregate_gives_count_weighted_global_prototypes():
 
 def test_malformed_prototypes_are_rejected():
     algorithm = create("fedproto", tiny_config(), tiny_data(), CPU, 0)
-    own, good = own_and_peer()
+    own, good = hand_prototypes()
     t = good.tensors
     received = {
         1: {"prototypes": Payload({**t, "prototypes": torch.zeros(2, 5)})},  # other dimension
@@ -118,35 +108,11 @@ def test_malformed_prototypes_are_rejected():
     assert torch.allclose(algorithm.global_prototypes, expected)
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    """The machine is shared: train on one thread, as a node of a local federation does."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def mnist_config(data_dir, nodes, subset, **extra):
-    raw = {"nodes": nodes, "seed": 5,
-           "data": {"dataset": "mnist", "dir": str(data_dir), "download": False,
-                    "subset": subset},
-           "model": {"teacher": "cnn", "teacher_channels": [8, 16], "embedding_dim": 32},
-           "train": {"batch_size": 16}}
-    for section, values in extra.items():
-        raw[section].update(values)
-    return from_dict(raw)
-
-
-def wire(payload):
-    """What a peer receives: a copy, as the runtime encodes a payload before aggregating."""
-    return {kind: Payload({k: t.clone() for k, t in p.tensors.items()}, dict(p.meta))
-            for kind, p in payload.items()}
-
-
 def test_two_different_architectures_train_together(data_dir, one_thread):
-    config = mnist_config(data_dir, 2, 600, train={"lr": 0.05},
-                          model={"groups": [{"nodes": [1], "teacher_channels": [4, 8]}]})
+    config = mnist_config(data_dir, 600, nodes=2, seed=5, train={"batch_size": 16, "lr": 0.05},
+                          model={"teacher": "cnn", "teacher_channels": [8, 16],
+                                 "embedding_dim": 32,
+                                 "groups": [{"nodes": [1], "teacher_channels": [4, 8]}]})
     datas = [load_node_data(config, i, CPU) for i in range(2)]
     nodes = [create("fedproto", config, d, CPU, i) for i, d in enumerate(datas)]
     shapes = [{k: tuple(v.shape) for k, v in n.model.state_dict().items()} for n in nodes]
@@ -157,7 +123,7 @@ def test_two_different_architectures_train_together(data_dir, one_thread):
     for round_ in range(1, 4):
         for i, node in enumerate(nodes):
             losses[i].append(node.train_round(round_))
-        payloads = [wire(n.payload()) for n in nodes]
+        payloads = [as_received(n.payload()) for n in nodes]
         for i, node in enumerate(nodes):
             assert node.aggregate(payloads[i], {1 - i: payloads[1 - i]}) == []
         # both nodes see the same two contributions, so hold the same global prototypes
