@@ -116,11 +116,11 @@ def written_plan(tmp_path, **deploy):
     return config, plan
 
 
-def free_port():
-    """A TCP port on 127.0.0.1 that nothing listens on just now."""
+def free_address():
+    """A ZeroMQ TCP address on 127.0.0.1 that nothing listens on just now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
 
 
 # --- protofed processes -------------------------------------------------------------------

@@ -1,14 +1,12 @@
 """Config parsing: defaults, overrides, and one clear message naming the key and the file."""
 
-from pathlib import Path
 
 import pytest
 
 from node.config import FederationConfig, from_dict, load
 from node.errors import ConfigError
 from node.federation import resolve
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
 
 
 def write(tmp_path, text):

@@ -6,24 +6,26 @@ import pytest
 import torch
 
 from node.algorithms import ALGORITHMS, create
+from node.algorithms.base import ARGMAX, PROTOTYPE
 from node.config import from_dict
 from node.inprocess import memory_federation, run_in_memory
 from node.runtime import load_node_data
+from tests.helpers import mnist_config
 
 # What each method sends every round (ProFe, FedProc and FedPR: a model and prototypes).
 KINDS = {"fedavg": {"model"}, "fedproto": {"prototypes"}, "fedhp": {"prototypes"}}
+# The prediction rules each method has (the others: the argmax and the nearest prototype).
+RULES = {"fedavg": {ARGMAX}, "fedproc": {ARGMAX}, "fedhp": {PROTOTYPE}}
+ROUNDS = 3
 CHANCE_F1 = 0.1  # ten classes
 
 
 def small_federation(data_dir, algorithm):
-    return from_dict({
-        "name": f"contract-{algorithm}", "nodes": 3, "rounds": 3, "seed": 11,
-        "algorithm": algorithm,
-        "data": {"dataset": "mnist", "dir": str(data_dir), "download": False, "subset": 3000},
-        # FedProc trains its output layer only late (alpha = 1 - t/T): a larger step
-        "train": {"threads": 1, "device": "cpu", "lr": 0.05 if algorithm == "fedproc" else 0.01},
-        "fedhp": {"init_steps": 200},
-        "timeouts": {"startup": 30, "round": 120, "shutdown": 5}})
+    """Three nodes, three rounds on 3,000 MNIST samples."""
+    # FedProc trains its output layer only late (alpha = 1 - t/T): a larger step
+    return mnist_config(data_dir, 3000, name=f"contract-{algorithm}", nodes=3, rounds=ROUNDS,
+                        seed=11, algorithm=algorithm, fedhp={"init_steps": 200},
+                        train={"device": "cpu", "lr": 0.05 if algorithm == "fedproc" else 0.01})
 
 
 @pytest.fixture(scope="module", params=sorted(ALGORITHMS))
@@ -42,7 +44,8 @@ def runs(request, data_dir, tmp_path_factory):
 def test_every_node_finishes_and_learns_well_above_chance(runs):
     algorithm, (nodes, _) = runs
     for node in nodes:
-        assert node["status"] == "finished" and node["rounds_done"] == 3
+        assert node["status"] == "finished" and node["rounds_done"] == ROUNDS
+        assert [r["round"] for r in node["rounds"]] == list(range(ROUNDS + 1))
         first, last = node["rounds"][0]["global_test"], node["rounds"][-1]["global_test"]
         assert last["f1"] > max(first["f1"] + 0.2, 3 * CHANCE_F1), (algorithm, first, last)
         assert last["top_class_share"] < 0.5, algorithm  # not one class for everything
@@ -54,6 +57,7 @@ def test_bytes_sent_to_a_peer_are_the_bytes_it_received_kind_by_kind(runs):
         sent = {kind for kind, n in sender["bytes_sent_by_kind"].items()
                 if n and kind != "control"}
         assert sent == KINDS.get(algorithm, {"model", "prototypes"})
+        assert set(sender["bytes_sent_by_peer"]) == {str(p) for p in sender["out_neighbours"]}
         for peer, kinds in sender["bytes_sent_by_peer"].items():
             assert nodes[int(peer)]["bytes_received_by_peer"][str(sender["node"])] == kinds
         assert sender["dropped_count"] == 0
@@ -66,7 +70,11 @@ def test_the_reported_rule_is_recorded_beside_every_other(runs):
         for split in ("global_test", "local_test"):
             evaluation = node["rounds"][-1][split]
             assert evaluation["rule"] == reported
-            assert evaluation["f1"] == evaluation["by_rule"][reported]["f1"]
+            assert set(evaluation["by_rule"]) == RULES.get(algorithm, {ARGMAX, PROTOTYPE})
+            for metrics in evaluation["by_rule"].values():
+                assert set(metrics) == {"accuracy", "f1", "top_class_share"}
+            for metric in ("accuracy", "f1", "top_class_share"):
+                assert evaluation[metric] == evaluation["by_rule"][reported][metric]
 
 
 def test_the_same_seed_gives_the_same_results(runs):

@@ -8,8 +8,7 @@ import pytest
 from experiments import report, run
 from node.config import from_dict
 from node.errors import ConfigError
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
 
 
 def test_cpu_matrix_expands_into_valid_configs(tmp_path):

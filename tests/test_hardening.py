@@ -8,16 +8,9 @@ import pytest
 
 from deploy import docker_backend
 from deploy.compose import compose_document
-from deploy.plan import keys_dir, plan_local, write_plan
-from node.config import from_dict
+from deploy.plan import keys_dir
 from node.security import secret_file
-
-
-def planned(tmp_path):
-    config = from_dict({"nodes": 3, "deploy": {"results_dir": str(tmp_path / "results")}})
-    plan = plan_local(config, tmp_path / "c.toml", (), "run-1", [6001, 6002, 6003])
-    write_plan(plan)
-    return config, plan
+from tests.helpers import written_plan
 
 
 def test_every_setting_drops_a_privilege():
@@ -30,7 +23,7 @@ def test_every_setting_drops_a_privilege():
 
 
 def test_compose_services_carry_the_same_settings(tmp_path):
-    config, plan = planned(tmp_path)
+    config, plan = written_plan(tmp_path)
     document = compose_document(config, plan, "img:1", tmp_path)
     for line in ("cap_drop: [ALL]", "security_opt: [no-new-privileges:true]",
                  "\n    read_only: true\n",
@@ -40,7 +33,7 @@ def test_compose_services_carry_the_same_settings(tmp_path):
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
 def test_docker_compose_accepts_the_file(tmp_path):
-    config, plan = planned(tmp_path)
+    config, plan = written_plan(tmp_path)
     path = tmp_path / "compose.yaml"
     path.write_text(compose_document(config, plan, "img:1", tmp_path))
     done = subprocess.run(["docker-compose", "-f", str(path), "config", "-q"],
@@ -50,7 +43,7 @@ def test_docker_compose_accepts_the_file(tmp_path):
 
 @pytest.mark.skipif(os.getuid() != 0, reason="a non-root launcher's nodes run as itself")
 def test_a_root_launcher_hands_the_node_user_what_it_must_write_and_read(tmp_path):
-    _, plan = planned(tmp_path)
+    _, plan = written_plan(tmp_path)
     docker_backend.grant_node_access(plan)
     assert plan.results_dir.stat().st_uid == docker_backend.NODE_UID
     for node_id in range(3):

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import networkx as nx
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+
 PACKAGES = ("node", "topology", "quant", "deploy", "experiments")
 
 

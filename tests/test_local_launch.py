@@ -1,17 +1,12 @@
 """Local launch: a federation that does not fit this machine's memory is refused up front."""
 
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from deploy import local
 from node.config import from_dict
 from node.errors import DeployError
-from tests.helpers import run_federation
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO, protofed, run_federation
 
 
 def test_capacity_is_nodes_times_the_measured_footprint():
@@ -27,10 +22,8 @@ def test_capacity_is_nodes_times_the_measured_footprint():
 
 def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(tmp_path):
     nodes = int(local.available_memory() / local.LOCAL_NODE_MEMORY) + 10
-    done = subprocess.run(
-        [sys.executable, "-m", "deploy.cli", "up", "-c", str(REPO / "examples" / "quick.toml"),
-         "--set", f"nodes={nodes}", "--set", f"deploy.results_dir={tmp_path}"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    done = protofed("up", "-c", REPO / "examples" / "quick.toml", "--set", f"nodes={nodes}",
+                    "--set", f"deploy.results_dir={tmp_path}", timeout=120)
     assert done.returncode == 1, done.stderr
     assert f"{nodes} local nodes need about" in done.stderr
     assert not any(tmp_path.iterdir())  # nothing was planned or started

@@ -10,16 +10,16 @@ from deploy.plan import FEDERATION_FILE, keys_dir, node_arguments, plan_local, w
 from node.config import from_dict
 from node.errors import ConfigError
 from node.federation import read, resolve
+from tests.helpers import deploy_config, local_plan
 
 
-def config(tmp_path, **values):
+def ring_of_four(tmp_path, **values):
     """Four nodes on a ring, results under tmp_path."""
-    deploy = {"results_dir": str(tmp_path / "results"), **values.pop("deploy", {})}
-    return from_dict({"nodes": 4, "topology": {"kind": "ring"}, "deploy": deploy, **values})
+    return deploy_config(tmp_path, nodes=4, topology={"kind": "ring"}, **values)
 
 
 def test_a_local_plan_gives_each_node_its_port_and_its_ring_neighbours(tmp_path):
-    plan = plan_local(config(tmp_path), tmp_path / "c.toml", (), "run-1", [7000, 7001, 7002, 7003])
+    plan = local_plan(tmp_path, ring_of_four(tmp_path), first_port=7000)
     assert [m.address for m in plan.nodes] == [f"tcp://127.0.0.1:{7000 + i}" for i in range(4)]
     assert [m.bind for m in plan.nodes] == [m.address for m in plan.nodes]
     assert plan.nodes[0].in_neighbours == (1, 3) and plan.nodes[0].out_neighbours == (1, 3)
@@ -45,7 +45,7 @@ def test_a_graph_that_cannot_be_built_is_a_config_error_naming_the_topology(tmp_
 
 
 def test_the_federation_file_reads_back_as_written(tmp_path):
-    plan = plan_local(config(tmp_path, seed=9), tmp_path / "c.toml", ("seed=9",),
+    plan = plan_local(ring_of_four(tmp_path, seed=9), tmp_path / "c.toml", ("seed=9",),
                       "run-1", [7000, 7001, 7002, 7003])
     path = write_plan(plan)
     again = read(path)
@@ -54,6 +54,8 @@ def test_the_federation_file_reads_back_as_written(tmp_path):
     document = json.loads(path.read_text())
     assert document["overrides"] == ["seed=9"] and document["digest"] == again.config.digest()
     assert keys_dir(plan).is_dir() and (plan.results_dir / "logs").is_dir()
+    with pytest.raises(FileExistsError):  # a run folder is never written over
+        write_plan(plan)
 
 
 @pytest.mark.parametrize("damage, field", [
@@ -65,7 +67,7 @@ def test_the_federation_file_reads_back_as_written(tmp_path):
     (lambda d: d["config"].update(nodes="four"), "nodes"),
 ])
 def test_a_damaged_federation_file_is_refused_naming_the_field(tmp_path, damage, field):
-    plan = plan_local(config(tmp_path), tmp_path / "c.toml", (), "run-1", [7000, 7001, 7002, 7003])
+    plan = local_plan(tmp_path, ring_of_four(tmp_path))
     document = json.loads(write_plan(plan).read_text())
     damage(document)
     plan.federation_file.write_text(json.dumps(document))
@@ -77,16 +79,15 @@ def test_every_backend_starts_a_node_with_the_same_arguments(tmp_path):
     local = node_arguments("/r/federation.json", 2, "/r", "/r/keys", listen_fd=7)
     assert local == ["--federation", "/r/federation.json", "--node-id", "2", "--results", "/r",
                      "--keys", "/r/keys", "--listen-fd", "7"]
-    plan = plan_docker(config(tmp_path), tmp_path / "c.toml", (),
-                       "run-1")
+    plan = plan_docker(ring_of_four(tmp_path), tmp_path / "c.toml", (), "run-1")
     write_plan(plan)
     assert container_command(plan, 2) == node_arguments(
         "/config/federation.json", 2, "/results", "/keys")
 
 
 def test_containers_are_reached_by_name_and_read_data_from_their_mount(tmp_path):
-    plan = plan_docker(config(tmp_path, deploy={"port": 6000}),
-                       tmp_path / "c.toml", (), "run-1")
+    plan = plan_docker(ring_of_four(tmp_path, deploy={"port": 6000}), tmp_path / "c.toml", (),
+                       "run-1")
     assert [m.address for m in plan.nodes] == [f"tcp://run-1-node-{i}:6000" for i in range(4)]
     assert {m.bind for m in plan.nodes} == {"tcp://0.0.0.0:6000"}
     assert plan.federation.config.data.dir == DATA_MOUNT

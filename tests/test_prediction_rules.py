@@ -10,20 +10,17 @@ from node.algorithms import ALGORITHMS
 from node.algorithms.base import ARGMAX, PROTOTYPE, NodeData
 from node.config import from_dict
 from node.runtime import evaluate
-from tests.helpers import run_in_process
+from tests.helpers import mnist_config, run_in_process
 
 CONSTANT_PREDICTOR_F1 = 2 / 11 / 10  # macro-F1 of answering one class on 10 balanced classes
 
 
 def disjoint_config(data_dir, algorithm, prototypes_from="aggregated"):
     """5 nodes, each holding 2 of MNIST's 10 classes: every class lives on one node."""
-    return from_dict({
-        "name": "rules", "nodes": 5, "rounds": 3, "seed": 3, "algorithm": algorithm,
-        "data": {"dataset": "mnist", "dir": str(data_dir), "download": False,
-                 "partition": "classes", "classes_fraction": 0.2, "subset": 4000},
-        "train": {"threads": 1},
-        "exchange": {"codec": "int16", "prototypes_from": prototypes_from},
-        "timeouts": {"startup": 30, "round": 120, "shutdown": 5}})
+    return mnist_config(data_dir, 4000, name="rules", nodes=5, rounds=3, seed=3,
+                        algorithm=algorithm,
+                        data={"partition": "classes", "classes_fraction": 0.2},
+                        exchange={"codec": "int16", "prototypes_from": prototypes_from})
 
 
 @pytest.mark.parametrize("algorithm", ["profe", "fedpr"])

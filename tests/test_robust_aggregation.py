@@ -12,8 +12,7 @@ from node.aggregation import (
     weighted_mean,
 )
 from node.algorithms.fedavg import FedAvg
-from node.config import from_dict
-from tests.helpers import run_in_process
+from tests.helpers import mnist_config, run_in_process
 
 
 def states(values, weights=None):
@@ -85,14 +84,11 @@ class Poisoner(FedAvg):
 
 
 def federation(data_dir, rule):
-    return from_dict({
-        "name": "robust", "nodes": 5, "rounds": 3, "seed": 5, "algorithm": "fedavg",
-        "data": {"dataset": "mnist", "dir": str(data_dir), "download": False,
-                 "subset": 6000},
-        "model": {"teacher_channels": [8, 16]},
-        "aggregation": {"rule": rule}, "train": {"threads": 1, "lr": 0.05},
-        "exchange": {"codec": "fp32"},
-        "timeouts": {"startup": 30, "round": 120, "shutdown": 5}})
+    """Five FedAvg nodes on 6,000 MNIST samples aggregating with `rule`."""
+    return mnist_config(data_dir, 6000, name="robust", nodes=5, rounds=3, seed=5,
+                        algorithm="fedavg", model={"teacher_channels": [8, 16]},
+                        aggregation={"rule": rule}, train={"lr": 0.05},
+                        exchange={"codec": "fp32"})
 
 
 def honest_f1(results, poisoned):

@@ -10,13 +10,14 @@ import zmq
 
 from deploy.compose import compose_document
 from deploy.docker_backend import container_command, container_mounts, hidden_paths
-from deploy.plan import keys_dir, plan_local, write_plan
+from deploy.plan import keys_dir
 from node.config import from_dict
 from node.errors import ConfigError
 from node.message import encode_message
 from node.peers import Peers
 from node.security import PUBLIC_FILE, generate_keys, load_keyring, secret_file, write_keys
 from node.transport import ZmqTransport
+from tests.helpers import free_address, written_plan
 
 
 @pytest.fixture
@@ -24,13 +25,6 @@ def keys(tmp_path):
     folder = tmp_path / "keys"
     write_keys(folder, generate_keys(3))
     return folder
-
-
-def free_port():
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_keys_are_owner_only_and_load_back(keys):
@@ -70,17 +64,17 @@ def drain(transport, seconds):
 
 
 def test_only_in_neighbours_keys_get_through_and_the_key_names_the_sender(keys):
-    address = f"tcp://127.0.0.1:{free_port()}"
+    address = free_address()
     ring = [load_keyring(keys, i, 3) for i in range(3)]
     receiver = ZmqTransport(0, address, {}, 1 << 20, ring[0], in_neighbours=[1]).open()
-    friend = ZmqTransport(1, f"tcp://127.0.0.1:{free_port()}", {0: address}, 1 << 20,
+    friend = ZmqTransport(1, free_address(), {0: address}, 1 << 20,
                           ring[1]).open()
     # node 2 has a valid key of the federation, but is not node 0's in-neighbour
-    outsider = ZmqTransport(2, f"tcp://127.0.0.1:{free_port()}", {0: address}, 1 << 20,
+    outsider = ZmqTransport(2, free_address(), {0: address}, 1 << 20,
                             ring[2]).open()
     stranger_keys = generate_keys(3)  # a key of no node
     stranger_ring = load_keyring(_folder_with(keys.parent / "other", stranger_keys), 1, 3)
-    stranger = ZmqTransport(1, f"tcp://127.0.0.1:{free_port()}", {0: address}, 1 << 20,
+    stranger = ZmqTransport(1, free_address(), {0: address}, 1 << 20,
                             stranger_ring).open()
     context = zmq.Context()
     plaintext = context.socket(zmq.DEALER)  # no CurveZMQ at all, claiming to be node 1
@@ -117,10 +111,10 @@ def _folder_with(folder, generated):
 
 def test_a_peer_claiming_another_nodes_id_is_dropped(keys):
     """Node 2 (an admitted in-neighbour) writes sender 1 into its header: dropped, counted."""
-    address = f"tcp://127.0.0.1:{free_port()}"
+    address = free_address()
     ring = [load_keyring(keys, i, 3) for i in range(3)]
     receiver = ZmqTransport(0, address, {}, 1 << 20, ring[0], in_neighbours=[1, 2]).open()
-    liar = ZmqTransport(2, f"tcp://127.0.0.1:{free_port()}", {0: address}, 1 << 20,
+    liar = ZmqTransport(2, free_address(), {0: address}, 1 << 20,
                         ring[2]).open()
     peers = Peers(0, receiver, in_neighbours=[1, 2], out_neighbours=[], rounds=3,
                   max_message_bytes=1 << 20, codecs={"model": "fp32", "prototypes": "fp32"})
@@ -138,16 +132,8 @@ def test_a_peer_claiming_another_nodes_id_is_dropped(keys):
         liar.close(0)
 
 
-def secure_plan(tmp_path, security="curve"):
-    config = from_dict({"nodes": 3, "deploy": {"results_dir": str(tmp_path / "results"),
-                                               "security": security}})
-    plan = plan_local(config, tmp_path / "c.toml", (), "run-1", [6001, 6002, 6003])
-    write_plan(plan)
-    return config, plan
-
-
 def test_each_container_mounts_only_its_own_secret_and_hides_the_others(tmp_path):
-    config, plan = secure_plan(tmp_path)
+    config, plan = written_plan(tmp_path)
     assert sorted(p.name for p in keys_dir(plan).iterdir()) == sorted([
         PUBLIC_FILE, secret_file(0), secret_file(1), secret_file(2)])
     mounts = container_mounts(plan, 1, tmp_path)
@@ -162,7 +148,7 @@ def test_each_container_mounts_only_its_own_secret_and_hides_the_others(tmp_path
 
 
 def test_with_security_off_there_are_no_keys(tmp_path):
-    _, plan = secure_plan(tmp_path, "none")
+    _, plan = written_plan(tmp_path, security="none")
     assert not keys_dir(plan).exists()
     assert "--keys" not in container_command(plan, 0)
     assert hidden_paths(plan) == []

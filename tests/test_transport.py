@@ -8,12 +8,7 @@ import pytest
 from deploy.plan import reserve_listeners
 from node.config import from_dict
 from node.transport import ZmqTransport
-
-
-def free_address():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+from tests.helpers import free_address
 
 
 def until(condition, transport, seconds=5.0):
