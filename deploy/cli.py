@@ -79,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    # Ctrl-C and `kill` stop the run, from the first moment: a shell starts background
+    # commands with SIGINT ignored, and Python then never raises Ctrl-C by itself; before
+    # a node starts they end the launcher through main()'s KeyboardInterrupt.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     overrides = tuple(args.set) + ((f"deploy.backend={args.backend}",) if args.backend else ())
     config = load(args.config, overrides)
     run_id = args.run_id or new_run_id(config)
@@ -115,19 +120,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"protofed: run {run_id}: {config.nodes} {config.algorithm} nodes "
           f"({config.deploy.backend}) on {config.topology.kind} topology, {config.rounds} "
           f"rounds, results in {plan.results_dir}", file=sys.stderr)
-    # `kill` stops the nodes just as Ctrl-C does. SIGINT is set too: a shell starts
-    # background commands with SIGINT ignored, and Python then never raises Ctrl-C.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
     try:
         if docker_backend:
             run = docker.start(config, plan, image, client, data_dir)
         else:
             local.warm_up(plan.federation.config)
             run = local.start(plan, listeners, config.deploy.restarts)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # start() stopped and recorded whatever it had started
         for sock in listeners:
             sock.close()
+        print("protofed: interrupted while starting the nodes", file=sys.stderr)
         return 130
     progress = Progress(config.rounds)
     interrupted = False
@@ -138,6 +140,10 @@ def cmd_up(args: argparse.Namespace) -> int:
                   "node finished: stopping the rest", file=sys.stderr)
             run.stop()
     except KeyboardInterrupt:
+        # A second Ctrl-C or `kill` must not cut the stop short and leave nodes running:
+        # stopping takes at most the grace period, then the rest is killed.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         interrupted = True
         progress.finish()
         print("protofed: interrupted, stopping every node", file=sys.stderr)

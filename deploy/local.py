@@ -11,7 +11,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,19 @@ RUN_FILE = "run.json"
 # stop asked for with SIGINT or SIGTERM (the node exits 128 + signal; -signal if it could not).
 NO_RESTART_EXITS = frozenset({0, 2, 128 + signal.SIGINT, 128 + signal.SIGTERM,
                               -signal.SIGINT, -signal.SIGTERM})
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM (they arrive when the block ends) for steps that must not
+    be cut in two: reaping a node and keeping its status, forking a node and keeping its
+    pid. (The launcher has one thread, so the mask covers every delivery.)"""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 class ForkedNode:
@@ -41,15 +55,13 @@ class ForkedNode:
         if self.returncode is None:
             # Ctrl-C between reaping the child and keeping its status would lose the status
             # for good: hold the stop signals until both are done.
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-                if pid:
-                    self.returncode = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:  # reaped elsewhere: its status is gone
-                self.returncode = -signal.SIGKILL
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            with stop_signals_held():
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                    if pid:
+                        self.returncode = os.waitstatus_to_exitcode(status)
+                except ChildProcessError:  # reaped elsewhere: its status is gone
+                    self.returncode = -signal.SIGKILL
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -87,12 +99,18 @@ class LocalRun:
                 self.restarts[node_id] = self.restarts.get(node_id, 0) + 1
                 log.warning("node %d exited with %d: starting it again (restart %d of %d)",
                             node_id, code, self.restarts[node_id], self.restarts_left)
-                self.processes[node_id] = self.launch(node_id)
-                self.start_times[node_id] = start_time(self.processes[node_id].pid)
+                self.started(node_id)
                 write_run_file(self, "running")
                 continue
             self.exit_codes[node_id] = code
         return dict(self.exit_codes)
+
+    def started(self, node_id: int) -> None:
+        """Start node `node_id` and keep its process: a Ctrl-C cannot come in between,
+        so every node started is one the run stops."""
+        with stop_signals_held():
+            self.processes[node_id] = self.launch(node_id)
+            self.start_times[node_id] = start_time(self.processes[node_id].pid)
 
     def wait(self, timeout: float) -> None:
         """Sleep until a node process exits or `timeout` seconds pass."""
@@ -205,14 +223,23 @@ def fork_node(plan: Plan, node_id: int, listeners: list[socket.socket]) -> Forke
                                keys, listeners[node_id].fileno())
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    # The child must not run the launcher's Ctrl-C handler (it would stop the run from
+    # inside a node): the stop signals wait until it has the default ones.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
     if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return ForkedNode(pid)
     code = 1
     try:  # the child: it never returns from here
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         output = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(output, 1)
         os.dup2(output, 2)
@@ -244,11 +271,11 @@ def start(plan: Plan, listeners: list[socket.socket], restarts: int = 0) -> Loca
     run = LocalRun(plan, restarts_left=restarts, launch=launch, listeners=list(listeners))
     try:
         for spec in plan.nodes:
-            run.processes[spec.node_id] = launch(spec.node_id)
-            run.start_times[spec.node_id] = start_time(run.processes[spec.node_id].pid)
-    except OSError:
-        stop(run)
-        run.remove()
+            run.started(spec.node_id)
+    except BaseException:  # a failed fork, or Ctrl-C halfway: stop the nodes already started
+        with stop_signals_held():  # a second Ctrl-C waits until they are stopped
+            run.stop()
+            run.remove()
         raise
     write_run_file(run, "running")
     return run

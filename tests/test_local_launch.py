@@ -1,12 +1,17 @@
-"""Local launch: a federation that does not fit this machine's memory is refused up front."""
+"""Local launch: a federation that does not fit this machine's memory is refused up front;
+how a run ends is recorded; a Ctrl-C while nodes start leaves none running."""
 
+import json
+import signal
+import subprocess
 
 import pytest
 
 from deploy import local
+from deploy.plan import write_plan
 from node.config import from_dict
 from node.errors import DeployError
-from tests.helpers import REPO, protofed, run_federation
+from tests.helpers import REPO, deploy_config, local_plan, protofed, run_federation
 
 
 def test_capacity_is_nodes_times_the_measured_footprint():
@@ -46,3 +51,32 @@ def test_a_federation_of_one_runs_and_says_so(tmp_path, data_dir):
     assert done.returncode == 0, done.stderr
     assert "nodes = 1: a single node trains on its own" in done.stderr
     assert nodes[0]["bytes_sent"] == 0 and summary["nodes"][0]["status"] == "finished"
+
+
+def test_ctrl_c_while_the_nodes_start_stops_those_already_started(tmp_path, monkeypatch):
+    """Nodes run in their own sessions: one started before the Ctrl-C would outlive the
+    launcher unless start() stops it."""
+    plan = local_plan(tmp_path, deploy_config(tmp_path, deploy={"security": "none"}))
+    write_plan(plan)
+    started = []
+
+    def fork_node(plan, node_id, listeners):
+        if node_id == 2:
+            raise KeyboardInterrupt
+        # like a forked node: its own session, the stop signals it was forked under unblocked
+        started.append(subprocess.Popen(["sleep", "60"], start_new_session=True,
+                                        preexec_fn=lambda: signal.pthread_sigmask(
+                                            signal.SIG_UNBLOCK, local.STOP_SIGNALS)))
+        return started[-1]
+
+    monkeypatch.setattr(local, "fork_node", fork_node)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            local.start(plan, [])
+        assert [p.poll() for p in started] == [-signal.SIGTERM] * 2
+        run = json.loads((plan.results_dir / local.RUN_FILE).read_text())
+        assert run["status"] == "stopped" and sorted(run["pids"]) == ["0", "1"]
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
