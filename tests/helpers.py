@@ -4,6 +4,7 @@
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -202,6 +203,20 @@ def protofed_running(*args):
             pipe.close()
 
 
+@contextlib.contextmanager
+def protofed_up(config, name, *options):
+    """`protofed up` of a config file as run `name`, in the background: (process, run
+    folder). On the way out the launcher is killed and reaped and any node it left behind
+    is killed, whatever happened."""
+    run_dir = config.parent / "results" / name
+    try:
+        with protofed_running("up", "-c", config, "--run-id", name, *options) as process:
+            yield process, run_dir
+    finally:
+        pids = (read_json(run_dir / "run.json") or {}).get("pids", {})
+        kill_leftover_nodes([int(pid) for pid in pids.values()])
+
+
 def alive(pid):
     """The process exists and is not a zombie."""
     try:
@@ -239,3 +254,26 @@ def wait_for_rounds(result_path, rounds=1, timeout=180.0):
     """Wait until a node's result file records `rounds` rounds done; fail the test if not."""
     wait_until(lambda: (read_json(result_path) or {}).get("rounds_done", 0) >= rounds,
                f"{result_path} recording {rounds} rounds done", timeout)
+
+
+def wait_for_training_nodes(run_dir, nodes, timeout=180.0):
+    """Wait until the launcher has recorded every node's pid (its Ctrl-C handling is set
+    up by then) and every node has done a round; their pids, in node order."""
+    def every_node_listed():
+        run = read_json(run_dir / "run.json") or {}
+        return run.get("status") == "running" and len(run.get("pids", {})) == nodes
+    wait_until(every_node_listed, f"{run_dir}/run.json listing {nodes} running nodes", timeout)
+    for i in range(nodes):
+        wait_for_rounds(run_dir / f"node-{i}.json", 1, timeout)
+    pids = read_json(run_dir / "run.json")["pids"]
+    return [int(pids[str(i)]) for i in range(nodes)]
+
+
+def kill_leftover_nodes(pids, timeout=30.0):
+    """SIGKILL the process group of every node still alive and wait until they are gone,
+    so a failed test leaves no node behind."""
+    for pid in pids:
+        if alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    wait_until(lambda: not any(alive(pid) for pid in pids), "leftover nodes ending", timeout)

@@ -8,8 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import pytest
 
 from deploy import docker_backend, image
 from tests import helpers
-from tests.helpers import REPO, protofed_running, wait_for_rounds
+from tests.helpers import protofed_up, read_json, wait_for_rounds, wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -56,24 +54,22 @@ def node_image(client):
     return image.ensure_image(client, "python:3.11-slim")
 
 
-DOCKER = 'backend = "docker"\nmemory = "1g"'
+# The shared small config on the Docker backend, with container-sized timeouts.
+DOCKER = {"deploy": 'backend = "docker"\nmemory = "1g"', "startup": 120, "round_timeout": 90}
 
 
 def write_config(tmp_path, data_dir, name, **settings):
-    """The shared small config on the Docker backend, with container-sized timeouts."""
-    settings = {"startup": 120, "round_timeout": 90, **settings}
-    return helpers.write_config(tmp_path, data_dir, name, deploy=DOCKER, **settings)
+    return helpers.write_config(tmp_path, data_dir, name, **{**DOCKER, **settings})
 
 
-def protofed(*args, timeout=600):
-    return helpers.protofed(*args, timeout=timeout)
+def protofed(*args, timeout=600, env=None):
+    return helpers.protofed(*args, timeout=timeout, env=env)
 
 
 def run_federation(tmp_path, data_dir, name, **settings):
     """`protofed up` on Docker to the end: (completed process, node results)."""
-    settings = {"startup": 120, "round_timeout": 90, **settings}
     done, _, nodes = helpers.run_federation(tmp_path, data_dir, name, timeout=600,
-                                            deploy=DOCKER, **settings)
+                                            **{**DOCKER, **settings})
     return done, nodes
 
 
@@ -153,8 +149,8 @@ def test_a_killed_container_is_named_and_the_others_finish(client, node_image, w
                                                             data_dir):
     name = "dk-killed"
     config = write_config(workdir, data_dir, name, rounds=3, round_timeout=10)
-    with protofed_running("up", "-c", config, "--run-id", name) as process:
-        wait_for_rounds(workdir / "results" / name / "node-2.json", 1, timeout=300)
+    with protofed_up(config, name) as (process, run_dir):
+        wait_for_rounds(run_dir / "node-2.json", 1, timeout=300)
         client.containers.get(f"{name}-node-2").kill()
         _, stderr = process.communicate(timeout=300)
     assert process.returncode == 1
@@ -168,10 +164,9 @@ def test_a_killed_container_is_named_and_the_others_finish(client, node_image, w
 def test_down_removes_every_container_and_network(client, node_image, workdir, data_dir):
     name = "dk-down"
     config = write_config(workdir, data_dir, name, rounds=50)
-    with protofed_running("up", "-c", config, "--run-id", name) as process:
-        deadline = time.monotonic() + 120
-        while len(leftovers(client, name)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.3)
+    with protofed_up(config, name) as (process, _):
+        wait_until(lambda: len(leftovers(client, name)) >= 4, "3 containers and a network",
+                   120, interval=0.3)
         assert "dk-down" in protofed("status").stdout
         down = protofed("down", name)
         assert down.returncode == 0, down.stderr
@@ -246,16 +241,8 @@ def test_compose_file_runs_as_a_swarm_stack_on_an_overlay_network(client, node_i
         overlay = client.networks.get(f"{name}_federation")
         assert overlay.attrs["Driver"] == "overlay"
         results = [compose.parent / f"node-{i}.json" for i in range(3)]
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline:
-            try:
-                if all(json.loads(p.read_text())["status"] == "finished" for p in results):
-                    break
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail("the stack's nodes did not finish")
+        wait_until(lambda: all((read_json(p) or {}).get("status") == "finished"
+                               for p in results), "the stack's nodes finishing", 400, interval=1)
     finally:
         subprocess.run(["docker", "stack", "rm", name], capture_output=True, check=False)
     nodes = [json.loads(p.read_text()) for p in results]
@@ -268,9 +255,7 @@ def test_compose_file_runs_as_a_swarm_stack_on_an_overlay_network(client, node_i
 def test_no_engine_gives_one_clear_message_and_starts_nothing(tmp_path, data_dir):
     config = write_config(tmp_path, data_dir, "dk-no-engine")
     env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-such.sock")
-    done = subprocess.run([sys.executable, "-m", "deploy.cli", "up", "-c", str(config)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
-                          env=env)
+    done = protofed("up", "-c", config, timeout=120, env=env)
     assert done.returncode == 1
     assert "Docker is not available" in done.stderr and "start dockerd" in done.stderr
     assert not (tmp_path / "results").exists()

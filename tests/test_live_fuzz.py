@@ -5,10 +5,8 @@ neighbour), so every message reaches the decoder. The node must drop and count e
 finish, and produce exactly the results of a clean run with the same seed.
 """
 
+import contextlib
 import json
-import subprocess
-import sys
-import time
 
 import msgpack
 import pytest
@@ -17,7 +15,7 @@ import zmq
 
 from node.message import encode_message
 from node.security import load_keyring
-from tests.helpers import REPO, write_config
+from tests.helpers import protofed_up, wait_until, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -71,19 +69,9 @@ def malformed_families():
     }
 
 
-def wait_for(path, deadline):
-    while time.monotonic() < deadline:
-        if path.exists():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"{path} never appeared")
-
-
 def flood(run_dir, families):
     """Connect to node 0 with node 1's key and send every family COPIES times; return count."""
-    deadline = time.monotonic() + 120
-    wait_for(run_dir / "keys" / "public.json", deadline)
-    wait_for(run_dir / "federation.json", deadline)
+    wait_until(lambda: (run_dir / "federation.json").exists(), "federation.json written", 120)
     address = json.loads((run_dir / "federation.json").read_text())["nodes"][0]["address"]
     ring = load_keyring(run_dir / "keys", 1, 2)
     context = zmq.Context()
@@ -104,28 +92,19 @@ def flood(run_dir, families):
 def test_malformed_flood_is_dropped_counted_and_changes_nothing(tmp_path, data_dir):
     families = malformed_families()
     assert len(families) >= 20
-    runs = {}
-    for name in ("fuzz-clean", "fuzz-flood"):
-        # enough rounds that the victim is still running when the last malformed message
-        # arrives (ZeroMQ makes the flooder wait while 64 are unread)
-        config = write_config(tmp_path, data_dir, name, nodes=2, rounds=30)
-        runs[name] = subprocess.Popen(
-            [sys.executable, "-m", "deploy.cli", "up", "-c", str(config), "--run-id", name],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    context = None
-    try:
+    with contextlib.ExitStack() as stack:
+        runs = {}
+        for name in ("fuzz-clean", "fuzz-flood"):
+            # enough rounds that the victim is still running when the last malformed message
+            # arrives (ZeroMQ makes the flooder wait while 64 are unread)
+            config = write_config(tmp_path, data_dir, name, nodes=2, rounds=30)
+            runs[name], _ = stack.enter_context(protofed_up(config, name))
         context, dealer, sent = flood(tmp_path / "results" / "fuzz-flood", families)
+        stack.callback(context.term)
+        stack.callback(dealer.close, 0)
         for name, process in runs.items():
             _, stderr = process.communicate(timeout=300)
             assert process.returncode == 0, f"{name}: {stderr[-2000:]}"
-    finally:
-        for process in runs.values():
-            if process.poll() is None:
-                process.kill()
-            process.communicate()
-        if context is not None:
-            dealer.close(0)
-            context.term()
     clean, flooded = ([json.loads((tmp_path / "results" / name / f"node-{i}.json").read_text())
                        for i in range(2)] for name in ("fuzz-clean", "fuzz-flood"))
     victim = flooded[0]
