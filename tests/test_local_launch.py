@@ -4,6 +4,7 @@ how a run ends is recorded; a Ctrl-C while nodes start leaves none running."""
 import json
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -53,6 +54,11 @@ def test_a_federation_of_one_runs_and_says_so(tmp_path, data_dir):
     assert nodes[0]["bytes_sent"] == 0 and summary["nodes"][0]["status"] == "finished"
 
 
+UNBLOCKED_SLEEP = ("import signal, time; "
+                   "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM}); "
+                   "time.sleep(60)")
+
+
 def test_ctrl_c_while_the_nodes_start_stops_those_already_started(tmp_path, monkeypatch):
     """Nodes run in their own sessions: one started before the Ctrl-C would outlive the
     launcher unless start() stops it."""
@@ -64,9 +70,8 @@ def test_ctrl_c_while_the_nodes_start_stops_those_already_started(tmp_path, monk
         if node_id == 2:
             raise KeyboardInterrupt
         # like a forked node: its own session, the stop signals it was forked under unblocked
-        started.append(subprocess.Popen(["sleep", "60"], start_new_session=True,
-                                        preexec_fn=lambda: signal.pthread_sigmask(
-                                            signal.SIG_UNBLOCK, local.STOP_SIGNALS)))
+        started.append(subprocess.Popen([sys.executable, "-c", UNBLOCKED_SLEEP],
+                                        start_new_session=True))
         return started[-1]
 
     monkeypatch.setattr(local, "fork_node", fork_node)
