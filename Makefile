@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-DATA_DIR ?= $(if $(PROTOFED_DATA_DIR),$(PROTOFED_DATA_DIR),$(abspath ../shared/datasets))
+# Where the datasets live, the same rule as the protofed command's: data.dir in the config,
+# else $PROTOFED_DATA_DIR, else ./data (git-ignored). DATA_DIR=... sets PROTOFED_DATA_DIR.
+DATA_DIR ?= $(PROTOFED_DATA_DIR)
+DATA_ENV := $(if $(DATA_DIR),PROTOFED_DATA_DIR="$(abspath $(DATA_DIR))",)
 CONFIG ?= examples/quick.toml
 # torch is pinned to the CPU build first so pip never pulls a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
@@ -19,13 +22,13 @@ $(BIN)/protofed: pyproject.toml
 venv: $(BIN)/protofed
 
 run: venv
-	PROTOFED_DATA_DIR="$(DATA_DIR)" $(BIN)/protofed up -c $(CONFIG)
+	$(DATA_ENV) $(BIN)/protofed up -c $(CONFIG)
 
 test: venv
-	PROTOFED_DATA_DIR="$(DATA_DIR)" $(BIN)/python -m pytest -q
+	$(DATA_ENV) $(BIN)/python -m pytest -q
 
 test-fast: venv
-	PROTOFED_DATA_DIR="$(DATA_DIR)" $(BIN)/python -m pytest -q -m "not integration"
+	$(DATA_ENV) $(BIN)/python -m pytest -q -m "not integration"
 
 lint: venv
 	$(BIN)/pip install --quiet ruff

@@ -13,14 +13,22 @@ from deploy import compose as compose_file
 from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import local
-from deploy.plan import new_run_id, plan_local, reserve_listeners, write_plan
-from deploy.report import format_table, summarize
+from deploy.pictures import RunFiles, write_run_files
+from deploy.plan import (
+    host_data_dir,
+    new_run_id,
+    plan_local,
+    prepare_data,
+    reserve_listeners,
+    write_plan,
+)
+from deploy.progress import progress_for
+from deploy.report import format_table, read_node_results, summarize
 from deploy.runner import watch
-from node.config import load
-from node.data import default_data_dir
+from node.config import load, user_code
+from node.custom import add_search_path
 from node.errors import ConfigError, ProtofedError
 from node.lifecycle import exit_now
-from node.record import NodeRecord
 
 log = logging.getLogger("protofed")
 
@@ -58,8 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     compose.add_argument("--run-id", help="project name and results folder")
     compose.add_argument("--image", help="node image to use instead of building one")
 
-    report = commands.add_parser("report", help="print the table of a finished run")
-    report.add_argument("run_dir", help="results/<run-id> folder")
+    report = commands.add_parser("report", help="print the table of a run and write its "
+                                 "per-round CSV and pictures again")
+    report.add_argument("run", help="a run's folder, or its id under --results-dir")
+    report.add_argument("--results-dir", default="results", help="where runs are recorded")
     return parser
 
 
@@ -85,6 +95,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     overrides = tuple(args.set) + ((f"deploy.backend={args.backend}",) if args.backend else ())
+    add_search_path(Path(args.config).parent)  # where model and data import paths are found
     config = load(args.config, overrides)
     run_id = args.run_id or new_run_id(config)
     if config.nodes == 1:
@@ -92,18 +103,22 @@ def cmd_up(args: argparse.Namespace) -> int:
               file=sys.stderr)
     docker_backend = config.deploy.backend == "docker"
     listeners = []
+    # Once per federation, on this machine, before any node or container exists.
+    prepared = prepare_data(config)
+    data_dir = host_data_dir(config)
     if docker_backend:
+        refuse_user_code(config)
         plan = docker.plan_docker(config, Path(args.config), overrides, run_id)
         client = docker.connect()
         info = client.info()
         docker.check_capacity(config, int(info.get("MemTotal", 0)), int(info.get("NCPU", 0)))
-        data_dir = Path(config.data.dir or default_data_dir())
         if not data_dir.is_dir():
             raise ConfigError(f"data.dir {data_dir} is not a folder: the containers mount it "
                               "as their dataset folder (set data.dir or PROTOFED_DATA_DIR)")
         image = config.deploy.image or docker_image.ensure_image(client, config.deploy.base_image)
     else:
         local.check_capacity(config, local.available_memory())
+        local.check_user_models(config)
         listeners = reserve_listeners(config)
     try:
         if not docker_backend:
@@ -122,7 +137,8 @@ def cmd_up(args: argparse.Namespace) -> int:
           f"rounds, results in {plan.results_dir}", file=sys.stderr)
     try:
         if docker_backend:
-            run = docker.start(config, plan, image, client, data_dir)
+            run = docker.start(config, plan, image, client, data_dir,
+                               prepared.cache_dir if prepared else None)
         else:
             local.warm_up(plan.federation.config)
             run = local.start(plan, listeners, config.deploy.restarts)
@@ -131,7 +147,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             sock.close()
         print("protofed: interrupted while starting the nodes", file=sys.stderr)
         return 130
-    progress = Progress(config.rounds)
+    progress = progress_for(config.rounds)
     interrupted = False
     try:
         if not watch(run, progress.show, deadline=config.timeouts.run or None):
@@ -153,9 +169,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         run.save_logs()
         run.remove()
     summary = _write_summary(plan, config, run)
-    if interrupted:
-        return 130
+    files = write_run_files(plan.results_dir, read_node_results(plan.results_dir, config.nodes))
     print(format_table(summary))
+    stopped = [n["node"] for n in summary["nodes"] if n["status"] == "stopped"]
+    if stopped and not interrupted:
+        print(f"protofed: run {run_id}: {len(stopped)} of {config.nodes} nodes were stopped "
+              "from outside (`protofed down`, or a signal sent to them)", file=sys.stderr)
+    if interrupted:
+        print(f"\nresults: {plan.results_dir}", file=sys.stderr)
+        return 130
     failed = [n for n in summary["nodes"] if n["status"] != "finished"]
     for row in failed:
         node_id = row["node"]
@@ -164,7 +186,25 @@ def cmd_up(args: argparse.Namespace) -> int:
               f"{why}, status {row['status']}); last lines of its log:", file=sys.stderr)
         print(local.log_tail(plan.results_dir, node_id), file=sys.stderr)
     print(f"\nresults: {plan.results_dir}", file=sys.stderr)
+    _say_files(files)
     return 1 if failed else 0
+
+
+def _say_files(files: RunFiles) -> None:
+    """Where the per-round CSV and the pictures are (or how to get the pictures)."""
+    print(f"per-round CSV: {files.csv}", file=sys.stderr)
+    if files.pictures:
+        print("pictures: " + ", ".join(str(p) for p in files.pictures if p.suffix == ".png")
+              + " (and .svg)", file=sys.stderr)
+    else:
+        print(f"protofed: {files.hint}", file=sys.stderr)
+
+
+def refuse_user_code(config) -> None:
+    """Containers run the node image, which holds no module of the user's."""
+    for key, value in user_code(config):
+        raise ConfigError(f"{key} = {value!r} names a Python module of yours, which the node "
+                          "image does not contain: run it with the local backend")
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -179,37 +219,6 @@ def _write_summary(plan, config, run) -> dict:
         exit_codes=dict(run.exit_codes))
     (plan.results_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
-
-
-class Progress:
-    """Rounds done per node on one terminal line (or a line per change when not a tty)."""
-
-    def __init__(self, rounds: int) -> None:
-        self.rounds = rounds
-        self.tty = sys.stderr.isatty()
-        self.last = ""
-
-    def show(self, results: list[NodeRecord]) -> None:
-        cells = [f"{r.node}:{_state(r, self.rounds)}" for r in results]
-        done = sum(r.rounds_done for r in results)
-        text = f"rounds {done}/{self.rounds * len(results)}  " + " ".join(cells)
-        if text == self.last:
-            return
-        self.last = text
-        if self.tty:
-            print("\r" + text.ljust(100), end="", file=sys.stderr, flush=True)
-        else:
-            print(text, file=sys.stderr, flush=True)
-
-    def finish(self) -> None:
-        if self.tty and self.last:
-            print(file=sys.stderr)
-
-
-def _state(result: NodeRecord, rounds: int) -> str:
-    if result.status in ("running", "finished"):
-        return f"{result.rounds_done}/{rounds}"
-    return {"missing": "wait", "starting": "init"}.get(result.status, result.status)
 
 
 def _docker_client_if_running():
@@ -233,10 +242,10 @@ def cmd_down(args: argparse.Namespace) -> int:
     if client is not None:
         docker_runs = docker.running_runs(client)
         for run_id in ([args.run_id] if args.run_id else list(docker_runs)):
-            containers, networks = docker.remove_run(client, run_id)
+            containers, networks = docker.down_run(client, run_id)
             if containers or networks:
-                print(f"protofed: removed {run_id} ({containers} containers, "
-                      f"{networks} networks)")
+                print(f"protofed: stopped and removed {run_id} ({containers} containers, "
+                      f"{networks} networks; their logs are in its results folder)")
                 stopped += 1
     if not stopped:
         print("protofed: no running federation found"
@@ -250,8 +259,12 @@ def cmd_status(args: argparse.Namespace) -> int:
              for run in local.running_runs(Path(args.results_dir))]
     client = _docker_client_if_running()
     if client is not None:
-        lines += [f"{run_id}  docker  {'; '.join(nodes)}"
-                  for run_id, nodes in docker.running_runs(client).items()]
+        for run_id, nodes in docker.running_runs(client).items():
+            if docker.ended(nodes):  # e.g. after `docker-compose up` returned
+                lines.append(f"{run_id}  docker  ended, every container exited "
+                             f"(`protofed down {run_id}` removes them)")
+            else:
+                lines.append(f"{run_id}  docker  {'; '.join(nodes)}")
     print("\n".join(lines) if lines else "no running federations")
     return 0
 
@@ -270,8 +283,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_compose(args: argparse.Namespace) -> int:
     config = load(args.config, tuple(args.set))
+    refuse_user_code(config)
     run_id = args.run_id or new_run_id(config)
-    data_dir = Path(config.data.dir or default_data_dir()).resolve()
+    prepared = prepare_data(config)
+    data_dir = host_data_dir(config).resolve()
     plan = docker.plan_docker(config, Path(args.config), tuple(args.set), run_id)
     image = args.image or config.deploy.image
     if not image:
@@ -281,22 +296,27 @@ def cmd_compose(args: argparse.Namespace) -> int:
     except FileExistsError:
         raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
                           "--run-id") from None
-    path = compose_file.write_compose(config, plan, image, data_dir)
-    print(path)
-    print(f"""protofed: wrote {path} for {config.nodes} nodes (image {image}).
-  one host:  docker compose -f {path} -p {run_id} up      (or docker-compose)
-  swarm:     PROTOFED_NETWORK_DRIVER=overlay docker stack deploy -c {path} {run_id}
-  results:   {plan.results_dir}  (then: protofed report {plan.results_dir})""",
+    compose, stack = compose_file.write_compose(config, plan, image, data_dir,
+                                                prepared.cache_dir if prepared else None)
+    print(compose)
+    print(f"""protofed: wrote {compose} and {stack.name} for {config.nodes} nodes (image {image}).
+  one host:  docker-compose -f {compose} -p {run_id} up
+  swarm:     docker stack deploy -c {stack} {run_id}
+  then:      protofed down {run_id}   (stops what is left, keeps the logs, removes the network)
+  results:   {plan.results_dir}  (and: protofed report {plan.results_dir})""",
           file=sys.stderr)
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
+    run_dir = Path(args.run)
+    if not run_dir.is_dir() and (Path(args.results_dir) / args.run).is_dir():
+        run_dir = Path(args.results_dir) / args.run
     nodes = len(list(run_dir.glob("node-*.json")))
     if not nodes:
         raise ConfigError(f"{run_dir}: no node-<i>.json results in this folder")
     print(format_table(summarize(run_dir, run_dir.name, nodes)))
+    _say_files(write_run_files(run_dir, read_node_results(run_dir, nodes)))
     return 0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from deploy.plan import FEDERATION_FILE, KEYS_DIR, Plan, keys_dir, node_arguments
 from node.config import FederationConfig, memory_bytes
+from node.data_cache import CACHE_ENV
 from node.errors import DeployError
 from node.federation import resolve
 from node.security import PUBLIC_FILE, secret_file
@@ -26,6 +27,7 @@ LABEL = "protofed.run"
 CONFIG_MOUNT = "/config"
 RESULTS_MOUNT = "/results"
 DATA_MOUNT = "/data"
+CACHE_MOUNT = "/cache"  # the decoded-array cache, when it lives outside the data folder
 INTERFACE = "eth0"
 KEYS_MOUNT = "/keys"
 # The unprivileged user a node runs as when the launcher is root (the image has no such
@@ -35,6 +37,8 @@ NODE_UID = 10001
 # authentication threads and the interpreter fit well within it; a fork bomb does not.
 PIDS_LIMIT = 512
 SCRATCH = "/tmp"
+# The exit code of a node stopped by SIGTERM (128 + 15), recorded for one removed by `down`.
+STOPPED_EXIT = 143
 # What one MNIST node needs when no memory limit is set (measured peak RSS ~0.8 GB).
 DEFAULT_NODE_MEMORY = 1024**3
 
@@ -109,6 +113,8 @@ class DockerRun:
     exit_codes: dict[int, int] = field(default_factory=dict)
     oom_killed: set[int] = field(default_factory=set)
 
+    vanished: set[int] = field(default_factory=set)  # removed by someone else (`down`)
+
     def poll_exits(self) -> dict[int, int]:
         """Exit codes of the containers that have stopped so far."""
         import docker.errors
@@ -119,7 +125,9 @@ class DockerRun:
             try:
                 container.reload()
             except docker.errors.NotFound:
-                self.exit_codes[node_id] = 137
+                # `protofed down` stopped it gracefully, kept its log and removed it
+                self.vanished.add(node_id)
+                self.exit_codes[node_id] = STOPPED_EXIT
                 continue
             state = container.attrs["State"]
             if state["Status"] in ("exited", "dead"):
@@ -133,21 +141,15 @@ class DockerRun:
         time.sleep(timeout)
 
     def save_logs(self) -> None:
-        """Copy every container's output to logs/node-<i>.log."""
-        for node_id, container in self.containers.items():
-            path = self.plan.results_dir / "logs" / f"node-{node_id}.log"
-            try:
-                path.write_bytes(container.logs(stdout=True, stderr=True))
-            except Exception as exc:  # noqa: BLE001 - a lost log must not stop the cleanup
-                log.warning("cannot read the log of node %d: %s", node_id, exc)
+        """Copy every container's output to logs/node-<i>.log (`down` already did for the
+        containers it removed)."""
+        save_logs({i: c for i, c in self.containers.items() if i not in self.vanished},
+                  self.plan.results_dir / "logs")
 
     def stop(self, grace: float = 5.0) -> None:
-        """Stop every container that still runs."""
-        for container in self.containers.values():
-            try:
-                container.stop(timeout=int(grace))
-            except Exception as exc:  # noqa: BLE001 - keep stopping the others
-                log.warning("stopping %s: %s", container.name, exc)
+        """Stop every container that still runs, all at once (SIGTERM, then SIGKILL)."""
+        stop_containers([c for i, c in self.containers.items() if i not in self.vanished],
+                        grace)
         self.poll_exits()
 
     def remove(self) -> None:
@@ -161,20 +163,41 @@ def container_command(plan: Plan, node_id: int) -> list[str]:
                           KEYS_MOUNT if keys_dir(plan).is_dir() else None)
 
 
-def container_mounts(plan: Plan, node_id: int, data_dir: Path) -> list[tuple[str, str, bool]]:
+def container_mounts(plan: Plan, node_id: int, data_dir: Path,
+                     cache_dir: Path | None = None) -> list[tuple[str, str, bool]]:
     """(host path, container path, read-only) bind mounts of one node's container.
 
     A node sees only its own secret key and the public keys; the keys folder inside the
-    results mount is hidden by an empty tmpfs (`hidden_paths`).
+    results mount is hidden by an empty tmpfs (`hidden_paths`). A dataset cache outside
+    the data folder (`cache_mount`) is mounted read-only at /cache.
     """
     mounts = [(str(plan.federation_file.resolve()), f"{CONFIG_MOUNT}/{FEDERATION_FILE}", True),
               (str(plan.results_dir.resolve()), RESULTS_MOUNT, False),
               (str(data_dir.resolve()), DATA_MOUNT, True)]
+    cache_home = cache_mount(data_dir, cache_dir)
+    if cache_home is not None:
+        mounts.append((str(cache_home), CACHE_MOUNT, True))
     keys = keys_dir(plan)
     if keys.is_dir():
         for name in (PUBLIC_FILE, secret_file(node_id)):
             mounts.append((str((keys / name).resolve()), f"{KEYS_MOUNT}/{name}", True))
     return mounts
+
+
+def cache_mount(data_dir: Path, cache_dir: Path | None) -> Path | None:
+    """The host folder to mount at /cache: the fallback cache home holding `cache_dir`, or
+    None when the cache sits inside the data folder (seen through /data) or there is none."""
+    if cache_dir is None or cache_dir.resolve().is_relative_to(data_dir.resolve()):
+        return None
+    return cache_dir.resolve().parent
+
+
+def container_environment(data_dir: Path, cache_dir: Path | None = None) -> dict[str, str]:
+    """Environment of every node container."""
+    environment = {"PROTOFED_INTERFACE": INTERFACE, "HOME": SCRATCH}
+    if cache_mount(data_dir, cache_dir) is not None:
+        environment[CACHE_ENV] = CACHE_MOUNT
+    return environment
 
 
 def hidden_paths(plan: Plan) -> list[str]:
@@ -211,12 +234,12 @@ def hardening() -> dict:
 
 
 def start(config: FederationConfig, plan: Plan, image: str, client,
-          data_dir: Path) -> DockerRun:
+          data_dir: Path, cache_dir: Path | None = None) -> DockerRun:
     """Create the network and one container per node; on any failure remove all of it."""
     import docker.errors
 
     run_id = plan.run_id
-    taken = [c.name for c in client.containers.list(all=True)
+    taken = [c.name for c in client.containers.list(all=True, ignore_removed=True)
              if c.name.startswith(f"{run_id}-node-")]
     if taken or client.networks.list(names=[network_name(run_id)]):
         raise DeployError(f"names of run {run_id} are already in use "
@@ -233,10 +256,10 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
                 command=container_command(plan, spec.node_id),
                 network=network_name(run_id), hostname=container_name(run_id, spec.node_id),
                 labels={LABEL: run_id, "protofed.node": str(spec.node_id)},
-                environment={"PROTOFED_INTERFACE": INTERFACE, "HOME": SCRATCH},
+                environment=container_environment(data_dir, cache_dir),
                 volumes={source: {"bind": target, "mode": "ro" if read_only else "rw"}
                          for source, target, read_only in container_mounts(
-                             plan, spec.node_id, data_dir)},
+                             plan, spec.node_id, data_dir, cache_dir)},
                 tmpfs={SCRATCH: "size=256m",
                        **{path: "size=64k,mode=0700" for path in hidden_paths(plan)}},
                 **hardening(),
@@ -251,29 +274,115 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
     return run
 
 
+def stop_containers(containers: list, grace: float) -> None:
+    """SIGTERM every container at once, wait up to `grace` seconds for all of them, then
+    SIGKILL those still running (one after another, `docker stop` took grace each)."""
+    import docker.errors
+
+    def state(container) -> str:
+        try:
+            container.reload()
+            return container.status
+        except docker.errors.NotFound:
+            return "removed"
+
+    for container in containers:
+        try:
+            container.kill(signal="SIGTERM")
+        except docker.errors.APIError:  # not running, or already gone
+            pass
+    deadline = time.monotonic() + grace
+    running = [c for c in containers if state(c) == "running"]
+    while running and time.monotonic() < deadline:
+        time.sleep(0.2)
+        running = [c for c in running if state(c) == "running"]
+    for container in running:
+        log.warning("%s did not stop within %.0f s: killed", container.name, grace)
+        try:
+            container.kill()
+            container.wait(timeout=30)
+        except (docker.errors.APIError, OSError):
+            pass
+
+
+def save_logs(containers: dict[int, object], folder: Path) -> None:
+    """Each container's output as folder/node-<i>.log."""
+    import docker.errors
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for node_id, container in containers.items():
+        try:
+            (folder / f"node-{node_id}.log").write_bytes(
+                container.logs(stdout=True, stderr=True))
+        except docker.errors.APIError as exc:
+            if exc.status_code not in (404, 409):  # 409: being removed by `protofed down`
+                log.warning("cannot read the log of node %d: %s", node_id, exc)
+                continue
+            log.debug("node %d's container is gone: its log was kept by whoever removed it",
+                      node_id)
+        except Exception as exc:  # noqa: BLE001 - a lost log must not stop the cleanup
+            log.warning("cannot read the log of node %d: %s", node_id, exc)
+
+
+def results_folder(container) -> Path | None:
+    """The host folder a node container writes its results to (its /results mount)."""
+    for mount in container.attrs.get("Mounts", []):
+        if mount.get("Destination") == RESULTS_MOUNT:
+            return Path(mount["Source"])
+    return None
+
+
+def run_containers(client, run_id: str) -> list:
+    """A run's containers, any state; one removed while listing is left out, not an error."""
+    return client.containers.list(all=True, ignore_removed=True,
+                                  filters={"label": f"{LABEL}={run_id}"})
+
+
+def down_run(client, run_id: str, grace: float = 5.0) -> tuple[int, int]:
+    """Stop a run's containers gracefully (all at once), keep their logs beside their
+    results, then remove the containers and networks; how many of each went."""
+    containers = run_containers(client, run_id)
+    stop_containers(containers, grace)
+    by_node = {int(c.labels.get("protofed.node", -1)): c for c in containers}
+    folder = next((f for f in map(results_folder, containers) if f is not None), None)
+    if folder is not None and folder.is_dir():
+        save_logs(by_node, folder / "logs")
+    return remove_run(client, run_id)
+
+
 def remove_run(client, run_id: str) -> tuple[int, int]:
     """Force-remove a run's containers and networks; return how many of each went."""
     import docker.errors
 
-    containers = client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})
+    containers = run_containers(client, run_id)
     for container in containers:
         try:
             container.remove(force=True)
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError as exc:  # another `down` is removing it right now
+            log.debug("removing %s: %s", container.name, exc)
     networks = client.networks.list(filters={"label": f"{LABEL}={run_id}"})
     for network in networks:
         try:
             network.remove()
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError as exc:
+            log.debug("removing network %s: %s", network.name, exc)
     return len(containers), len(networks)
+
+
+def ended(nodes: list[str]) -> bool:
+    """Whether every container of a run (as listed by `running_runs`) has exited."""
+    return all(not line.endswith((": running", ": created", ": restarting")) for line in nodes)
 
 
 def running_runs(client) -> dict[str, list[str]]:
     """Federations with containers on this engine: run id -> '<node>: <state>' lines."""
     runs: dict[str, list[str]] = {}
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
+    for container in client.containers.list(all=True, ignore_removed=True,
+                                            filters={"label": LABEL}):
         run_id = container.labels[LABEL]
         runs.setdefault(run_id, []).append(
             f"{container.labels.get('protofed.node', '?')}: {container.status}")

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.plan import Plan, keys_dir, node_arguments
-from node.config import FederationConfig, memory_bytes
+from node.config import FederationConfig, memory_bytes, user_code
+from node.custom import check_models
 from node.errors import DeployError
 from node.lifecycle import exit_now
 
@@ -201,17 +202,45 @@ def warm_up(config: FederationConfig) -> None:
     """Import and load, once, what every node needs, so forked nodes share it.
 
     Torch, the algorithms, the transport, the optimizer machinery (torch imports its
-    compiler stack the first time an optimizer is built) and the dataset: each forked node
-    starts with them in memory, shared copy-on-write.
+    compiler stack the first time an optimizer is built), the dataset (mapped from its
+    cache, which `deploy.plan.prepare_data` made) and the global test set as tensors: each
+    forked node starts with them in memory, shared copy-on-write or through the page cache.
     """
     import torch
 
     import node.__main__  # noqa: F401 - the node's whole import tree
-    from node.data import default_data_dir, load_dataset
+    from node.runtime import load_node_data
 
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    # Maps the dataset and converts the global test set, which every node evaluates on,
+    # once for all the nodes (node 0's own share is dropped again).
+    # Nodes on a GPU convert their own copy there instead.
+    if config.train.device != "cuda":
+        # On one thread: a launcher that started torch's OpenMP pool would fork nodes whose
+        # first parallel operation never returns.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            load_node_data(config, 0, torch.device("cpu"))
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        from node.data import default_data_dir, load_dataset
+
+        load_dataset(config.data.dataset, config.data.dir or default_data_dir(), download=False)
+
+
+def check_user_models(config: FederationConfig) -> int:
+    """Build every model given by import path once, on the dataset's shape, before any node
+    starts: a model that breaks the contract is a config error, not N crashed nodes."""
+    if not any(key.startswith("model.") for key, _ in user_code(config)):
+        return 0
+    from node.data import default_data_dir, load_dataset
+
     data = config.data
-    load_dataset(data.dataset, data.dir or default_data_dir(), download=data.download)
+    dataset = load_dataset(data.dataset, data.dir or default_data_dir(), download=data.download)
+    _, channels, size, _ = dataset.images.shape
+    return check_models(config, channels, size, dataset.num_classes)
 
 
 def fork_node(plan: Plan, node_id: int, listeners: list[socket.socket]) -> ForkedNode:

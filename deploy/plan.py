@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.config import FederationConfig
+from node.data import PreparedDataset, default_data_dir, ensure_dataset
 from node.errors import ConfigError
 from node.federation import Federation, Member, resolve
 from node.security import generate_keys, write_keys
@@ -51,6 +52,19 @@ def plan_local(config: FederationConfig, source: Path, overrides: tuple[str, ...
     federation = resolve(config, addresses, addresses, str(source))
     return Plan(run_id=run_id, source=source.resolve(), overrides=overrides,
                 results_dir=Path(config.deploy.results_dir) / run_id, federation=federation)
+
+
+def host_data_dir(config: FederationConfig) -> Path:
+    """The run's dataset folder on this machine: data.dir, else $PROTOFED_DATA_DIR, else
+    ./data (absolute, so messages name the real place)."""
+    return Path(config.data.dir or default_data_dir()).absolute()
+
+
+def prepare_data(config: FederationConfig) -> PreparedDataset | None:
+    """Find, or download and verify, the run's dataset and build its decoded-array cache on
+    this machine, once, before any node starts; a missing file is reported with this
+    machine's paths. Nodes then only load (download=False)."""
+    return ensure_dataset(config.data.dataset, host_data_dir(config), config.data.download)
 
 
 def node_arguments(federation_file: str, node_id: int, results: str, keys: str | None,

@@ -3,7 +3,9 @@
     python -m experiments.bench_codecs [--elements 10000000] [--repeats 7]
 
 Writes experiments/reports/codecs/bench.{json,md}. Each figure is the best of `repeats`
-runs, in GB/s of fp32 input (4 bytes per element) for the encode + decode round trip.
+runs, in GB/s of fp32 input (4 bytes per element) for the encode + decode round trip,
+beside each codec's payload as a share of the fp32 bytes (normal values: int8's DEFLATE
+gains more on trained weights, see experiments/reports/paper).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from quant.codecs import decode, encode
+from quant.codecs import CODECS, decode, encode
 
 OUT = Path(__file__).resolve().parent / "reports" / "codecs"
 
@@ -54,10 +56,16 @@ def measure(elements: int, repeats: int) -> dict[str, float]:
         "fp16 cast round trip (torch)": lambda: x.half().float(),
         "plain numpy int16 quantizer": lambda: numpy_int16(array),
         **{f"protofed {codec} encode+decode": (lambda c=codec: round_trip(x, c))
-           for codec in ("int16", "fp16", "fp32")},
+           for codec in CODECS},
     }
     return {name: round(gigabytes / best_seconds(work, repeats), 3)
             for name, work in cases.items()}
+
+
+def payload_shares(elements: int) -> dict[str, float]:
+    """Each codec's payload bytes over the fp32 bytes of the same normal tensor."""
+    x = torch.randn(elements, generator=torch.Generator().manual_seed(0))
+    return {codec: round(len(encode("w", x, codec)[1]) / (elements * 4), 4) for codec in CODECS}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,16 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
     rates = measure(args.elements, args.repeats)
+    shares = payload_shares(args.elements)
     OUT.mkdir(parents=True, exist_ok=True)
     document = {"elements": args.elements, "repeats": args.repeats, "threads": 1,
                 "machine": f"{platform.machine()}, {torch.get_num_threads()} thread",
-                "gb_per_s": rates}
+                "gb_per_s": rates, "payload_share_of_fp32": shares}
     (OUT / "bench.json").write_text(json.dumps(document, indent=1) + "\n")
     lines = ["# Codec speed", "",
              (f"Produced by `python -m experiments.bench_codecs` ({args.elements:,} fp32 "
              f"elements, one thread, best of {args.repeats})."), "",
              "| what | GB/s of fp32 input |", "|---|---|"]
     lines += [f"| {name} | {rate:.2f} |" for name, rate in rates.items()]
+    lines += ["", "| codec | payload / fp32 bytes |", "|---|---|"]
+    lines += [f"| {codec} | {share:.4f} |" for codec, share in shares.items()]
     (OUT / "bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -5,6 +5,8 @@ table, Figure 2 (macro-F1 per round) and the targets, from an archive of node re
         archives every finished cell into OUT/archive.jsonl.gz, then writes OUT/report.md
     python -m experiments.report experiments/reports/paper/archive.jsonl.gz
         rebuilds report.md and the plots beside the archive from the archive alone
+    python -m experiments.report experiments/results/paper-int8 --into experiments/reports/paper
+        adds the finished cells (and their invocation) to that report's archive, then rebuilds
 
 `notes.md` in the output folder, when present, is included verbatim.
 """
@@ -49,6 +51,8 @@ PAPER_FLOORS = {("profe", "mnist", "iid"), ("profe", "mnist", "classes:0.2")}
 REACH = 0.05  # within 5 points of a paper's figure
 PROFE_IID_GAP = 0.01  # ProFe within 1 point of student-size FedAvg on IID
 PROFE_BYTES_SHARE = 0.60  # ProFe bytes per node at most 60% of student-size FedAvg's
+COMPACT_CODEC = "int8"  # the codec below 16 bits, judged on bytes and F1 beside the baseline
+COMPACT_BYTES_SHARE = 0.25  # ProFe int8: at most 25% of student-size FedAvg's bytes per node
 FEDPROTO_SAVING = 0.90  # FedProto at least 90% fewer bytes than student-size FedAvg
 
 
@@ -366,6 +370,7 @@ def targets(results: list[CellResult]) -> list[str]:
                              f"FedAvg {_f1(student):.4f} ({100 * gap:+.1f} points; target "
                              f"{goal}): {_verdict(ok and not collapsed)}"
                              f"{' (a collapsed predictor)' if collapsed else ''}")
+            lines += _compact_targets(where, group, student, partition)
     for (method, dataset, partition), (figure, source) in PAPER_FIGURES.items():
         cells = _target_cells([r for r in results if (r.dataset, r.partition) ==
                                (dataset, partition)], method)
@@ -389,6 +394,26 @@ def targets(results: list[CellResult]) -> list[str]:
                 else f"within {100 * REACH:.0f} points of {figure:.3f}")
         lines.append(f"- {where}: {method} macro-F1 {value:.4f} ({cells[0].rule}) vs {source} "
                      f"(target {goal}): {verdict}")
+    return lines
+
+
+def _compact_targets(where: str, group: list[CellResult], student: list[CellResult],
+                     partition: str) -> list[str]:
+    """ProFe at the codec below 16 bits: bytes and, on IID, F1 against student-size FedAvg."""
+    compact = [r for r in group if r.row == ("profe", COMPACT_CODEC)]
+    if not (student and compact):
+        return []
+    share = _bytes_per_node(compact) / _bytes_per_node(student)
+    lines = [(f"- {where}: ProFe ({COMPACT_CODEC}) moves {100 * share:.1f}% of student-size "
+              f"FedAvg's bytes per node (target ≤ {100 * COMPACT_BYTES_SHARE:.0f}%): "
+              f"{_verdict(share <= COMPACT_BYTES_SHARE)}")]
+    if partition == "iid":
+        gap = _f1(compact) - _f1(student)
+        collapsed = is_collapsed(compact) or is_collapsed(student)
+        lines.append(f"- {where}: ProFe ({COMPACT_CODEC}) macro-F1 {_f1(compact):.4f} vs "
+                     f"student-size FedAvg {_f1(student):.4f} ({100 * gap:+.1f} points; target "
+                     f"within {100 * PROFE_IID_GAP:.0f} point): "
+                     f"{_verdict(abs(gap) <= PROFE_IID_GAP and not collapsed)}")
     return lines
 
 
@@ -464,6 +489,20 @@ def archive_results(results_root: Path, out_dir: Path, command: str = "") -> Pat
     return archive
 
 
+def add_to_archive(results_root: Path, archive: Path, command: str = "") -> Path:
+    """Add the finished cells under `results_root` to an existing archive (a cell of the same
+    key is replaced) together with the invocations that produced them."""
+    runs, records = read_archive(archive)
+    added = archive_results(results_root, results_root / ".archive", command)
+    new_runs, new_records = read_archive(added)
+    keys = {r["key"] for r in new_records}
+    records = [r for r in records if r["key"] not in keys] + new_records
+    write_archive(archive, runs + [r for r in new_runs if r not in runs], records)
+    added.unlink()
+    added.parent.rmdir()
+    return archive
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -472,7 +511,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="default experiments/reports/<matrix>, or the "
                                                  "archive's folder")
     parser.add_argument("--command", default="", help="the command that produced the results")
+    parser.add_argument("--into", type=Path, help="a report folder whose archive the results "
+                                                  "are added to")
     args = parser.parse_args(argv)
+    if args.into is not None:
+        if not args.source.is_dir() or not (args.into / ARCHIVE_NAME).is_file():
+            print(f"experiments: --into needs a results folder and a report folder with "
+                  f"{ARCHIVE_NAME} ({args.source}, {args.into})", file=sys.stderr)
+            return 2
+        archive = add_to_archive(args.source, args.into / ARCHIVE_NAME, args.command)
+        print(write_report(archive, args.into))
+        return 0
     if args.source.is_file():
         archive = args.source
         out = args.out or archive.parent

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.custom import is_import_path
 from node.data import DATASETS
 from node.errors import ConfigError
 from node.partition import PARTITIONS
@@ -106,7 +107,9 @@ class TrainConfig:
     alpha_s: float = 1.0
     alpha_limit: float = 0.1
     temperature: float = 2.0
-    eval_batch_size: int = 1000
+    # 256 images through the CNN need ~25 MB of activations; 1000 needed ~100 MB in every
+    # node at the same moment (evaluation follows each round everywhere at once)
+    eval_batch_size: int = 256
     device: str = "auto"
     threads: int = 0
 
@@ -355,6 +358,25 @@ def _coerce(value: Any, hint: Any, key: str, source: str) -> Any:
     return value
 
 
+def user_code(config: FederationConfig) -> list[tuple[str, str]]:
+    """(key, import path) of every [model] and [data] value that names the user's code."""
+    found = [(f"model.{role}", getattr(config.model, role)) for role in ("teacher", "student")]
+    found += [(f"model.groups[{i}].{role}", getattr(g, role))
+              for i, g in enumerate(config.model.groups) for role in ("teacher", "student")]
+    found.append(("data.dataset", config.data.dataset))
+    return [(key, value) for key, value in found if is_import_path(value)]
+
+
+def _architecture(value: str, channels: list[int], allowed: tuple[str, ...], source: str,
+                  key: str) -> None:
+    """A built-in architecture, or an import path "package.module:factory" (no widths)."""
+    if is_import_path(value):
+        _check(not channels, source, f"{key}_channels",
+               f"applies to the built-in architectures, not to {key} = {value!r}")
+        return
+    _one_of(value, allowed, source, key)
+
+
 def _check(ok: bool, source: str, key: str, message: str) -> None:
     if not ok:
         raise ConfigError(f"{source}: {key} {message}")
@@ -396,8 +418,9 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
            f"must be in (0, 1], got {d.local_train_fraction}")
     m = c.model
     architectures = ("auto", *ARCHITECTURES)
-    _one_of(m.teacher, architectures, source, "model.teacher")
-    _one_of(m.student, architectures, source, "model.student")
+    for role in ("teacher", "student"):
+        _architecture(getattr(m, role), getattr(m, f"{role}_channels"), architectures, source,
+                      f"model.{role}")
     grouped: set[int] = set()
     for i, group in enumerate(m.groups):
         key = f"model.groups[{i}]"
@@ -408,13 +431,16 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
         grouped |= set(group.nodes)
         for role in ("teacher", "student"):
             if getattr(group, role):
-                _one_of(getattr(group, role), architectures, source, f"{key}.{role}")
+                _architecture(getattr(group, role), getattr(group, f"{role}_channels"),
+                              architectures, source, f"{key}.{role}")
     _check(m.embedding_dim >= 0, source, "model.embedding_dim",
            f"must be positive (or 0 for the default), got {m.embedding_dim}")
     for node_id in range(c.nodes):  # the widths each node's models will be built with
         node_model = m.for_node(node_id)
         for role in ("teacher", "student"):
             arch = getattr(node_model, role)
+            if is_import_path(arch):
+                continue  # the user's model: checked when built, before any node starts
             where = next((f"model.groups[{i}].{role}" for i, g in enumerate(m.groups)
                           if node_id in g.nodes and getattr(g, f"{role}_channels")),
                          f"model.{role}")

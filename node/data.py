@@ -1,7 +1,9 @@
 """Load MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 from their standard files as uint8 arrays.
 
 Each dataset is the standard train split followed by the standard test split, pooled: the
-federation carves its own global test set out of the pool (see `node.partition`).
+federation carves its own global test set out of the pool (see `node.partition`). It is
+decoded once into a memory-mapped cache beside the data (`node.data_cache`); the launcher
+fetches missing files and builds that cache before any node starts (`ensure_dataset`).
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ import os
 import pickle
 import shutil
 import tarfile
+import tempfile
 import urllib.request
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from node.data_cache import cached_arrays, make_dirs, remove_empty
 from node.errors import ConfigError, DataError
 
 try:
@@ -166,6 +171,31 @@ def load_dataset(name: str, data_dir: str | Path | None = None, download: bool =
 _LOADED: dict[tuple[str, str], Dataset] = {}
 
 
+@dataclass(frozen=True)
+class PreparedDataset:
+    """A dataset ready for its nodes: its data folder, and the folder its decoded arrays are
+    mapped from (None when they could only be decoded into memory)."""
+
+    name: str
+    root: Path
+    cache_dir: Path | None
+
+
+def ensure_dataset(name: str, data_dir: str | Path | None = None,
+                   download: bool = True) -> PreparedDataset | None:
+    """Find, or download and verify, every file of a built-in dataset, then build or check
+    its decoded-array cache: run once by the launcher, before any node starts (nodes load
+    with download=False). None for a dataset this module does not load itself."""
+    root = Path(data_dir) if data_dir is not None else default_data_dir()
+    if name in IDX_FOLDERS:
+        _, cache = _cached_idx(name, root, download)
+    elif name in CIFAR_LAYOUTS:
+        _, cache = _cached_cifar(name, root, download)
+    else:
+        return None
+    return PreparedDataset(name=name, root=root, cache_dir=cache)
+
+
 # ---------------------------------------------------------------- IDX (MNIST, Fashion-MNIST)
 
 
@@ -220,8 +250,8 @@ def _find_idx(root: Path, folder: str, stem: str) -> Path | None:
     return None
 
 
-def _load_idx_dataset(name: str, root: Path, download: bool) -> Dataset:
-    """Pool the train and test IDX pairs of MNIST or Fashion-MNIST."""
+def _idx_sources(name: str, root: Path, download: bool) -> dict[str, Path]:
+    """The four IDX files of MNIST or Fashion-MNIST, downloaded first if missing and allowed."""
     folder = IDX_FOLDERS[name]
     paths = {stem: _find_idx(root, folder, stem) for stem in IDX_FILES}
     missing = [stem for stem, path in paths.items() if path is None]
@@ -231,11 +261,31 @@ def _load_idx_dataset(name: str, root: Path, download: bool) -> Dataset:
         _obtain(name, expected, dirs, download,
                 lambda: _fetch_idx(name, missing, root / folder / "raw"))
         paths = {stem: _find_idx(root, folder, stem) for stem in IDX_FILES}
+    return paths  # type: ignore[return-value]  # every entry found, or _obtain raised
+
+
+def _load_idx_dataset(name: str, root: Path, download: bool) -> Dataset:
+    """Pool the train and test IDX pairs of MNIST or Fashion-MNIST (mapped from the cache)."""
+    return _cached_idx(name, root, download)[0]
+
+
+def _cached_idx(name: str, root: Path, download: bool) -> tuple[Dataset, Path | None]:
+    """The IDX dataset mapped from its cache (built first if needed), and the cache folder."""
+    paths = _idx_sources(name, root, download)
+    (images, labels), cache = cached_arrays(name, root, IDX_FOLDERS[name],
+                                            list(paths.values()), lambda: _decode_idx(paths))
+    # The channel axis is added as a view (stride 0), as it always was: the strides of a
+    # node's indexed images decide torch's memory format, and with it the exact results.
+    return Dataset(name=name, images=images[:, np.newaxis], labels=labels, num_classes=10), cache
+
+
+def _decode_idx(paths: dict[str, Path]) -> tuple[np.ndarray, np.ndarray]:
+    """Images uint8 [N, 28, 28] and labels int64 [N]: the train pair, then the test pair."""
     train = _read_idx_pair(paths["train-images-idx3-ubyte"], paths["train-labels-idx1-ubyte"])
     test = _read_idx_pair(paths["t10k-images-idx3-ubyte"], paths["t10k-labels-idx1-ubyte"])
-    images = np.concatenate([train[0], test[0]])[:, np.newaxis]
+    images = np.concatenate([train[0], test[0]])
     labels = np.concatenate([train[1], test[1]])
-    return Dataset(name=name, images=images, labels=labels, num_classes=10)
+    return images, labels
 
 
 def _read_idx_pair(images_path: Path, labels_path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -257,26 +307,45 @@ def _read_idx_pair(images_path: Path, labels_path: Path) -> tuple[np.ndarray, np
 
 def _fetch_idx(name: str, stems: list[str], raw_dir: Path) -> None:
     """Download the missing `<stem>.gz` files into raw_dir, checking uncompressed md5s."""
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    for stem in stems:
-        url = BASE_URLS[name] + f"{stem}.gz"
-        _download_verified(url, raw_dir / f"{stem}.gz", MD5SUMS[name][stem], gunzip=True)
+    with _created_dirs(raw_dir):
+        for stem in stems:
+            url = BASE_URLS[name] + f"{stem}.gz"
+            _download_verified(url, raw_dir / f"{stem}.gz", MD5SUMS[name][stem], gunzip=True)
 
 
 # ---------------------------------------------------------------- CIFAR python batches
 
 
-def _load_cifar(name: str, root: Path, download: bool) -> Dataset:
-    """Pool the train batches then the test batch of CIFAR-10 or CIFAR-100."""
+def _cifar_sources(name: str, root: Path, download: bool) -> list[Path]:
+    """The python batch files of CIFAR-10 or CIFAR-100, downloaded first if missing and allowed."""
     layout = CIFAR_LAYOUTS[name]
     folder = root / layout.folder
     missing = [batch for batch in layout.batches if not (folder / batch).is_file()]
     if missing:
         _obtain(name, missing, [folder], download, lambda: _fetch_cifar(name, layout, root))
-    parts = [_read_cifar_batch(folder / batch, layout) for batch in layout.batches]
+    return [folder / batch for batch in layout.batches]
+
+
+def _load_cifar(name: str, root: Path, download: bool) -> Dataset:
+    """Pool the train batches then the test batch of CIFAR-10 or CIFAR-100 (mapped from the cache)."""
+    return _cached_cifar(name, root, download)[0]
+
+
+def _cached_cifar(name: str, root: Path, download: bool) -> tuple[Dataset, Path | None]:
+    """The CIFAR dataset mapped from its cache (built first if needed), and the cache folder."""
+    layout = CIFAR_LAYOUTS[name]
+    sources = _cifar_sources(name, root, download)
+    (images, labels), cache = cached_arrays(name, root, layout.folder, sources,
+                                            lambda: _decode_cifar(sources, layout))
+    return Dataset(name=name, images=images, labels=labels, num_classes=layout.num_classes), cache
+
+
+def _decode_cifar(sources: list[Path], layout: CifarLayout) -> tuple[np.ndarray, np.ndarray]:
+    """Images uint8 [N, 3, 32, 32] and labels int64 [N] of the batches, in order."""
+    parts = [_read_cifar_batch(path, layout) for path in sources]
     images = np.concatenate([images for images, _ in parts])
     labels = np.concatenate([labels for _, labels in parts])
-    return Dataset(name=name, images=images, labels=labels, num_classes=layout.num_classes)
+    return images, labels
 
 
 def _read_cifar_batch(path: Path, layout: CifarLayout) -> tuple[np.ndarray, np.ndarray]:
@@ -337,17 +406,17 @@ def _restricted_unpickle(path: Path) -> object:
 
 def _fetch_cifar(name: str, layout: CifarLayout, root: Path) -> None:
     """Download the CIFAR archive into root, check its md5, extract it safely, delete it."""
-    root.mkdir(parents=True, exist_ok=True)
-    archive = root / layout.archive
-    _download_verified(BASE_URLS[name] + layout.archive, archive, MD5SUMS[name][layout.archive],
-                       gunzip=False)
-    try:
-        _safe_extract(archive, root)
-    finally:
-        archive.unlink(missing_ok=True)
-    absent = [batch for batch in layout.batches if not (root / layout.folder / batch).is_file()]
-    if absent:
-        raise DataError(f"{layout.archive} did not contain {layout.folder}/{absent}")
+    with _created_dirs(root):
+        archive = root / layout.archive
+        _download_verified(BASE_URLS[name] + layout.archive, archive,
+                           MD5SUMS[name][layout.archive], gunzip=False)
+        try:
+            _safe_extract(archive, root)
+        finally:
+            archive.unlink(missing_ok=True)
+        absent = [b for b in layout.batches if not (root / layout.folder / b).is_file()]
+        if absent:
+            raise DataError(f"{layout.archive} did not contain {layout.folder}/{absent}")
 
 
 def _safe_extract(archive: Path, root: Path) -> None:
@@ -396,22 +465,39 @@ def _missing_error(name: str, expected: list[str], dirs: list[Path], why: str) -
 
 
 def _download_verified(url: str, dest: Path, md5: str, *, gunzip: bool) -> None:
-    """Fetch url to dest via a .part file; a wrong md5 (of the gunzipped content if asked) deletes it."""
-    part = dest.with_name(dest.name + ".part")
+    """Fetch url into a uniquely named tmp file beside dest, check its md5 (of the gunzipped
+    content if asked), fsync it and rename it onto dest; a failure leaves nothing behind."""
     log.info("downloading %s -> %s", url, dest)
+    descriptor, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.",
+                                            suffix=".part")
+    part = Path(tmp_name)
     try:
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, \
-                part.open("wb") as out:
+        with os.fdopen(descriptor, "wb") as out, \
+                urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
             shutil.copyfileobj(response, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
         got = _md5_of(part, gunzip=gunzip)
+        if got != md5:
+            raise DataError(f"md5 mismatch for {url}: got {got}, expected {md5}; "
+                            "the downloaded file was deleted")
+        part.chmod(0o644)
+        part.replace(dest)
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    if got != md5:
-        part.unlink(missing_ok=True)
-        raise DataError(f"md5 mismatch for {url}: got {got}, expected {md5}; bad file deleted")
-    part.replace(dest)
     log.info("verified md5 of %s", dest.name)
+
+
+@contextmanager
+def _created_dirs(directory: Path) -> Iterator[None]:
+    """mkdir -p directory; if the block fails, remove the folders it created (when empty)."""
+    made = make_dirs(directory)
+    try:
+        yield
+    except BaseException:
+        remove_empty(made)
+        raise
 
 
 def _md5_of(path: Path, *, gunzip: bool) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from node.config import FederationConfig
+from node.data import default_data_dir, ensure_dataset
 from node.federation import Federation, resolve
 from node.record import NodeRecord
 from node.runtime import Recorder, build_node
@@ -29,6 +30,8 @@ def run_in_memory(federation: Federation, results_dir: Path,
 
     A node that raises makes the whole call raise, after the others stopped.
     """
+    data = federation.config.data
+    ensure_dataset(data.dataset, data.dir or default_data_dir(), data.download)  # nodes never download
     hub = MemoryHub()
     results: dict[int, dict[str, Any]] = {}
     errors: list[BaseException] = []

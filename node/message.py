@@ -14,7 +14,7 @@ import msgpack
 import torch
 
 from node.errors import ProtocolError, QuantizationError
-from quant import TensorSpec, decode, encode, encoded_size
+from quant import TensorSpec, decode, encode, expanded_size
 
 PROTOCOL_VERSION = 1
 CONTROL_KINDS = ("hello", "ack", "bye")
@@ -51,7 +51,7 @@ def encode_message(sender: int, round_: int, kind: str,
     return [msgpack.packb(header, use_bin_type=True), *payload]
 
 
-def decode_message(frames: Sequence[bytes], *, max_bytes: int) -> Message:
+def decode_message(frames: Sequence[bytes] | Sequence[memoryview], *, max_bytes: int) -> Message:
     """Parse and check every field of a received message; raise ProtocolError on any fault."""
     if not frames:
         raise ProtocolError("empty message")
@@ -75,13 +75,15 @@ def decode_message(frames: Sequence[bytes], *, max_bytes: int) -> Message:
         raise ProtocolError(f"header lists {len(raw_specs)} tensors but {len(frames) - 1} "
                             "data frames arrived")
     tensors: dict[str, torch.Tensor] = {}
+    expanded = 0
     for raw_spec, data in zip(raw_specs, frames[1:]):
         try:
             spec = TensorSpec.from_wire(raw_spec)
-            expected = encoded_size(spec)
-            if expected != len(data):
-                raise ProtocolError(f"tensor {spec.name!r}: frame has {len(data)} bytes, "
-                                    f"its spec needs {expected}")
+            # a compressed frame must not stand for more than the cap allows on the wire
+            expanded += expanded_size(spec)
+            if expanded > max_bytes:
+                raise ProtocolError(f"tensor {spec.name!r}: the message expands beyond the "
+                                    f"cap of {max_bytes} bytes")
             if spec.name in tensors:
                 raise ProtocolError(f"tensor {spec.name!r} appears twice")
             tensors[spec.name] = decode(spec, data)
@@ -120,6 +122,6 @@ def _int_field(header: dict, key: str, minimum: int) -> int:
     return value
 
 
-def frame_bytes(frames: Sequence[bytes]) -> int:
+def frame_bytes(frames: Sequence[bytes] | Sequence[memoryview]) -> int:
     """Bytes of a message as handed to (or received from) ZeroMQ: the sum of its frames."""
     return sum(len(frame) for frame in frames)

@@ -5,11 +5,13 @@ It knows algorithms only through their interface and peers only through `Peers`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import random
 import resource
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ import torch
 
 from node.algorithms import Algorithm, NodeData, Payload, create
 from node.config import FederationConfig
-from node.data import default_data_dir, load_dataset
+from node.data import Dataset, default_data_dir, load_dataset
 from node.federation import Federation
 from node.metrics import prediction_metrics
 from node.partition import federated_split
@@ -58,26 +60,51 @@ def pick_device(config: FederationConfig) -> torch.device:
 def load_node_data(config: FederationConfig, node_id: int, device: torch.device) -> NodeData:
     """This node's share of the dataset, the same split in every process for the same seed."""
     d = config.data
-    dataset = load_dataset(d.dataset, d.dir or default_data_dir(), download=d.download)
+    root = d.dir or default_data_dir()
+    # The launcher fetched the files before any node started (`deploy.plan.prepare_data`):
+    # nodes never download, so a federation downloads once and nodes cannot race.
+    dataset = load_dataset(d.dataset, root, download=False)
     split = federated_split(dataset.labels, config.nodes, scheme=d.partition,
                             num_classes=dataset.num_classes, seed=config.seed,
                             classes_fraction=d.classes_fraction, alpha=d.alpha,
                             global_test_fraction=d.global_test_fraction,
                             local_train_fraction=d.local_train_fraction, subset=d.subset)
-    mean, std = NORMALIZATION[d.dataset]
     share = split.nodes[node_id]
+    global_x, global_y = _global_test_set(d.dataset, dataset, root, split.global_test, device)
+    return NodeData(train_x=_images(dataset, d.dataset, share.train, device),
+                    train_y=_labels(dataset, share.train, device),
+                    test_x=_images(dataset, d.dataset, share.test, device),
+                    test_y=_labels(dataset, share.test, device),
+                    global_x=global_x, global_y=global_y, num_classes=dataset.num_classes)
 
-    def images(index: np.ndarray) -> torch.Tensor:
-        x = torch.from_numpy(dataset.images[index]).to(torch.float32).div_(255.0)
-        return x.sub_(mean).div_(std).to(device)
 
-    def labels(index: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(dataset.labels[index]).to(torch.int64).to(device)
+def _images(dataset: Dataset, name: str, index: np.ndarray, device: torch.device) -> torch.Tensor:
+    """The indexed images as standardised float32 [n, C, H, W] (only these are converted)."""
+    mean, std = NORMALIZATION[name]
+    x = torch.from_numpy(dataset.images[index]).to(torch.float32).div_(255.0)
+    return x.sub_(mean).div_(std).to(device)
 
-    return NodeData(train_x=images(share.train), train_y=labels(share.train),
-                    test_x=images(share.test), test_y=labels(share.test),
-                    global_x=images(split.global_test), global_y=labels(split.global_test),
-                    num_classes=dataset.num_classes)
+
+def _labels(dataset: Dataset, index: np.ndarray, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(dataset.labels[index]).to(torch.int64).to(device)
+
+
+def _global_test_set(name: str, dataset: Dataset, root: str | Path, index: np.ndarray,
+                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The federation's global test set, the same for every node: converted once per process
+    and shared read-only (forked nodes share the launcher's copy, see `deploy.local.warm_up`;
+    in-process nodes share one copy)."""
+    key = (name, str(Path(root).resolve()), str(device),
+           hashlib.sha256(np.ascontiguousarray(index).tobytes()).hexdigest())
+    with _GLOBAL_TEST_LOCK:
+        if key not in _GLOBAL_TEST:
+            _GLOBAL_TEST[key] = (_images(dataset, name, index, device),
+                                 _labels(dataset, index, device))
+        return _GLOBAL_TEST[key]
+
+
+_GLOBAL_TEST: dict[tuple[str, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+_GLOBAL_TEST_LOCK = threading.Lock()
 
 
 def interface_counters(name: str) -> dict[str, int] | None:
@@ -185,6 +212,7 @@ class Node:
         self.peers = peers
         self.recorder = recorder
         self.previous = previous  # an earlier, unfinished process's record of this node
+        self.own_rounds_from = 0  # index of the first round record this process made
 
     def run(self) -> NodeRecord:
         """Train for every round and return (and write) the node's result."""
@@ -229,6 +257,7 @@ class Node:
         result.rejoined_at = [*((previous.rejoined_at or []) if previous else []), first]
         if previous is not None:
             result.rounds = [r for r in previous.rounds if r.round < first]
+            self.own_rounds_from = len(result.rounds)
             result.before_restart = {key: getattr(previous, key) for key in TOTALS}
         log.warning("node %d: rejoined the federation at round %d", self.node_id, first)
 
@@ -266,17 +295,20 @@ class Node:
         started = time.monotonic()
         local = evaluate(algorithm, data.test_x, data.test_y, data.num_classes, batch)
         global_ = evaluate(algorithm, data.global_x, data.global_y, data.num_classes, batch)
-        return RoundRecord(
+        record = RoundRecord(
             round=round_, local_test=local, global_test=global_, train=train_stats, **timings,
             evaluation_seconds=time.monotonic() - started, missing_peers=missing,
-            rejected_peers=rejected, bytes_sent=peers.meter.total(SENT, round_=round_),
-            bytes_received=peers.meter.total(RECEIVED, round_=round_),
-            bytes_sent_by_peer=peers.meter.breakdown(SENT, round_),
-            bytes_received_by_peer=peers.meter.breakdown(RECEIVED, round_))
+            rejected_peers=rejected)
+        _count_round_bytes(record, peers)
+        return record
 
     def _fill_totals(self, peers: Peers) -> None:
         meter = peers.meter
         result = self.recorder.result
+        # messages metered after their round's record was made (the goodbyes after the last
+        # round, an ack to a late hello) join it, so the rounds add up to the totals
+        for record in result.rounds[self.own_rounds_from:]:
+            _count_round_bytes(record, peers)
         result.bytes_sent, result.bytes_received = meter.total(SENT), meter.total(RECEIVED)
         result.bytes_sent_by_peer = meter.breakdown(SENT)
         result.bytes_received_by_peer = meter.breakdown(RECEIVED)
@@ -289,6 +321,15 @@ class Node:
             setattr(result, key, value)
         for key, earlier in (result.before_restart or {}).items():
             setattr(result, key, add_counts(getattr(result, key), earlier))
+
+
+def _count_round_bytes(record: RoundRecord, peers: Peers) -> None:
+    """The round's bytes as metered so far, in total and by peer and kind."""
+    meter, round_ = peers.meter, record.round
+    record.bytes_sent = meter.total(SENT, round_=round_)
+    record.bytes_received = meter.total(RECEIVED, round_=round_)
+    record.bytes_sent_by_peer = meter.breakdown(SENT, round_)
+    record.bytes_received_by_peer = meter.breakdown(RECEIVED, round_)
 
 
 KINDS = ("model", "prototypes", "control")

@@ -29,7 +29,7 @@ from node.security import Keyring
 log = logging.getLogger(__name__)
 
 # (peer id claimed by the connection, frames); peer is None if the identity is not an int.
-Received = tuple[int | None, list[bytes]]
+Received = tuple[int | None, list[bytes] | list[memoryview]]  # frames, read in place
 
 
 class Transport(Protocol):
@@ -216,7 +216,8 @@ class ZmqTransport:
         if socket is not self._router:
             return self._socket_peer[socket], socket.recv_multipart()
         parts = socket.recv_multipart(copy=False)
-        identity, frames = parts[0].bytes, [part.bytes for part in parts[1:]]
+        # the frames are read in place (decoding copies what it keeps): no copy of a model
+        identity, frames = parts[0].bytes, [part.buffer for part in parts[1:]]
         if self.keyring is None:
             return _peer_from_identity(identity), frames
         # the sender is whoever holds the key the ZAP handler admitted, whatever it claims

@@ -1,4 +1,4 @@
-"""Tensor codecs for the exchange: int16 (ProFe section III-D), fp16 and fp32."""
+"""Tensor codecs for the exchange: int16 (ProFe section III-D), int8 per channel, fp16, fp32."""
 
 from quant.codecs import (
     ALLOWED_DTYPES,
@@ -8,7 +8,8 @@ from quant.codecs import (
     decode,
     dequantize_int16,
     encode,
-    encoded_size,
+    expanded_size,
+    payload_bounds,
     quantize_int16,
 )
 
@@ -20,6 +21,7 @@ __all__ = [
     "decode",
     "dequantize_int16",
     "encode",
-    "encoded_size",
+    "expanded_size",
+    "payload_bounds",
     "quantize_int16",
 ]

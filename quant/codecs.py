@@ -1,4 +1,5 @@
-"""Encode tensors to little-endian bytes and back: int16 (ProFe section III-D), fp16, fp32, raw.
+"""Encode tensors to little-endian bytes and back: int16 (ProFe section III-D), int8 per
+channel with DEFLATE (quant/int8.py), fp16, fp32, raw.
 
 Floating tensors use the configured codec. Non-floating tensors (int counts, bool masks) are
 never quantized: whatever codec was asked, they travel raw in their own dtype and the spec
@@ -14,10 +15,14 @@ import numpy as np
 import torch
 
 from node.errors import QuantizationError
+from quant.int8 import max_payload_size as int8_max_payload_size
+from quant.int8 import pack as pack_int8
+from quant.int8 import raw_size as int8_raw_size
+from quant.int8 import unpack as unpack_int8
 
 logger = logging.getLogger(__name__)
 
-CODECS = ("int16", "fp16", "fp32")
+CODECS = ("int16", "int8", "fp16", "fp32")
 """Codecs a user may configure."""
 
 RAW = "raw"
@@ -261,6 +266,8 @@ def _native_bytes(array: np.ndarray, wire: str) -> bytes:
 
 def _encode_float(name: str, tensor: torch.Tensor, codec: str, peak: float) -> tuple[bytes, float]:
     """Payload and scale of a finite floating tensor under a user codec."""
+    if codec == "int8":
+        return pack_int8(tensor.to(torch.float64).numpy()), 1.0
     if codec == "int16":
         exact = tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()
         codes, delta = quantize_int16(exact.numpy(), peak)
@@ -302,19 +309,32 @@ def _wire_dtype(spec: TensorSpec) -> np.dtype:
     )
 
 
-def encoded_size(spec: TensorSpec) -> int:
-    """Exact byte length the payload of `spec` must have."""
+def expanded_size(spec: TensorSpec) -> int:
+    """Bytes the payload of `spec` stands for once any compression is undone."""
+    if spec.codec == "int8" and spec.dtype in _FLOAT_DTYPES:
+        return int8_raw_size(spec.shape)
     return math.prod(spec.shape) * _wire_dtype(spec).itemsize
+
+
+def payload_bounds(spec: TensorSpec) -> tuple[int, int]:
+    """Smallest and largest byte length the payload of `spec` may have."""
+    if spec.codec == "int8" and spec.dtype in _FLOAT_DTYPES:
+        return 1, int8_max_payload_size(spec.shape)
+    exact = expanded_size(spec)
+    return exact, exact
 
 
 def decode(spec: TensorSpec, data: bytes | memoryview) -> torch.Tensor:
     """A new tensor with `spec`'s dtype and shape rebuilt from its payload."""
-    expected = encoded_size(spec)
+    low, high = payload_bounds(spec)
     size = memoryview(data).nbytes  # len() of a typed memoryview counts items, not bytes
-    if size != expected:
+    if not low <= size <= high:
+        needs = f"{low}" if low == high else f"{low}..{high}"
         raise QuantizationError(
-            f"tensor {spec.name!r}: payload has {size} bytes, spec needs {expected}"
+            f"tensor {spec.name!r}: payload has {size} bytes, spec needs {needs}"
         )
+    if spec.codec == "int8":
+        return _checked_float(spec, unpack_int8(data, spec.shape))
     wire = np.frombuffer(data, dtype=_wire_dtype(spec)).reshape(spec.shape)
     if spec.codec == RAW:
         torch_dtype, _ = _RAW_DTYPES[spec.dtype]
@@ -332,6 +352,13 @@ def decode(spec: TensorSpec, data: bytes | memoryview) -> torch.Tensor:
         floats = _to_float32(wire)
         finite = math.isfinite(_peak(floats))
     if not finite:
+        raise QuantizationError(f"tensor {spec.name!r} decodes to NaN or Inf")
+    return _checked_float(spec, floats, finite=True)
+
+
+def _checked_float(spec: TensorSpec, floats: np.ndarray, finite: bool = False) -> torch.Tensor:
+    """The tensor of decoded float32 values in `spec`'s dtype, refused if any is not finite."""
+    if not finite and not math.isfinite(_peak(floats)):
         raise QuantizationError(f"tensor {spec.name!r} decodes to NaN or Inf")
     tensor = torch.from_numpy(floats).to(_FLOAT_DTYPES[spec.dtype])
     if tensor.dtype != torch.float32 and not math.isfinite(_peak(tensor)):

@@ -117,6 +117,17 @@ def written_plan(tmp_path, **deploy):
     return config, plan
 
 
+def written_docker_plan(tmp_path, **deploy):
+    """Three nodes planned for Docker (one container name each) with these [deploy] settings,
+    the run folder written: (config, plan)."""
+    from deploy.docker_backend import plan_docker
+
+    config = deploy_config(tmp_path, deploy=deploy)
+    plan = plan_docker(config, tmp_path / "c.toml", (), "run-1")
+    write_plan(plan)
+    return config, plan
+
+
 def free_address():
     """A ZeroMQ TCP address on 127.0.0.1 that nothing listens on just now."""
     with socket.socket() as sock:

@@ -1,11 +1,11 @@
-"""The Compose file, read back without Docker: one service per node running the Docker
-backend's node command with its mounts, on the run's internal network."""
-
-import json
+"""The Compose files, read back with PyYAML without Docker: one service per node running the
+Docker backend's node command with its mounts, on the run's internal, labelled network;
+the Swarm's settings only in the stack file."""
 
 import pytest
+import yaml
 
-from deploy.compose import compose_document
+from deploy.compose import compose_document, write_compose
 from deploy.docker_backend import (
     SCRATCH,
     container_command,
@@ -15,54 +15,6 @@ from deploy.docker_backend import (
 )
 from deploy.plan import write_plan
 from tests.helpers import deploy_config
-
-
-def read_block_yaml(text):
-    """The block mappings and sequences of a YAML document, scalars left as their text
-    (the subset compose_document writes); a line out of place raises ValueError.
-
-    PyYAML is not a dependency; `docker-compose config` checks the file where it is
-    installed (test_hardening.py).
-    """
-    lines = [line for line in text.splitlines()
-             if line.strip() and not line.lstrip().startswith("#")]
-
-    def indent(line):
-        return len(line) - len(line.lstrip(" "))
-
-    def block(i, depth):
-        if lines[i].lstrip().startswith("- "):
-            items = []
-            while i < len(lines) and indent(lines[i]) == depth and lines[i].lstrip()[:2] == "- ":
-                lines[i] = " " * (depth + 2) + lines[i][depth + 2:]  # the item's first key
-                item, i = block(i, depth + 2)
-                items.append(item)
-            return items, i
-        mapping = {}
-        while i < len(lines) and indent(lines[i]) >= depth:
-            if indent(lines[i]) != depth:
-                raise ValueError(f"indented {indent(lines[i])}, not {depth}: {lines[i]!r}")
-            key, colon, value = lines[i].strip().partition(":")
-            if not colon or key in mapping:
-                raise ValueError(f"not a new key: {lines[i]!r}")
-            i += 1
-            if value.strip():
-                mapping[key] = value.strip()
-            elif i < len(lines) and indent(lines[i]) > depth:
-                mapping[key], i = block(i, indent(lines[i]))
-            else:
-                raise ValueError(f"{key} has no value")
-        return mapping, i
-
-    document, end = block(0, 0)
-    if end != len(lines):
-        raise ValueError(f"left over from {lines[end]!r}")
-    return document
-
-
-def test_the_reader_refuses_a_line_out_of_place():
-    with pytest.raises(ValueError, match="indented 3"):
-        read_block_yaml("services:\n  a:\n    image: x\n   hostname: a\n")
 
 
 @pytest.fixture
@@ -77,35 +29,68 @@ def planned(tmp_path):
     return config, plan, data
 
 
+def written(config, plan, data):
+    """Both files as written, read back: (compose document, stack document)."""
+    compose, stack = write_compose(config, plan, "img:1", data)
+    assert compose.read_text().startswith("# Written by `protofed compose`. One host: ")
+    return yaml.safe_load(compose.read_text()), yaml.safe_load(stack.read_text())
+
+
 def test_each_service_runs_its_nodes_container_command_with_its_mounts(planned):
     config, plan, data = planned
-    document = read_block_yaml(compose_document(config, plan, "img:1", data))
+    document, _ = written(config, plan, data)
     services = document["services"]
     assert list(services) == [f"run-1-node-{i}" for i in range(3)]
     for node_id, (name, service) in enumerate(services.items()):
         assert plan.nodes[node_id].address == f"tcp://{name}:6000"  # what its peers dial
-        assert service["hostname"] == name and json.loads(service["image"]) == "img:1"
-        assert json.loads(service["command"]) == container_command(plan, node_id)
-        binds = [(json.loads(v["source"]), v["target"], v["read_only"] == "true")
+        assert service["hostname"] == name and service["image"] == "img:1"
+        assert service["command"] == container_command(plan, node_id)
+        binds = [(v["source"], v["target"], v["read_only"])
                  for v in service["volumes"] if v["type"] == "bind"]
         assert binds == container_mounts(plan, node_id, data)
         tmpfs = [v["target"] for v in service["volumes"] if v["type"] == "tmpfs"]
         assert tmpfs == [SCRATCH, *hidden_paths(plan)]
-        assert json.loads(service["labels"]) == {"protofed.run": "run-1",
-                                                 "protofed.node": str(node_id)}
-        assert service["networks"] == "[federation]"
-        assert service["deploy"]["resources"] == '{limits: {cpus: "1.5", memory: 1g}}'
-    assert document["networks"]["federation"]["internal"] == "true"
+        assert service["labels"] == {"protofed.run": "run-1", "protofed.node": str(node_id)}
+        assert service["networks"] == ["federation"] and service["restart"] == "no"
+        assert service["deploy"]["resources"] == {"limits": {"cpus": "1.5", "memory": "1g"}}
+    network = document["networks"]["federation"]
+    assert network["internal"] is True and network["driver"] == "bridge"
+    assert network["labels"] == {"protofed.run": "run-1"}  # `protofed down` removes it
+
+
+def test_only_the_stack_file_has_what_docker_compose_ignores(planned):
+    """docker-compose warns once per service that endpoint_mode is ignored: only the
+    stack file, for `docker stack deploy`, carries it, on an overlay network."""
+    compose, stack = written(*planned)
+    assert all("endpoint_mode" not in s["deploy"] for s in compose["services"].values())
+    assert all(s["deploy"]["endpoint_mode"] == "dnsrr" for s in stack["services"].values())
+    assert stack["networks"]["federation"]["driver"] == "overlay"
+    assert stack["services"] == {name: {**service, "deploy": {
+        **service["deploy"], "endpoint_mode": "dnsrr"}} for name, service in
+        compose["services"].items()}
+
+
+def test_awkward_paths_survive_the_round_trip(tmp_path):
+    """Quoting is the YAML library's: a data folder with spaces, a colon, '#' and quotes."""
+    folder = tmp_path / "my data: #1 'x' \"y\""
+    folder.mkdir()
+    config = deploy_config(tmp_path, nodes=2)
+    plan = plan_docker(config, tmp_path / "c.toml", (), "run-3")
+    write_plan(plan)
+    compose, _ = written(config, plan, folder)
+    sources = [v["source"] for v in compose["services"]["run-3-node-0"]["volumes"]
+               if v["type"] == "bind"]
+    assert str(folder.resolve()) in sources
 
 
 def test_without_limits_or_keys_a_service_has_neither(tmp_path):
     config = deploy_config(tmp_path, nodes=2, deploy={"security": "none"})
     plan = plan_docker(config, tmp_path / "c.toml", (), "run-2")
     write_plan(plan)
-    services = read_block_yaml(compose_document(config, plan, "img:1", tmp_path))["services"]
+    services = compose_document(config, plan, "img:1", tmp_path)["services"]
     for node_id, service in enumerate(services.values()):
         assert "resources" not in service["deploy"]
-        assert "--keys" not in json.loads(service["command"])
+        assert "--keys" not in service["command"]
         assert [v["target"] for v in service["volumes"]] == [
             "/config/federation.json", "/results", "/data", SCRATCH]
-        assert json.loads(service["command"]) == container_command(plan, node_id)
+        assert service["command"] == container_command(plan, node_id)

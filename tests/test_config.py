@@ -67,7 +67,7 @@ def test_wrong_types_are_named(tmp_path, text, key):
     ("[data]\nalpha = 0", "data.alpha"),
     ("[data]\ndataset = 'svhn'", "data.dataset"),
     ("[data]\npartition = 'shards'", "data.partition"),
-    ("[exchange]\ncodec = 'int8'", "exchange.codec"),
+    ("[exchange]\ncodec = 'int4'", "exchange.codec"),
     ("algorithm = 'fedsgd'", "algorithm"),
     ("[topology]\nkind = 'torus'", "topology.kind"),
     ("[topology]\nkind = 'file'", "topology.path"),

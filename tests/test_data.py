@@ -6,21 +6,32 @@ import gzip
 import hashlib
 import http.server
 import io
+import json
 import os
 import pickle
+import signal
 import socket
+import subprocess
 import tarfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
-from node import data
+from deploy import cli, docker_backend
+from deploy.plan import prepare_data
+from node import data, data_cache
+from node.config import from_dict
+from node.config import load as load_config
 from node.data import Dataset, load_dataset, read_idx
 from node.errors import ConfigError, DataError
+from node.runtime import load_node_data
 
 IDX_NAMES = (
     "train-images-idx3-ubyte",
@@ -48,6 +59,14 @@ def _local_only_network(monkeypatch: pytest.MonkeyPatch) -> str:
         monkeypatch.setitem(data.BASE_URLS, name, dead)
     monkeypatch.setattr(data, "DOWNLOAD_TIMEOUT_S", 5.0)
     return dead
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fallback cache folder of every test is its own, never the user's ~/.cache."""
+    home = tmp_path / "cache-home"
+    monkeypatch.setenv("PROTOFED_CACHE_DIR", str(home))
+    return home
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -400,7 +419,7 @@ def test_download_md5_mismatch_deletes_file(tmp_path: Path, http_root: tuple[Pat
     with pytest.raises(DataError, match="md5 mismatch") as caught:
         load_dataset("mnist", tmp_path, download=True)
     assert "train-images-idx3-ubyte[.gz]" in str(caught.value)
-    assert list((tmp_path / "MNIST" / "raw").iterdir()) == []
+    assert not (tmp_path / "MNIST").exists()  # no partial file, no empty MNIST/raw folders
 
 
 def test_download_404_is_data_error(tmp_path: Path, http_root: tuple[Path, str],
@@ -408,7 +427,7 @@ def test_download_404_is_data_error(tmp_path: Path, http_root: tuple[Path, str],
     _serve_mnist(http_root, monkeypatch, [])
     with pytest.raises(DataError, match="404"):
         load_dataset("mnist", tmp_path, download=True)
-    assert list((tmp_path / "MNIST" / "raw").iterdir()) == []
+    assert not (tmp_path / "MNIST").exists()
 
 
 def _cifar_archive(batches: dict[str, dict[bytes, object]], folder: str) -> bytes:
@@ -467,7 +486,7 @@ def test_unsafe_cifar_archive_rejected(tmp_path: Path, http_root: tuple[Path, st
     root = tmp_path / "data"
     with pytest.raises(DataError, match="unsafe archive member"):
         load_dataset("cifar10", root, download=True)
-    assert list(root.iterdir()) == []
+    assert not root.exists()  # the folder the download created is removed again
     assert not (tmp_path / "escaped").exists()
 
 
@@ -479,3 +498,322 @@ def test_dataset_rejects_bad_arrays() -> None:
         Dataset("mnist", images, np.array([0, 1], dtype=np.int32), 10)
     with pytest.raises(DataError, match="uint8"):
         Dataset("mnist", images.astype(np.float32), np.array([0, 1], dtype=np.int64), 10)
+
+
+# ---------------------------------------------------------------- decoded-array cache
+
+
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every IDX file decoded from now on, in order."""
+    seen: list[Path] = []
+    real = data.read_idx
+
+    def counting(path: Path) -> np.ndarray:
+        seen.append(Path(path))
+        return real(path)
+
+    monkeypatch.setattr(data, "read_idx", counting)
+    return seen
+
+
+def _fresh_load(monkeypatch: pytest.MonkeyPatch, root: Path, name: str = "mnist") -> Dataset:
+    """load_dataset as a new process would run it (nothing kept from earlier loads)."""
+    monkeypatch.setattr(data, "_LOADED", {})
+    return load_dataset(name, root, download=False)
+
+
+def _is_mapped(array: np.ndarray) -> bool:
+    """Whether the array is a view of a memory-mapped file."""
+    while array is not None:
+        if isinstance(array, np.memmap):
+            return True
+        array = array.base
+    return False
+
+
+def _tiny_root(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    _write_idx_set(root / "MNIST" / "raw", _tiny_mnist(), gz=True)
+    return root
+
+
+def test_cache_is_built_once_then_mapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         decodes: list[Path]) -> None:
+    root = _tiny_root(tmp_path)
+    first = _fresh_load(monkeypatch, root)
+    assert len(decodes) == 4
+    cache = root / "MNIST" / "protofed-cache"
+    assert sorted(p.name for p in cache.iterdir()) == ["cache.json", "images.npy", "labels.npy"]
+    second = _fresh_load(monkeypatch, root)
+    assert len(decodes) == 4  # mapped, not decoded again
+    assert _is_mapped(second.images) and not second.images.flags.writeable
+    np.testing.assert_array_equal(second.images, first.images)
+    np.testing.assert_array_equal(second.labels, first.labels)
+    assert second.images.dtype == np.uint8 and second.labels.dtype == np.int64
+    assert second.images[7, 0, 7, 7] == 107 and second.labels.tolist() == [5, 0, 4, 1, 9, 2, 7, 2, 1, 0]
+    # A node's indexed images keep the strides of decoded ones (the channel axis a view):
+    # torch picks its memory format, and so its exact arithmetic, from them.
+    decoded = np.zeros((10, 28, 28), dtype=np.uint8)[:, np.newaxis]
+    index = np.array([1, 3, 8])
+    assert second.images[index].strides == decoded[index].strides
+
+
+def test_cache_is_rebuilt_when_a_source_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                decodes: list[Path],
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    root = _tiny_root(tmp_path)
+    _fresh_load(monkeypatch, root)
+    arrays = _tiny_mnist()
+    arrays["t10k-labels-idx1-ubyte"] = np.array([3, 3, 3, 3], dtype=np.uint8)
+    _write_idx_set(root / "MNIST" / "raw", {"t10k-labels-idx1-ubyte": arrays["t10k-labels-idx1-ubyte"]},
+                   gz=True)
+    labels = root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz"
+    os.utime(labels, ns=(labels.stat().st_atime_ns, labels.stat().st_mtime_ns + 10**9))
+    with caplog.at_level("WARNING", logger="node.data_cache"):
+        dataset = _fresh_load(monkeypatch, root)
+    assert len(decodes) == 8
+    assert dataset.labels.tolist()[6:] == [3, 3, 3, 3]
+    assert "source files changed" in caplog.text and "rebuilding" in caplog.text
+    _fresh_load(monkeypatch, root)
+    assert len(decodes) == 8  # the rebuilt cache is valid again
+
+
+def _truncate(cache: Path) -> None:
+    path = cache / "images.npy"
+    path.write_bytes(path.read_bytes()[:-10])
+
+
+def _bad_header(cache: Path) -> None:
+    path = cache / "images.npy"
+    path.write_bytes(b"not a numpy file" + path.read_bytes()[16:])
+
+
+def _edit_sidecar(cache: Path, change: Callable[[dict], object]) -> None:
+    meta = json.loads((cache / "cache.json").read_text())
+    change(meta)
+    (cache / "cache.json").write_text(json.dumps(meta))
+
+
+def _longer(cache: Path) -> None:
+    with (cache / "labels.npy").open("ab") as out:
+        out.write(b"\0" * 8)
+
+
+@pytest.mark.parametrize("damage", [
+    _truncate, _bad_header, _longer,
+    lambda cache: (cache / "cache.json").unlink(),
+    lambda cache: (cache / "cache.json").write_text("{"),
+    lambda cache: _edit_sidecar(cache, lambda meta: meta["arrays"]["labels"].update(shape=[11])),
+    lambda cache: _edit_sidecar(cache, lambda meta: meta.update(format=0)),
+])
+def test_damaged_cache_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  decodes: list[Path], caplog: pytest.LogCaptureFixture,
+                                  damage: Callable[[Path], object]) -> None:
+    root = _tiny_root(tmp_path)
+    expected = _fresh_load(monkeypatch, root)
+    images, labels = np.array(expected.images), np.array(expected.labels)
+    damage(root / "MNIST" / "protofed-cache")
+    with caplog.at_level("WARNING", logger="node.data_cache"):
+        dataset = _fresh_load(monkeypatch, root)
+    assert len(decodes) == 8
+    assert "damaged" in caplog.text or "format 0" in caplog.text
+    np.testing.assert_array_equal(dataset.images, images)
+    np.testing.assert_array_equal(dataset.labels, labels)
+
+
+@contextmanager
+def _read_only(folder: Path) -> Iterator[None]:
+    """`folder` unwritable, even for root (immutable attribute), while the block runs."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+        return
+    if subprocess.run(["chattr", "+i", str(folder)], check=False, capture_output=True).returncode != 0:
+        pytest.skip("cannot make a folder read-only for root here (chattr +i failed)")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_read_only_data_folder_caches_in_the_fallback_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decodes: list[Path],
+        _private_cache_home: Path) -> None:
+    root = _tiny_root(tmp_path)
+    with _read_only(root / "MNIST"):
+        dataset = _fresh_load(monkeypatch, root)
+        again = _fresh_load(monkeypatch, root)
+    assert not (root / "MNIST" / "protofed-cache").exists()
+    assert (_private_cache_home / "mnist" / "cache.json").is_file()
+    assert len(decodes) == 4 and _is_mapped(again.images)
+    np.testing.assert_array_equal(again.images, dataset.images)
+
+
+def test_no_writable_cache_folder_decodes_into_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    root = _tiny_root(tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("PROTOFED_CACHE_DIR", str(blocker / "cache"))  # cannot be a folder
+    with _read_only(root / "MNIST"), caplog.at_level("WARNING", logger="node.data_cache"):
+        dataset = _fresh_load(monkeypatch, root)
+    assert dataset.labels.tolist() == [5, 0, 4, 1, 9, 2, 7, 2, 1, 0]
+    assert "decoded into memory" in caplog.text and "PROTOFED_CACHE_DIR" in caplog.text
+
+
+def test_racing_cache_writers_leave_a_valid_cache(tmp_path: Path) -> None:
+    images = np.arange(6 * 28 * 28, dtype=np.uint8).reshape(6, 1, 28, 28)
+    labels = np.arange(6, dtype=np.int64)
+    source = tmp_path / "source"
+    source.write_bytes(b"x")
+    cache = tmp_path / "cache"
+    threads = [threading.Thread(target=data_cache.write_cache,
+                                args=(cache, images, labels, tmp_path, [source]))
+               for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (mapped_images, _), problem = data_cache.open_cache(
+        cache, data_cache.source_stamp(tmp_path, [source]))
+    assert problem == ""
+    np.testing.assert_array_equal(mapped_images, images)
+    assert sorted(p.name for p in cache.iterdir()) == ["cache.json", "images.npy", "labels.npy"]
+
+
+def test_cifar_is_cached_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write_cifar(tmp_path, "cifar10")
+    first = _fresh_load(monkeypatch, tmp_path, "cifar10")
+    monkeypatch.setattr(data, "_restricted_unpickle", None)  # a second load must not unpickle
+    second = _fresh_load(monkeypatch, tmp_path, "cifar10")
+    np.testing.assert_array_equal(second.images, first.images)
+    assert second.images[3 + 1, 1, 5, 7] == 201
+    assert (tmp_path / "cifar-10-batches-py" / "protofed-cache" / "cache.json").is_file()
+
+
+# ---------------------------------------------------------------- fetched once, by the launcher
+
+
+@pytest.fixture
+def downloads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URL of every download from now on."""
+    seen: list[str] = []
+    real = data._download_verified
+
+    def counting(url: str, *args: Any, **kwargs: Any) -> None:
+        seen.append(url)
+        real(url, *args, **kwargs)
+
+    monkeypatch.setattr(data, "_download_verified", counting)
+    return seen
+
+
+def _config_file(tmp_path: Path, root: Path, download: bool = True) -> Path:
+    path = tmp_path / "federation.toml"
+    path.write_text(f"""nodes = 2
+rounds = 1
+[data]
+dataset = "mnist"
+dir = "{root}"
+download = {str(download).lower()}
+[deploy]
+results_dir = "{tmp_path / 'results'}"
+""")
+    return path
+
+
+def test_launcher_downloads_once_and_nodes_only_load(
+        tmp_path: Path, http_root: tuple[Path, str], monkeypatch: pytest.MonkeyPatch,
+        downloads: list[str]) -> None:
+    _serve_mnist(http_root, monkeypatch, list(IDX_NAMES))
+    root = tmp_path / "data"
+    config = load_config(_config_file(tmp_path, root))
+    prepared = prepare_data(config)
+    assert len(downloads) == 4 and prepared is not None
+    assert prepared.cache_dir == root / "MNIST" / "protofed-cache"
+    prepare_data(config)
+    assert len(downloads) == 4  # present and verified: nothing fetched again
+
+    def no_download(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a node downloaded")
+
+    monkeypatch.setattr(data, "_download_verified", no_download)
+    monkeypatch.setattr(data, "_LOADED", {})
+    shares = [load_node_data(config, node, torch.device("cpu")) for node in range(2)]
+    assert sum(len(share.train_y) + len(share.test_y) for share in shares) == 9
+
+
+def test_a_node_never_downloads(tmp_path: Path, downloads: list[str]) -> None:
+    config = load_config(_config_file(tmp_path, tmp_path / "empty", download=True))
+    with pytest.raises(DataError, match="download is disabled"):
+        load_node_data(config, 0, torch.device("cpu"))
+    assert downloads == [] and not (tmp_path / "empty").exists()
+
+
+@pytest.fixture
+def launcher_signals() -> Iterator[None]:
+    """Give back pytest's SIGINT and SIGTERM handlers after `protofed up` set its own."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def test_up_downloads_before_any_node_starts(
+        tmp_path: Path, http_root: tuple[Path, str], monkeypatch: pytest.MonkeyPatch,
+        downloads: list[str], launcher_signals: None) -> None:
+    _serve_mnist(http_root, monkeypatch, list(IDX_NAMES))
+    root = tmp_path / "data"
+    seen_at_start: list[int] = []
+
+    def warm_up(config: object) -> None:
+        seen_at_start.append(len(downloads))
+
+    def start(*args: object, **kwargs: object) -> None:
+        seen_at_start.append(len(downloads))
+        raise KeyboardInterrupt  # stands in for the nodes; the test ends here
+
+    monkeypatch.setattr(cli.local, "warm_up", warm_up)
+    monkeypatch.setattr(cli.local, "start", start)
+    assert cli.main(["up", "-c", str(_config_file(tmp_path, root))]) == 130
+    assert seen_at_start == [4, 4]
+    assert (root / "MNIST" / "protofed-cache" / "cache.json").is_file()
+
+
+def test_docker_up_reports_a_missing_dataset_with_host_paths(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        launcher_signals: None) -> None:
+    def no_docker() -> None:
+        raise AssertionError("Docker was reached before the data was checked")
+
+    monkeypatch.setattr(cli.docker, "connect", no_docker)
+    root = tmp_path / "host-datasets"
+    code = cli.main(["up", "-c", str(_config_file(tmp_path, root, download=False)),
+                     "--backend", "docker"])
+    message = capsys.readouterr().err
+    assert code == 1
+    assert str(root / "MNIST" / "raw") in message and "train-images-idx3-ubyte" in message
+    assert "PROTOFED_DATA_DIR" in message and "data.dir" in message
+    assert "/data/" not in message.replace(str(root), "")
+    assert not (tmp_path / "results").exists() and not root.exists()
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_containers_map_the_cache_the_launcher_built(tmp_path: Path, inside: bool) -> None:
+    data_dir = tmp_path / "datasets"
+    cache_dir = data_dir / "MNIST" / "protofed-cache" if inside else tmp_path / "home" / "mnist"
+    config = from_dict({"nodes": 2, "deploy": {"results_dir": str(tmp_path / "results")}})
+    plan = docker_backend.plan_docker(config, tmp_path / "c.toml", (), "run-1")
+    mounts = docker_backend.container_mounts(plan, 0, data_dir, cache_dir)
+    environment = docker_backend.container_environment(data_dir, cache_dir)
+    assert (str(data_dir.resolve()), "/data", True) in mounts
+    if inside:  # seen through the /data mount
+        assert all(target != "/cache" for _, target, _ in mounts)
+        assert "PROTOFED_CACHE_DIR" not in environment
+    else:
+        assert (str(tmp_path / "home"), "/cache", True) in mounts
+        assert environment["PROTOFED_CACHE_DIR"] == "/cache"

@@ -9,7 +9,9 @@ import gc
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 import warnings
 from pathlib import Path
 
@@ -143,17 +145,46 @@ def test_a_killed_container_is_named_and_the_others_finish(client, node_image, w
     assert not leftovers(client, name)
 
 
-def test_down_removes_every_container_and_network(client, node_image, workdir, data_dir):
+def test_down_stops_the_nodes_gracefully_keeps_their_logs_and_up_reports_them_stopped(
+        client, node_image, workdir, data_dir):
     name = "dk-down"
     config = write_config(workdir, data_dir, name, rounds=50)
-    with protofed_up(config, name) as (process, _):
-        wait_until(lambda: len(leftovers(client, name)) >= 4, "3 containers and a network",
-                   120, interval=0.3)
-        assert "dk-down" in protofed("status").stdout
+    with protofed_up(config, name) as (process, run_dir):
+        for i in range(3):
+            wait_for_rounds(run_dir / f"node-{i}.json", 1, timeout=300)
+        assert f"{name}  docker  0: running" in protofed("status").stdout
         down = protofed("down", name)
         assert down.returncode == 0, down.stderr
-        process.communicate(timeout=120)
+        assert f"stopped and removed {name} (3 containers, 1 networks" in down.stdout
+        out, err = process.communicate(timeout=120)
     assert not leftovers(client, name)
+    assert "404" not in err and "cannot read the log" not in err, err
+    assert f"run {name}: 3 of 3 nodes were stopped from outside (`protofed down`" in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [n["status"] for n in summary["nodes"]] == ["stopped"] * 3, out
+    assert out.count(" stopped") >= 3  # the table says so too
+    for i in range(3):
+        assert "stopped by signal" in (run_dir / "logs" / f"node-{i}.log").read_text()
+
+
+def test_ctrl_c_stops_every_container_at_once_and_prints_the_table(client, node_image,
+                                                                    workdir, data_dir):
+    name = "dk-ctrl-c"
+    config = write_config(workdir, data_dir, name, rounds=50)
+    with protofed_up(config, name) as (process, run_dir):
+        for i in range(3):
+            wait_for_rounds(run_dir / f"node-{i}.json", 1, timeout=300)
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+        took = time.monotonic() - started
+    assert process.returncode == 130, err
+    # in parallel: one grace period at most, not one per container (5 s each before)
+    assert took < 12, (took, err)
+    assert "bytes sent" in out and out.count(" stopped") >= 3, out
+    assert not leftovers(client, name)
+    assert all("stopped by signal" in (run_dir / "logs" / f"node-{i}.log").read_text()
+               for i in range(3))
 
 
 def test_a_name_in_use_is_refused_and_nothing_is_left_half_started(client, node_image,
@@ -169,6 +200,37 @@ def test_a_name_in_use_is_refused_and_nothing_is_left_half_started(client, node_
     assert not leftovers(client, name)
 
 
+def test_nodes_map_the_cache_the_launcher_built_beside_a_read_only_data_folder(
+        client, node_image, tmp_path, data_dir):
+    """The host's data folder cannot take the cache: the launcher writes it under
+    PROTOFED_CACHE_DIR, the containers get it at /cache and map it (nothing decoded)."""
+    data = tmp_path / "data"
+    shutil.copytree(data_dir / "MNIST" / "raw", data / "MNIST" / "raw")
+    home = tmp_path / "cache-home"
+    locked = ["chattr", "+i", str(data / "MNIST")] if os.getuid() == 0 else None
+    if locked and subprocess.run(locked, check=False, capture_output=True).returncode != 0:
+        pytest.skip("cannot make a folder read-only for root here (chattr +i failed)")
+    if not locked:
+        (data / "MNIST").chmod(0o555)
+    try:
+        config = write_config(tmp_path, data, "dk-cache", nodes=2, rounds=1)
+        done = protofed("up", "-c", config, "--run-id", "dk-cache",
+                        env={**os.environ, "PROTOFED_CACHE_DIR": str(home)})
+    finally:
+        if locked:
+            subprocess.run(["chattr", "-i", str(data / "MNIST")], check=True)
+        else:
+            (data / "MNIST").chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    assert (home / "mnist" / "cache.json").is_file()
+    assert not (data / "MNIST" / "protofed-cache").exists()
+    for node in range(2):
+        log = (tmp_path / "results" / "dk-cache" / "logs" / f"node-{node}.log").read_text()
+        assert "loaded mnist" in log
+        assert "decoded into memory" not in log and "rebuilding" not in log
+        assert "cache written" not in log  # mapped the launcher's, did not build its own
+
+
 def test_a_node_count_the_machine_cannot_hold_is_refused(client, workdir, data_dir):
     config = write_config(workdir, data_dir, "dk-huge", nodes=400)
     done = protofed("up", "-c", config, "--run-id", "dk-huge")
@@ -177,13 +239,14 @@ def test_a_node_count_the_machine_cannot_hold_is_refused(client, workdir, data_d
     assert not leftovers(client, "dk-huge")
 
 
-def test_compose_file_parses_and_starts_the_federation(client, node_image, workdir, data_dir):
+def test_compose_file_runs_under_docker_compose_and_protofed_down_cleans_up(
+        client, node_image, workdir, data_dir):
     name = "dk-compose"
     done = protofed("compose", "-c", write_config(workdir, data_dir, name), "--run-id", name,
                     "--image", node_image)
     assert done.returncode == 0, done.stderr
     compose = Path(done.stdout.strip())
-    tool = shutil.which("docker-compose")
+    tool = shutil.which("docker-compose")  # the Compose CLI this project tests
     if tool is None:
         if os.environ.get("CI") == "true":
             pytest.fail("docker-compose is not installed (CI=true: the compose test must run)")
@@ -194,18 +257,26 @@ def test_compose_file_parses_and_starts_the_federation(client, node_image, workd
         up = subprocess.run([tool, "-f", compose, "-p", name, "up", "--no-color"],
                             capture_output=True, text=True, timeout=600, check=False)
         assert up.returncode == 0, up.stderr[-2000:]
+        assert "WARNING" not in up.stderr and "endpoint_mode" not in up.stderr, up.stderr
+        status = protofed("status").stdout
+        assert f"{name}  docker  ended, every container exited" in status, status
+        down = protofed("down", name)
+        assert down.returncode == 0, down.stderr
+        assert not leftovers(client, name)  # containers and the network
     finally:
         subprocess.run([tool, "-f", compose, "-p", name, "down", "-v"], capture_output=True,
                        check=False)
     run_dir = compose.parent
     nodes = [json.loads((run_dir / f"node-{i}.json").read_text()) for i in range(3)]
     assert [n["status"] for n in nodes] == ["finished"] * 3
+    assert all("round 2/2 done" in (run_dir / "logs" / f"node-{i}.log").read_text()
+               for i in range(3))
     report = protofed("report", run_dir)
     assert report.returncode == 0 and "total" in report.stdout
 
 
-def test_compose_file_runs_as_a_swarm_stack_on_an_overlay_network(client, node_image, workdir,
-                                                                    data_dir):
+def test_the_stack_file_runs_as_a_swarm_stack_on_an_overlay_network(client, node_image,
+                                                                     workdir, data_dir):
     if client.info().get("Swarm", {}).get("LocalNodeState") != "active":
         if os.environ.get("CI") == "true":
             pytest.fail("this engine is not in a swarm (CI=true: .ci/run initialises one)")
@@ -214,15 +285,14 @@ def test_compose_file_runs_as_a_swarm_stack_on_an_overlay_network(client, node_i
     done = protofed("compose", "-c", write_config(workdir, data_dir, name), "--run-id", name,
                     "--image", node_image)
     assert done.returncode == 0, done.stderr
-    compose = Path(done.stdout.strip())
-    env = dict(os.environ, PROTOFED_NETWORK_DRIVER="overlay")
+    stack = Path(done.stdout.strip()).parent / "stack.yaml"
     try:
-        deploy = subprocess.run(["docker", "stack", "deploy", "-c", str(compose), name], env=env,
+        deploy = subprocess.run(["docker", "stack", "deploy", "-c", str(stack), name],
                                 capture_output=True, text=True, timeout=120, check=False)
         assert deploy.returncode == 0, deploy.stderr
         overlay = client.networks.get(f"{name}_federation")
         assert overlay.attrs["Driver"] == "overlay"
-        results = [compose.parent / f"node-{i}.json" for i in range(3)]
+        results = [stack.parent / f"node-{i}.json" for i in range(3)]
         wait_until(lambda: all((read_json(p) or {}).get("status") == "finished"
                                for p in results), "the stack's nodes finishing", 400, interval=1)
     finally:

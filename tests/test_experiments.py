@@ -144,6 +144,29 @@ def test_report_tables_plots_and_targets_from_a_fixture(fixture_results, tmp_pat
     assert "(target ≥ 0.950): MISSED by 5.5 points" in text
 
 
+def test_int8_cells_join_a_report_and_are_judged_on_bytes_and_f1(fixture_results, tmp_path):
+    out = tmp_path / "fixture"
+    report.archive_results(fixture_results, out)
+    extra = tmp_path / "int8"
+    extra.mkdir()
+    write_cell(extra, "profe", "int8", "iid", [3e5, 7e5], [2e5, 2e5], [12, 18], [0.1, 0.905])
+    (extra / "run-info.json").write_text(json.dumps([{"command": "cmd8", "commit": "def456"}]))
+    assert report.main([str(extra), "--into", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "Produced by `cmd` on commit `abc123`." in text
+    assert "Produced by `cmd8` on commit `def456`." in text
+    assert "| profe (int16) | mnist | 0.400 ± 0.100 |" in text  # the earlier cells stay
+    # profe int8: (0.3+0.2 + 0.7+0.2)/2 = 0.7 MB per node = 17.5% of FedAvg's 4 MB
+    assert ("mnist iid: ProFe (int8) moves 17.5% of student-size FedAvg's bytes per node "
+            "(target ≤ 25%): met") in text
+    assert ("mnist iid: ProFe (int8) macro-F1 0.9050 vs student-size FedAvg 0.9000 (+0.5 "
+            "points; target within 1 point): met") in text
+    assert not (extra / ".archive").exists()
+    # adding the same cells again replaces them rather than doubling them
+    assert report.main([str(extra), "--into", str(out)]) == 0
+    assert (out / "report.md").read_text() == text
+
+
 def test_the_report_regenerates_byte_for_byte_from_its_archive(fixture_results, tmp_path):
     first = tmp_path / "a" / "fixture"
     archive = report.archive_results(fixture_results, first)

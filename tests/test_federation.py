@@ -6,6 +6,7 @@ only processes and sockets show (signals, down, a killed node, restarts, timeout
 """
 
 import contextlib
+import csv
 import json
 import os
 import signal
@@ -45,6 +46,33 @@ def test_every_node_finishes_and_the_table_is_printed(three_fc):
     assert summary["failed_nodes"] == []
     assert all(0.0 <= n["rounds"][-1]["global_test"]["f1"] <= 1.0 for n in nodes)
     assert all(n["dropped_messages"] == [] for n in nodes)
+
+
+def test_the_run_leaves_a_csv_and_pictures_that_report_writes_again(three_fc, workdir):
+    done, _, nodes = three_fc
+    run_dir = workdir / "results" / "three-fc"
+    assert f"per-round CSV: {run_dir / 'rounds.csv'}" in done.stderr
+    assert f"pictures: {run_dir / 'topology.png'}" in done.stderr
+    with (run_dir / "rounds.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for node in nodes:
+        mine = [r for r in rows if int(r["node"]) == node["node"]]
+        assert sum(int(r["bytes_sent"]) for r in mine) == node["bytes_sent"]
+        assert sum(int(r["bytes_received"]) for r in mine) == node["bytes_received"]
+        assert {int(r["round"]) for r in mine} == {0, 1, 2}
+    # not a terminal: plain lines, one per federation round, not one per change
+    progress = [line for line in done.stderr.splitlines() if line.startswith(("every", "round"))]
+    assert progress[0].startswith("every node started (round 0): 3 nodes")
+    assert [line.split(":")[0] for line in progress[1:]] == ["round 1/2", "round 2/2"]
+    pngs = [run_dir / f"{name}.png" for name in ("topology", "bytes_per_round", "f1_per_round")]
+    for path in pngs:
+        assert path.read_bytes()[:4] == b"\x89PNG"
+        path.unlink()
+    (run_dir / "rounds.csv").unlink()
+    again = protofed("report", "three-fc", "--results-dir", workdir / "results")
+    assert again.returncode == 0, again.stderr
+    assert "total" in again.stdout and all(p.is_file() for p in pngs)
+    assert (run_dir / "rounds.csv").read_text().count("\n") == len(rows) + 1
 
 
 def test_bytes_sent_to_a_peer_equal_bytes_that_peer_received(three_fc):

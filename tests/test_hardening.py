@@ -7,10 +7,10 @@ import subprocess
 import pytest
 
 from deploy import docker_backend
-from deploy.compose import compose_document
+from deploy.compose import compose_document, render
 from deploy.plan import keys_dir
 from node.security import secret_file
-from tests.helpers import written_plan
+from tests.helpers import written_docker_plan, written_plan
 
 
 def test_every_setting_drops_a_privilege():
@@ -23,19 +23,21 @@ def test_every_setting_drops_a_privilege():
 
 
 def test_compose_services_carry_the_same_settings(tmp_path):
-    config, plan = written_plan(tmp_path)
-    document = compose_document(config, plan, "img:1", tmp_path)
-    for line in ("cap_drop: [ALL]", "security_opt: [no-new-privileges:true]",
-                 "\n    read_only: true\n",
-                 f'user: "{docker_backend.container_user()}"', "target: /tmp"):
-        assert document.count(line) == 3, line
+    config, plan = written_docker_plan(tmp_path)
+    services = compose_document(config, plan, "img:1", tmp_path)["services"]
+    assert len(services) == 3
+    for service in services.values():
+        assert service["cap_drop"] == ["ALL"] and service["read_only"] is True
+        assert service["security_opt"] == ["no-new-privileges:true"]
+        assert service["user"] == docker_backend.container_user()
+        assert {"type": "tmpfs", "target": "/tmp"} in service["volumes"]
 
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
 def test_docker_compose_accepts_the_file(tmp_path):
-    config, plan = written_plan(tmp_path)
+    config, plan = written_docker_plan(tmp_path)
     path = tmp_path / "compose.yaml"
-    path.write_text(compose_document(config, plan, "img:1", tmp_path))
+    path.write_text(render(compose_document(config, plan, "img:1", tmp_path), "test"))
     done = subprocess.run(["docker-compose", "-f", str(path), "config", "-q"],
                           capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stderr

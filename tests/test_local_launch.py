@@ -35,6 +35,17 @@ def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(tmp_
     assert not any(tmp_path.iterdir())  # nothing was planned or started
 
 
+def test_up_refuses_a_run_id_whose_results_folder_exists_as_a_config_error(tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "node-0.json").write_text("{}")
+    done = protofed("up", "-c", REPO / "examples" / "quick.toml", "--run-id", "taken",
+                    "--set", f"deploy.results_dir={tmp_path}", timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert f"results folder {tmp_path / 'taken'} already exists: pick another --run-id" \
+        in done.stderr
+    assert [p.name for p in (tmp_path / "taken").iterdir()] == ["node-0.json"]  # untouched
+
+
 @pytest.mark.parametrize("codes, stopping, status", [
     ({0: 0, 1: 0}, False, "finished"),
     ({0: 1, 1: 1}, False, "failed"),  # every node failed: not "finished"

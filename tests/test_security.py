@@ -17,7 +17,7 @@ from node.message import encode_message
 from node.peers import Peers
 from node.security import PUBLIC_FILE, generate_keys, load_keyring, secret_file, write_keys
 from node.transport import ZmqTransport
-from tests.helpers import free_address, written_plan
+from tests.helpers import free_address, written_docker_plan, written_plan
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_a_peer_claiming_another_nodes_id_is_dropped(keys):
 
 
 def test_each_container_mounts_only_its_own_secret_and_hides_the_others(tmp_path):
-    config, plan = written_plan(tmp_path)
+    config, plan = written_docker_plan(tmp_path)
     assert sorted(p.name for p in keys_dir(plan).iterdir()) == sorted([
         PUBLIC_FILE, secret_file(0), secret_file(1), secret_file(2)])
     mounts = container_mounts(plan, 1, tmp_path)
@@ -142,9 +142,13 @@ def test_each_container_mounts_only_its_own_secret_and_hides_the_others(tmp_path
     assert all(read_only for _, target, read_only in mounts if target.startswith("/keys"))
     assert hidden_paths(plan) == ["/results/keys"]
     assert container_command(plan, 1)[-2:] == ["--keys", "/keys"]
-    document = compose_document(config, plan, "img:1", tmp_path)
+    services = compose_document(config, plan, "img:1", tmp_path)["services"]
     # per service: a scratch /tmp and the tmpfs over the keys folder
-    assert document.count("type: tmpfs") == 6 and document.count(secret_file(2)) == 2  # source, target
+    tmpfs = [v["target"] for s in services.values() for v in s["volumes"] if v["type"] == "tmpfs"]
+    assert sorted(tmpfs) == sorted(["/tmp", "/results/keys"] * 3)
+    node_2_secrets = [s for s in services.values()
+                      for v in s["volumes"] if v.get("source", "").endswith(secret_file(2))]
+    assert len(node_2_secrets) == 1  # only node 2's own service mounts it
 
 
 def test_with_security_off_there_are_no_keys(tmp_path):

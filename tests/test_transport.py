@@ -54,3 +54,26 @@ def test_a_node_listens_on_the_socket_the_launcher_holds_so_its_port_cannot_be_t
     finally:
         sender.close(0)
         node.close(0)
+
+
+def test_received_frames_are_read_in_place_and_decode_to_what_was_sent():
+    import torch
+
+    from node.message import decode_message, encode_message
+
+    address = free_address()
+    sender = ZmqTransport(0, free_address(), {1: address}, 1 << 24).open()
+    peer = ZmqTransport(1, address, {}, 1 << 24).open()
+    weights = {"fc.weight": torch.randn(512, 1024)}
+    try:
+        assert sender.send(1, encode_message(0, 1, "model", weights, codec="fp32"))
+        got = []
+        assert until(lambda: got.append(peer.receive(0.05)) or got[-1] is not None, sender)
+        node, frames = got[-1]
+        # ZeroMQ's own buffers, not a 2 MB copy of each frame
+        assert node == 0 and all(isinstance(frame, memoryview) for frame in frames)
+        received = decode_message(frames, max_bytes=1 << 24).tensors["fc.weight"]
+        assert torch.equal(received, weights["fc.weight"])
+    finally:
+        sender.close(0)
+        peer.close(0)

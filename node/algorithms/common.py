@@ -12,6 +12,8 @@ from torch import nn
 
 from node.aggregation import local_prototypes, nearest_prototype
 from node.algorithms.base import ARGMAX, PROTOTYPE, NodeData, Payload
+from node.custom import build_model as custom_model
+from node.custom import is_import_path
 from node.errors import ProtocolError
 from node.models import (
     DEFAULT_EMBEDDING_DIM,
@@ -32,6 +34,11 @@ MAX_SAMPLES = 2**31 - 1
 def build_role(config: FederationConfig, data: NodeData, role: str, node_id: int) -> nn.Module:
     """Build the teacher or the student that [model] (and its groups) give this node."""
     m = config.model.for_node(node_id)
+    chosen = m.teacher if role == "teacher" else m.student
+    if is_import_path(chosen):
+        return custom_model(chosen, f"model.{role}", role=role, in_channels=data.in_channels,
+                            image_size=data.image_size, num_classes=data.num_classes,
+                            embedding_dim=m.embedding_dim or DEFAULT_EMBEDDING_DIM)
     arch = role_architecture(m.teacher if role == "teacher" else m.student, role,
                              config.data.dataset)
     channels = list(m.teacher_channels if role == "teacher" else m.student_channels) or None

@@ -1,0 +1,110 @@
+"""Progress of a running federation on the terminal: a live table per node on a terminal,
+plain lines (one per round the whole federation completes) otherwise."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+
+from node.record import NodeRecord
+
+ENDED = ("finished", "failed", "stopped", "dead")
+
+
+def node_state(record: NodeRecord) -> str:
+    """What a node is doing, in a word: waiting for its process, starting, or its status."""
+    return {"missing": "waiting", "starting": "starting"}.get(record.status, record.status)
+
+
+def last_f1(record: NodeRecord) -> float | None:
+    """The latest global-test F1 the node recorded (round 0 is the untrained model)."""
+    return record.rounds[-1].global_test.f1 if record.rounds else None
+
+
+def _f1_text(record: NodeRecord) -> str:
+    f1 = last_f1(record)
+    return "-" if f1 is None else f"{f1:.4f}"
+
+
+class LiveProgress:
+    """One row per node (state, a bar of rounds done, bytes so far, last F1), redrawn in
+    place while the federation runs."""
+
+    def __init__(self, rounds: int, stream: TextIO) -> None:
+        self.rounds = rounds
+        self.live = Live(Table(), console=Console(file=stream), auto_refresh=False,
+                         transient=True)
+        self.live.start()
+
+    def table(self, results: list[NodeRecord]) -> Table:
+        table = Table(box=None, pad_edge=False)
+        for column, justify in (("node", "right"), ("state", "left"), ("rounds", "left"),
+                                ("", "right"), ("bytes sent", "right"),
+                                ("bytes received", "right"), ("last F1", "right")):
+            table.add_column(column, justify=justify)
+        for r in results:
+            table.add_row(str(r.node), node_state(r),
+                          ProgressBar(total=self.rounds, completed=r.rounds_done, width=20),
+                          f"{r.rounds_done}/{self.rounds}", f"{r.bytes_sent:,}",
+                          f"{r.bytes_received:,}", _f1_text(r))
+        return table
+
+    def show(self, results: list[NodeRecord]) -> None:
+        self.live.update(self.table(results), refresh=True)
+
+    def finish(self) -> None:
+        if self.live.is_started:
+            self.live.stop()
+
+
+class LineProgress:
+    """A line when every node has started, one per round the whole federation completes,
+    and one for each node that ends other than finished."""
+
+    def __init__(self, rounds: int, stream: TextIO) -> None:
+        self.rounds = rounds
+        self.stream = stream
+        self.federation_round = -1
+        self.reported_ends: set[int] = set()
+
+    def lines(self, results: list[NodeRecord]) -> list[str]:
+        """The lines this look at the nodes adds to what was printed before."""
+        out = []
+        for r in results:
+            if r.status in ENDED and r.status != "finished" and r.node not in self.reported_ends:
+                self.reported_ends.add(r.node)
+                out.append(f"node {r.node} {r.status} after {r.rounds_done}/{self.rounds} "
+                           "rounds")
+        working = [r for r in results if r.node not in self.reported_ends]
+        if not working or any(not r.rounds for r in working):
+            return out
+        done = min(r.rounds_done for r in working)
+        if done > self.federation_round:
+            self.federation_round = done
+            scores = [f for f in map(last_f1, working) if f is not None]
+            mean = f"{sum(scores) / len(scores):.4f}" if scores else "-"
+            sent = sum(r.bytes_sent for r in results)
+            what = "every node started (round 0)" if done == 0 else f"round {done}/{self.rounds}"
+            nodes = f"{len(working)} node" + ("s" if len(working) != 1 else "")
+            out.append(f"{what}: {nodes}, mean F1 {mean}, {sent:,} bytes sent")
+        return out
+
+    def show(self, results: list[NodeRecord]) -> None:
+        for line in self.lines(results):
+            print(line, file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        pass
+
+
+def progress_for(rounds: int, stream: TextIO | None = None) -> LiveProgress | LineProgress:
+    """The live table on a terminal, plain lines anywhere else (a pipe, a file, CI)."""
+    stream = stream or sys.stderr
+    if Console(file=stream).is_terminal:
+        return LiveProgress(rounds, stream)
+    return LineProgress(rounds, stream)

@@ -1,0 +1,107 @@
+"""What a run leaves to look at: the per-round CSV, the edge byte totals, the pictures (or
+the hint when matplotlib is missing), and the progress lines when output is not a terminal."""
+
+import csv
+import io
+import sys
+
+from deploy import pictures
+from deploy.progress import LineProgress, progress_for
+from node.record import Evaluation, NodeRecord, RoundRecord
+
+
+def _round(number, f1, sent=None, received=None, seconds=(1.0, 0.5, 0.25, 0.25)):
+    train, communication, aggregation, evaluation = seconds
+    return RoundRecord(round=number, global_test=Evaluation(accuracy=f1 + 0.01, f1=f1),
+                       train_seconds=train, communication_seconds=communication,
+                       aggregation_seconds=aggregation, evaluation_seconds=evaluation,
+                       bytes_sent=sum(sum(k.values()) for k in (sent or {}).values()),
+                       bytes_sent_by_peer=sent or {}, bytes_received_by_peer=received or {})
+
+
+def two_nodes():
+    """Node 0 sends to 1 and 2 (1 only prototypes back); one round after round 0."""
+    zero = NodeRecord(node=0, status="finished", out_neighbours=[1, 2], in_neighbours=[1],
+                      rounds_done=1,
+                      rounds=[_round(0, 0.1),
+                              _round(1, 0.8, sent={"1": {"model": 100, "prototypes": 10},
+                                                   "2": {"model": 100}},
+                                     received={"1": {"prototypes": 7}})],
+                      bytes_sent_by_peer={"1": {"model": 100, "prototypes": 10},
+                                          "2": {"model": 100}})
+    one = NodeRecord(node=1, status="finished", out_neighbours=[0], in_neighbours=[0],
+                     rounds_done=1, rounds=[_round(0, 0.1), _round(1, 0.7)],
+                     bytes_sent_by_peer={"0": {"prototypes": 7, "control": 3}})
+    return [zero, one]
+
+
+def test_rows_per_node_round_kind_and_peer():
+    rows = pictures.round_rows(two_nodes())
+    assert list(rows[0]) == list(pictures.CSV_COLUMNS)
+    assert rows[:4] == [
+        {"node": 0, "round": 0, "kind": "", "peer": "", "bytes_sent": 0, "bytes_received": 0,
+         "f1": 0.1, "accuracy": 0.11, "seconds": 2.0},
+        {"node": 0, "round": 1, "kind": "model", "peer": 1, "bytes_sent": 100,
+         "bytes_received": 0, "f1": 0.8, "accuracy": 0.81, "seconds": 2.0},
+        {"node": 0, "round": 1, "kind": "prototypes", "peer": 1, "bytes_sent": 10,
+         "bytes_received": 7, "f1": 0.8, "accuracy": 0.81, "seconds": 2.0},
+        {"node": 0, "round": 1, "kind": "model", "peer": 2, "bytes_sent": 100,
+         "bytes_received": 0, "f1": 0.8, "accuracy": 0.81, "seconds": 2.0},
+    ]
+    assert [(r["node"], r["round"]) for r in rows[4:]] == [(1, 0), (1, 1)]
+
+
+def test_edge_bytes_are_the_senders_totals_over_every_kind():
+    assert pictures.edge_bytes(two_nodes()) == {(0, 1): 110, (0, 2): 100, (1, 0): 10}
+
+
+def test_csv_and_pictures_are_written(tmp_path):
+    files = pictures.write_run_files(tmp_path, two_nodes())
+    with files.csv.open(newline="") as handle:
+        read = list(csv.DictReader(handle))
+    assert len(read) == 6 and read[1]["kind"] == "model" and read[1]["bytes_sent"] == "100"
+    assert files.hint == ""
+    assert sorted(p.name for p in files.pictures) == sorted(
+        f"{name}.{fmt}" for name in pictures.PICTURES for fmt in pictures.FORMATS)
+    for path in files.pictures:
+        head = path.read_bytes()[:8]
+        assert head == b"\x89PNG\r\n\x1a\n" if path.suffix == ".png" else head.startswith(b"<?xml")
+
+
+def test_without_matplotlib_the_csv_is_written_and_the_hint_given(tmp_path, monkeypatch):
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    files = pictures.write_run_files(tmp_path, two_nodes())
+    assert files.csv.is_file() and files.pictures == ()
+    assert "pip install" in files.hint and "experiments" in files.hint
+    assert not list(tmp_path.glob("*.png"))
+
+
+def _states(*nodes):
+    """Records of nodes given as (status, rounds done, F1 of the last round or None)."""
+    return [NodeRecord(node=i, status=status, rounds_done=done, bytes_sent=1000 * done,
+                       rounds=[] if f1 is None else [_round(done, f1)])
+            for i, (status, done, f1) in enumerate(nodes)]
+
+
+def test_plain_progress_is_one_line_per_federation_round_and_per_failure():
+    progress = LineProgress(rounds=2, stream=io.StringIO())
+    seen = [progress.lines(_states(("missing", 0, None), ("starting", 0, None))),
+            progress.lines(_states(("running", 0, 0.1), ("starting", 0, None))),
+            progress.lines(_states(("running", 0, 0.1), ("running", 0, 0.12))),
+            progress.lines(_states(("running", 1, 0.5), ("running", 0, 0.12))),
+            progress.lines(_states(("running", 1, 0.5), ("running", 0, 0.12))),
+            progress.lines(_states(("running", 1, 0.5), ("failed", 0, 0.12))),
+            progress.lines(_states(("finished", 2, 0.9), ("failed", 0, 0.12)))]
+    assert seen == [
+        [], [],
+        ["every node started (round 0): 2 nodes, mean F1 0.1100, 0 bytes sent"],
+        [], [],
+        ["node 1 failed after 0/2 rounds", "round 1/2: 1 node, mean F1 0.5000, 1,000 bytes sent"],
+        ["round 2/2: 1 node, mean F1 0.9000, 2,000 bytes sent"],
+    ]
+
+
+def test_a_pipe_gets_plain_lines():
+    assert isinstance(progress_for(3, io.StringIO()), LineProgress)
