@@ -103,11 +103,12 @@ def cmd_up(args: argparse.Namespace) -> int:
               file=sys.stderr)
     docker_backend = config.deploy.backend == "docker"
     listeners = []
+    if docker_backend:
+        refuse_user_code(config)
     # Once per federation, on this machine, before any node or container exists.
     prepared = prepare_data(config)
     data_dir = host_data_dir(config)
     if docker_backend:
-        refuse_user_code(config)
         plan = docker.plan_docker(config, Path(args.config), overrides, run_id)
         client = docker.connect()
         info = client.info()

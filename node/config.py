@@ -406,7 +406,10 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     _check(c.topology.kind != "file" or bool(c.topology.path), source, "topology.path",
            "must name a graph file when topology.kind = \"file\"")
     d = c.data
-    _one_of(d.dataset, DATASETS, source, "data.dataset")
+    # A loader of the user's ("package.module:function") is checked when the launcher calls it.
+    _check(d.dataset in DATASETS or is_import_path(d.dataset), source, "data.dataset",
+           f"must be one of {', '.join(DATASETS)} or a loader's import path "
+           f"\"package.module:function\", got {d.dataset!r}")
     _one_of(d.partition, PARTITIONS, source, "data.partition")
     _check(0.0 < d.classes_fraction <= 1.0, source, "data.classes_fraction",
            f"must be in (0, 1], got {d.classes_fraction}")

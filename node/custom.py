@@ -1,4 +1,4 @@
-"""Models (and datasets) of the user's own, named by import path "package.module:name".
+"""Models and datasets of the user's own, named by import path "package.module:name".
 
 A model factory is called as ``factory(role=..., in_channels=..., image_size=...,
 num_classes=..., embedding_dim=...)`` (role: "teacher" or "student"; single-model methods
@@ -10,6 +10,13 @@ train the teacher) and returns an ``nn.Module`` that every method can train:
   FedProc replace the classifier).
 
 The contract is checked once, on a batch of the dataset's shape, before any node starts.
+
+A dataset loader is called as ``loader(data_dir)`` (the run's data folder, a ``Path``) and
+returns ``(images, labels)`` or ``(images, labels, num_classes)``: images uint8 (0-255)
+``[N, H, W]`` or ``[N, C, H, W]`` with H == W, labels integers ``[N]`` in
+``0..num_classes-1`` (num_classes defaults to the largest label + 1). protofed pools them,
+carves out the global test set and splits the rest among the nodes as for a built-in
+dataset, standardising pixels with the dataset's own mean and std.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from node.errors import ConfigError
 
@@ -149,3 +158,65 @@ def check_models(config, in_channels: int, image_size: int, num_classes: int) ->
                             image_size=image_size, num_classes=num_classes,
                             embedding_dim=models.embedding_dim or DEFAULT_EMBEDDING_DIM)
     return len(checked)
+
+
+def load_user_dataset(path: str, data_dir: Path) -> tuple[np.ndarray, np.ndarray, int]:
+    """Call the user's loader and check what it returns against the contract above:
+    (images uint8 [N, C, H, W], labels int64 [N], num_classes); ConfigError otherwise."""
+    where = f"data.dataset = {path!r}"
+    loader = resolve(path, "data.dataset")
+    try:
+        returned = loader(Path(data_dir))
+    except Exception as exc:  # noqa: BLE001 - the user's loader: say what it raised
+        raise ConfigError(f"{where}: the loader raised {type(exc).__name__}: {exc}") from None
+    if not (isinstance(returned, tuple | list) and len(returned) in (2, 3)):
+        raise ConfigError(f"{where}: the loader must return (images, labels) or (images, "
+                          f"labels, num_classes), got {_describe(returned)}")
+    images = _as_array(returned[0], where, "images")
+    labels = _as_array(returned[1], where, "labels")
+    return check_dataset(images, labels, returned[2] if len(returned) == 3 else None, where)
+
+
+def check_dataset(images: np.ndarray, labels: np.ndarray, num_classes: object,
+                  where: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """The arrays in protofed's layout (uint8 [N, C, H, W], int64 [N]) and the class count,
+    or ConfigError naming `where` and the first broken rule."""
+    if images.dtype != np.uint8:
+        raise ConfigError(f"{where}: images must be uint8 pixel values 0-255, got "
+                          f"{images.dtype} (scale floats in [0, 1] by 255 and cast)")
+    given = list(images.shape)
+    if images.ndim == 3:
+        images = images[:, None]  # one channel
+    if images.ndim != 4 or images.shape[2] != images.shape[3] or images.shape[2] < 1:
+        raise ConfigError(f"{where}: images must be [N, H, W] or [N, C, H, W] with H == W, "
+                          f"got shape {given}")
+    if labels.ndim != 1 or len(labels) != len(images):
+        raise ConfigError(f"{where}: labels must be [N] with N = {len(images)} (one per "
+                          f"image), got shape {list(labels.shape)}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ConfigError(f"{where}: labels must be integers, got {labels.dtype}")
+    if len(labels) == 0:
+        raise ConfigError(f"{where}: the loader returned no images")
+    if labels.min() < 0:
+        raise ConfigError(f"{where}: labels must be 0 or more, got {labels.min()}")
+    classes = int(labels.max()) + 1 if num_classes is None else num_classes
+    if isinstance(classes, bool) or not isinstance(classes, int | np.integer) or classes < 2:
+        raise ConfigError(f"{where}: num_classes must be an integer of at least 2, got "
+                          f"{classes!r}")
+    if labels.max() >= classes:
+        raise ConfigError(f"{where}: labels must be below num_classes = {classes}, got "
+                          f"{labels.max()}")
+    if images.min() == images.max():
+        raise ConfigError(f"{where}: every pixel of every image is {images.min()}: "
+                          "nothing to learn from")
+    return (np.ascontiguousarray(images), np.ascontiguousarray(labels, dtype=np.int64),
+            int(classes))
+
+
+def _as_array(value: object, where: str, what: str) -> np.ndarray:
+    """A numpy array (or array-like, such as a CPU tensor) as a numpy array."""
+    try:
+        return np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - whatever the loader returned
+        raise ConfigError(f"{where}: {what} must be an array, got {type(value).__name__} "
+                          f"({exc})") from None

@@ -1,4 +1,5 @@
-"""Load MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 from their standard files as uint8 arrays.
+"""Load MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 from their standard files as uint8 arrays,
+or a dataset of the user's own from its loader (`node.custom`).
 
 Each dataset is the standard train split followed by the standard test split, pooled: the
 federation carves its own global test set out of the pool (see `node.partition`). It is
@@ -27,6 +28,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from node.custom import is_import_path, load_user_dataset
 from node.data_cache import cached_arrays, make_dirs, remove_empty
 from node.errors import ConfigError, DataError
 
@@ -130,6 +132,9 @@ class Dataset:
     images: np.ndarray
     labels: np.ndarray
     num_classes: int
+    # Pixel (mean, std) on the 0-1 scale for a user's dataset; the built-ins use the usual
+    # published figures (`node.runtime.NORMALIZATION`).
+    normalization: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         """Reject arrays that break the documented dtypes and shapes."""
@@ -149,14 +154,18 @@ def default_data_dir() -> Path:
 
 
 def load_dataset(name: str, data_dir: str | Path | None = None, download: bool = True) -> Dataset:
-    """Load `name` (one of DATASETS) from `data_dir`, downloading missing files if allowed."""
-    if name not in DATASETS:
-        raise ConfigError(f"data.dataset: unknown dataset {name!r}; choose one of {DATASETS}")
+    """Load `name` (one of DATASETS, or a loader's import path "package.module:name") from
+    `data_dir`, downloading a built-in's missing files if allowed."""
+    if name not in DATASETS and not is_import_path(name):
+        raise ConfigError(f"data.dataset: unknown dataset {name!r}; choose one of {DATASETS} "
+                          "or name a loader of yours as \"package.module:function\"")
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     key = (name, str(root.resolve()))
     if key in _LOADED:  # decoded once per process; forked nodes share it copy-on-write
         return _LOADED[key]
-    if name in IDX_FOLDERS:
+    if is_import_path(name):
+        dataset = _load_user_dataset(name, root)
+    elif name in IDX_FOLDERS:
         dataset = _load_idx_dataset(name, root, download)
     else:
         dataset = _load_cifar(name, root, download)
@@ -169,6 +178,25 @@ def load_dataset(name: str, data_dir: str | Path | None = None, download: bool =
 
 
 _LOADED: dict[tuple[str, str], Dataset] = {}
+
+
+def _load_user_dataset(path: str, root: Path) -> Dataset:
+    images, labels, num_classes = load_user_dataset(path, root.absolute())
+    return Dataset(name=path, images=images, labels=labels, num_classes=num_classes,
+                   normalization=pixel_statistics(images))
+
+
+def pixel_statistics(images: np.ndarray, chunk: int = 1 << 22) -> tuple[float, float]:
+    """Exact mean and std of uint8 pixels on the 0-1 scale, from a 256-bin histogram built
+    chunk by chunk (no float copy of the images)."""
+    flat = images.reshape(-1)
+    counts = np.zeros(256, dtype=np.int64)
+    for start in range(0, len(flat), chunk):
+        counts += np.bincount(flat[start:start + chunk], minlength=256)
+    values = np.arange(256, dtype=np.float64) / 255.0
+    total = counts.sum()
+    mean = float(counts @ values / total)
+    return mean, float(np.sqrt(counts @ (values - mean) ** 2 / total))
 
 
 @dataclass(frozen=True)
@@ -185,8 +213,12 @@ def ensure_dataset(name: str, data_dir: str | Path | None = None,
                    download: bool = True) -> PreparedDataset | None:
     """Find, or download and verify, every file of a built-in dataset, then build or check
     its decoded-array cache: run once by the launcher, before any node starts (nodes load
-    with download=False). None for a dataset this module does not load itself."""
+    with download=False). A user's dataset is loaded (its contract checked) and kept in this
+    process, which the nodes fork from; it has no cache folder."""
     root = Path(data_dir) if data_dir is not None else default_data_dir()
+    if is_import_path(name):
+        load_dataset(name, root)
+        return PreparedDataset(name=name, root=root, cache_dir=None)
     if name in IDX_FOLDERS:
         _, cache = _cached_idx(name, root, download)
     elif name in CIFAR_LAYOUTS:

@@ -197,13 +197,14 @@ PAPER_PAIRS = {
     "cifar10": ("resnet18", "resnet8"),
     "cifar100": ("resnet32", "resnet18"),
 }
+USER_DATASET_PAIR = ("cnn", "cnn")  # any channels and image size; widths as for MNIST
 
 
 def role_architecture(arch: str, role: str, dataset: str) -> str:
     """The architecture a teacher or student gets: `arch`, or the paper's pair for "auto"."""
     if arch != "auto":
         return arch
-    return PAPER_PAIRS[dataset][0 if role == "teacher" else 1]
+    return PAPER_PAIRS.get(dataset, USER_DATASET_PAIR)[0 if role == "teacher" else 1]
 
 
 def parameter_count(model: nn.Module) -> int:

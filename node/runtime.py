@@ -32,7 +32,7 @@ from node.transport import Transport
 
 log = logging.getLogger(__name__)
 
-# Per-dataset pixel mean and std used to standardise inputs.
+# Per-dataset pixel mean and std used to standardise inputs (a user's dataset: its own).
 NORMALIZATION = {
     "mnist": (0.1307, 0.3081),
     "fashion_mnist": (0.2860, 0.3530),
@@ -71,16 +71,16 @@ def load_node_data(config: FederationConfig, node_id: int, device: torch.device)
                             local_train_fraction=d.local_train_fraction, subset=d.subset)
     share = split.nodes[node_id]
     global_x, global_y = _global_test_set(d.dataset, dataset, root, split.global_test, device)
-    return NodeData(train_x=_images(dataset, d.dataset, share.train, device),
+    return NodeData(train_x=_images(dataset, share.train, device),
                     train_y=_labels(dataset, share.train, device),
-                    test_x=_images(dataset, d.dataset, share.test, device),
+                    test_x=_images(dataset, share.test, device),
                     test_y=_labels(dataset, share.test, device),
                     global_x=global_x, global_y=global_y, num_classes=dataset.num_classes)
 
 
-def _images(dataset: Dataset, name: str, index: np.ndarray, device: torch.device) -> torch.Tensor:
+def _images(dataset: Dataset, index: np.ndarray, device: torch.device) -> torch.Tensor:
     """The indexed images as standardised float32 [n, C, H, W] (only these are converted)."""
-    mean, std = NORMALIZATION[name]
+    mean, std = dataset.normalization or NORMALIZATION[dataset.name]
     x = torch.from_numpy(dataset.images[index]).to(torch.float32).div_(255.0)
     return x.sub_(mean).div_(std).to(device)
 
@@ -98,7 +98,7 @@ def _global_test_set(name: str, dataset: Dataset, root: str | Path, index: np.nd
            hashlib.sha256(np.ascontiguousarray(index).tobytes()).hexdigest())
     with _GLOBAL_TEST_LOCK:
         if key not in _GLOBAL_TEST:
-            _GLOBAL_TEST[key] = (_images(dataset, name, index, device),
+            _GLOBAL_TEST[key] = (_images(dataset, index, device),
                                  _labels(dataset, index, device))
         return _GLOBAL_TEST[key]
 
