@@ -84,15 +84,23 @@ class LineProgress:
         if not working or any(not r.rounds for r in working):
             return out
         done = min(r.rounds_done for r in working)
-        if done > self.federation_round:
-            self.federation_round = done
-            scores = [f for f in map(last_f1, working) if f is not None]
-            mean = f"{sum(scores) / len(scores):.4f}" if scores else "-"
-            sent = sum(r.bytes_sent for r in results)
-            what = "every node started (round 0)" if done == 0 else f"round {done}/{self.rounds}"
-            nodes = f"{len(working)} node" + ("s" if len(working) != 1 else "")
-            out.append(f"{what}: {nodes}, mean F1 {mean}, {sent:,} bytes sent")
+        # Every round completed since the last look gets its line, even when the nodes
+        # finished several between two looks.
+        for k in range(self.federation_round + 1, done + 1):
+            out.append(self._round_line(k, working, results))
+        self.federation_round = max(self.federation_round, done)
         return out
+
+    def _round_line(self, k: int, working: list[NodeRecord], results: list[NodeRecord]) -> str:
+        """Round k across the federation: mean global-test F1 of the working nodes' round k,
+        and the bytes every node sent up to and including round k."""
+        scores = [rr.global_test.f1 for r in working for rr in r.rounds
+                  if rr.round == k and rr.global_test.f1 is not None]
+        mean = f"{sum(scores) / len(scores):.4f}" if scores else "-"
+        sent = sum(rr.bytes_sent for r in results for rr in r.rounds if rr.round <= k)
+        what = "every node started (round 0)" if k == 0 else f"round {k}/{self.rounds}"
+        nodes = f"{len(working)} node" + ("s" if len(working) != 1 else "")
+        return f"{what}: {nodes}, mean F1 {mean}, {sent:,} bytes sent"
 
     def show(self, results: list[NodeRecord]) -> None:
         for line in self.lines(results):

@@ -79,21 +79,24 @@ def test_without_matplotlib_the_csv_is_written_and_the_hint_given(tmp_path, monk
 
 
 def _states(*nodes):
-    """Records of nodes given as (status, rounds done, F1 of the last round or None)."""
-    return [NodeRecord(node=i, status=status, rounds_done=done, bytes_sent=1000 * done,
-                       rounds=[] if f1 is None else [_round(done, f1)])
-            for i, (status, done, f1) in enumerate(nodes)]
+    """Records of nodes given as (status, the global-test F1 of each round recorded); each
+    round after round 0 sends 1,000 bytes to peer 9."""
+    return [NodeRecord(node=i, status=status, rounds_done=max(len(f1s) - 1, 0),
+                       bytes_sent=1000 * max(len(f1s) - 1, 0),
+                       rounds=[_round(k, f1, {9: {"model": 1000}} if k else None)
+                               for k, f1 in enumerate(f1s)])
+            for i, (status, f1s) in enumerate(nodes)]
 
 
 def test_plain_progress_is_one_line_per_federation_round_and_per_failure():
     progress = LineProgress(rounds=2, stream=io.StringIO())
-    seen = [progress.lines(_states(("missing", 0, None), ("starting", 0, None))),
-            progress.lines(_states(("running", 0, 0.1), ("starting", 0, None))),
-            progress.lines(_states(("running", 0, 0.1), ("running", 0, 0.12))),
-            progress.lines(_states(("running", 1, 0.5), ("running", 0, 0.12))),
-            progress.lines(_states(("running", 1, 0.5), ("running", 0, 0.12))),
-            progress.lines(_states(("running", 1, 0.5), ("failed", 0, 0.12))),
-            progress.lines(_states(("finished", 2, 0.9), ("failed", 0, 0.12)))]
+    seen = [progress.lines(_states(("missing", []), ("starting", []))),
+            progress.lines(_states(("running", [0.1]), ("starting", []))),
+            progress.lines(_states(("running", [0.1]), ("running", [0.12]))),
+            progress.lines(_states(("running", [0.1, 0.5]), ("running", [0.12]))),
+            progress.lines(_states(("running", [0.1, 0.5]), ("running", [0.12]))),
+            progress.lines(_states(("running", [0.1, 0.5]), ("failed", [0.12]))),
+            progress.lines(_states(("finished", [0.1, 0.5, 0.9]), ("failed", [0.12])))]
     assert seen == [
         [], [],
         ["every node started (round 0): 2 nodes, mean F1 0.1100, 0 bytes sent"],
@@ -101,6 +104,14 @@ def test_plain_progress_is_one_line_per_federation_round_and_per_failure():
         ["node 1 failed after 0/2 rounds", "round 1/2: 1 node, mean F1 0.5000, 1,000 bytes sent"],
         ["round 2/2: 1 node, mean F1 0.9000, 2,000 bytes sent"],
     ]
+
+
+def test_plain_progress_says_every_round_even_when_several_ended_between_two_looks():
+    progress = LineProgress(rounds=2, stream=io.StringIO())
+    assert progress.lines(_states(("finished", [0.1, 0.5, 0.9]), ("running", [0.2, 0.6, 0.8]))) \
+        == ["every node started (round 0): 2 nodes, mean F1 0.1500, 0 bytes sent",
+            "round 1/2: 2 nodes, mean F1 0.5500, 2,000 bytes sent",
+            "round 2/2: 2 nodes, mean F1 0.8500, 4,000 bytes sent"]
 
 
 def test_a_pipe_gets_plain_lines():
