@@ -14,6 +14,7 @@ from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import local
 from deploy.pictures import RunFiles, write_run_files
+from deploy.pictures import preload as preload_pictures
 from deploy.plan import (
     host_data_dir,
     new_run_id,
@@ -151,7 +152,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     progress = progress_for(config.rounds)
     interrupted = False
     try:
-        if not watch(run, progress.show, deadline=config.timeouts.run or None):
+        if not watch(run, _preloading(progress.show), deadline=config.timeouts.run or None):
             progress.finish()
             print(f"protofed: timeouts.run ({config.timeouts.run:g} s) passed before every "
                   "node finished: stopping the rest", file=sys.stderr)
@@ -170,8 +171,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         run.save_logs()
         run.remove()
     summary = _write_summary(plan, config, run)
+    print(format_table(summary), flush=True)  # the table first, then the pictures
     files = write_run_files(plan.results_dir, read_node_results(plan.results_dir, config.nodes))
-    print(format_table(summary))
     stopped = [n["node"] for n in summary["nodes"] if n["status"] == "stopped"]
     if stopped and not interrupted:
         print(f"protofed: run {run_id}: {len(stopped)} of {config.nodes} nodes were stopped "
@@ -189,6 +190,21 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"\nresults: {plan.results_dir}", file=sys.stderr)
     _say_files(files)
     return 1 if failed else 0
+
+
+def _preloading(show):
+    """`show`, which also loads the drawing libraries once every node has recorded round 0:
+    after start-up, while the nodes train, so neither start-up nor the end waits for it."""
+    loaded = False
+
+    def show_and_preload(results) -> None:
+        nonlocal loaded
+        show(results)
+        if not loaded and results and all(r.rounds for r in results):
+            loaded = True
+            preload_pictures()
+
+    return show_and_preload
 
 
 def _say_files(files: RunFiles) -> None:

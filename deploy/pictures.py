@@ -4,7 +4,10 @@ the F1, written beside summary.json from the node records alone."""
 from __future__ import annotations
 
 import csv
+import io
 import logging
+import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,30 +98,87 @@ def write_run_files(run_dir: Path, records: list[NodeRecord]) -> RunFiles:
     return RunFiles(table, pictures)
 
 
+def preload() -> None:
+    """Import matplotlib and draw a small figure once now, while the nodes train (they are
+    forked already), so the end of a run pays only for its own pictures (the fonts and
+    renderers are loaded); nothing when matplotlib is not installed."""
+    try:
+        from matplotlib.figure import Figure
+        from networkx.drawing import nx_pylab  # noqa: F401
+    except ImportError:
+        return
+    figure = Figure(figsize=(1, 1))
+    figure.add_subplot().plot([0, 1], [0, 1], label="warm")
+    figure.axes[0].set_title("warm")
+    figure.tight_layout()
+    for fmt in FORMATS:
+        figure.savefig(io.BytesIO(), format=fmt)
+
+
 def draw(run_dir: Path, records: list[NodeRecord]) -> tuple[Path, ...]:
-    """The topology, bytes-per-round and F1-per-round pictures; ImportError without
-    matplotlib."""
+    """The topology, bytes-per-round and F1-per-round pictures that could be drawn (a
+    failure is logged, the others are still drawn); ImportError without matplotlib."""
+    import matplotlib.figure  # noqa: F401 - fail here, once, when it is not installed
+
+    painters = dict(zip(PICTURES, (_topology, _bytes_per_round, _f1_per_round)))
+    if hasattr(os, "fork") and threading.active_count() == 1:
+        drawn = _draw_forked(run_dir, records, painters)  # one core each; safe: no threads
+    else:
+        drawn = [name for name, painter in painters.items()
+                 if _draw_logged(run_dir, name, painter, records)]
+    return tuple(run_dir / f"{name}.{fmt}" for name in drawn for fmt in FORMATS)
+
+
+def _draw_forked(run_dir: Path, records: list[NodeRecord], painters: dict) -> list[str]:
+    """Each picture drawn in a forked child at the same time; the names drawn."""
+    children = {}
+    for name, painter in painters.items():
+        pid = os.fork()
+        if pid == 0:  # the child: draw, then leave without running the parent's teardown
+            code = 0 if _draw_logged(run_dir, name, painter, records) else 1
+            logging.shutdown()
+            os._exit(code)
+        children[pid] = name
+    drawn = []
+    for pid, name in children.items():
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) == 0:
+            drawn.append(name)
+        else:
+            log.warning("the %s picture was not drawn (exit status %d)", name,
+                        os.waitstatus_to_exitcode(status))
+    return drawn
+
+
+def _draw_logged(run_dir: Path, name: str, painter, records: list[NodeRecord]) -> bool:
+    """Draw one picture in every format; False (and a warning) when drawing fails."""
     from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
 
-    paths = []
-    for name, painter in zip(PICTURES, (_topology, _bytes_per_round, _f1_per_round)):
+    try:
         figure = Figure(figsize=(6.4, 4.8))
         painter(figure, records)
         figure.tight_layout()
         for fmt in FORMATS:
-            path = run_dir / f"{name}.{fmt}"
-            figure.savefig(path, dpi=110, metadata={"Date": None} if fmt == "svg" else {})
-            paths.append(path)
-    return tuple(paths)
+            figure.savefig(run_dir / f"{name}.{fmt}", dpi=110,
+                           metadata={"Date": None} if fmt == "svg" else {})
+    except Exception as exc:  # noqa: BLE001 - a picture must never cost the run's results
+        log.warning("could not draw the %s picture: %s: %s", name, type(exc).__name__, exc)
+        return False
+    return True
 
 
 def _topology(figure, records: list[NodeRecord]) -> None:
     import matplotlib
     import networkx as nx
 
-    graph = nx.DiGraph()
-    graph.add_nodes_from(node.node for node in records)
     edges = edge_bytes(records)
+    # A symmetric exchange is drawn as one line per pair (width: bytes both ways), which
+    # draws in a fraction of the time of an arrow per direction.
+    symmetric = all((b, a) in edges for a, b in edges)
+    if symmetric:
+        edges = undirected_bytes(edges)
+    graph = nx.DiGraph() if not symmetric else nx.Graph()
+    graph.add_nodes_from(node.node for node in records)
     graph.add_edges_from(edges)
     largest = max(edges.values(), default=0) or 1
     axes = figure.add_subplot()
@@ -131,15 +191,29 @@ def _topology(figure, records: list[NodeRecord]) -> None:
     nx.draw_networkx_nodes(graph, layout, ax=axes, nodelist=nodes, node_color=colours,
                            node_size=500)
     nx.draw_networkx_labels(graph, layout, ax=axes)
-    nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges),
-                           width=[0.5 + 4.5 * edges[e] / largest for e in edges],
-                           arrows=True, arrowsize=10, connectionstyle="arc3,rad=0.08",
-                           node_size=500, alpha=0.6)
+    widths = [0.5 + 4.5 * edges[e] / largest for e in edges]
+    if symmetric:
+        nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
+                               alpha=0.6)
+    else:
+        nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
+                               arrows=True, arrowsize=10, connectionstyle="arc3,rad=0.08",
+                               node_size=500, alpha=0.6)
     scale = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0, 1),
                                          cmap=colour_map)
     figure.colorbar(scale, ax=axes, label="final F1 (global test)")
-    axes.set_title(f"who sent to whom: edge width ∝ bytes (widest {largest:,} B)")
+    how = "bytes both ways" if symmetric else "bytes sent along the arrow"
+    axes.set_title(f"who sent to whom: edge width ∝ {how} (widest {largest:,} B)")
     axes.set_axis_off()
+
+
+def undirected_bytes(edges: dict[tuple[int, int], int]) -> dict[tuple[int, int], int]:
+    """Directed (sender, receiver) byte counts summed per unordered pair (low id first)."""
+    pairs: dict[tuple[int, int], int] = {}
+    for (a, b), sent in edges.items():
+        key = (min(a, b), max(a, b))
+        pairs[key] = pairs.get(key, 0) + sent
+    return pairs
 
 
 def _per_round(figure, records: list[NodeRecord], value, label: str, title: str) -> None:

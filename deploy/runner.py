@@ -25,17 +25,24 @@ class Run(Protocol):
 
 def watch(run: Run, on_progress: Callable[[list[dict]], None], interval: float = 0.5,
           deadline: float | None = None) -> bool:
-    """Wait until every node has exited, reporting progress from their result files.
+    """Wait until every node has exited, reporting progress from their result files at
+    most every `interval` seconds, and once more when the last node has exited.
 
     False if `deadline` (seconds from now) passed first; the nodes are left running.
     """
     nodes = len(run.plan.nodes)
     ends = None if deadline is None else time.monotonic() + deadline
+    reported = -interval  # when progress was last read
     while True:
         exits = run.poll_exits()
-        on_progress(read_node_results(run.plan.results_dir, nodes))
+        now = time.monotonic()
+        # Nodes exit one after another at the end: reading every result file at each exit
+        # would delay the end by as many reads as there are nodes.
+        if len(exits) == nodes or now - reported >= interval:
+            on_progress(read_node_results(run.plan.results_dir, nodes))
+            reported = now
         if len(exits) == nodes:
             return True
         if ends is not None and time.monotonic() >= ends:
             return False
-        run.wait(interval)  # returns early when a node exits
+        run.wait(max(0.0, reported + interval - time.monotonic()))  # early when one exits

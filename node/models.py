@@ -38,8 +38,20 @@ RESNET_BLOCKS = {
 }
 
 
+class InferenceMaxPool2d(nn.MaxPool2d):
+    """nn.MaxPool2d that pools a CPU batch in channels-last layout when no gradient is
+    needed: several times faster there than torch's NCHW kernel, with the same maxima."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() or x.device.type != "cpu" or x.dim() != 4:
+            return super().forward(x)
+        pooled = F.max_pool2d(x.contiguous(memory_format=torch.channels_last), self.kernel_size,
+                              self.stride, self.padding, self.dilation, self.ceil_mode)
+        return pooled.contiguous()  # back to NCHW: the next layer computes as before
+
+
 class CNN(nn.Module):
-    """Two conv+ReLU+max-pool layers, then embed (Linear+ReLU) and a linear classifier."""
+    """Two conv+max-pool+ReLU layers, then embed (Linear+ReLU) and a linear classifier."""
 
     def __init__(
         self,
@@ -52,13 +64,15 @@ class CNN(nn.Module):
         super().__init__()
         c1, c2 = channels
         pad = CNN_KERNEL_SIZE // 2  # "same" convolutions: only the pools shrink the image
+        # Pool before ReLU: max and ReLU commute exactly (outputs and gradients), and the
+        # ReLU then touches a quarter of the values. Parameter names are unchanged.
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, c1, CNN_KERNEL_SIZE, padding=pad),
+            InferenceMaxPool2d(2),
             nn.ReLU(),
-            nn.MaxPool2d(2),
             nn.Conv2d(c1, c2, CNN_KERNEL_SIZE, padding=pad),
+            InferenceMaxPool2d(2),
             nn.ReLU(),
-            nn.MaxPool2d(2),
         )
         side = image_size // 4
         self.embed = nn.Linear(c2 * side * side, embedding_dim)

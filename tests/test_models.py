@@ -216,3 +216,35 @@ def test_small_resnet_input_still_works():
     model = small("resnet18", image_size=5)
     logits, emb = model(torch.randn(2, 1, 5, 5))
     assert logits.shape == (2, 10) and emb.shape == (2, 12)
+
+
+def _reference_cnn(model, x):
+    """The CNN as the paper draws it, in torch's plain NCHW ops: conv, ReLU, max-pool (x2),
+    embed + ReLU, classifier."""
+    import torch.nn.functional as F
+
+    conv1, conv2 = model.features[0], model.features[3]
+    h = F.max_pool2d(F.relu(conv1(x)), 2)
+    h = F.max_pool2d(F.relu(conv2(h)), 2)
+    embedding = F.relu(model.embed(h.flatten(1)))
+    return model.classifier(embedding), embedding
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_the_cnn_computes_exactly_conv_relu_pool_in_training_and_evaluation(grad):
+    torch.manual_seed(0)
+    model = build_model("cnn", in_channels=1, image_size=28, num_classes=10, embedding_dim=32,
+                        channels=[4, 8])
+    x = torch.randn(16, 1, 28, 28)
+    x[:, :, :8] = 0.0  # flat regions: ties inside pooling windows
+    with torch.set_grad_enabled(grad):
+        logits, embedding = model(x)
+        ref_logits, ref_embedding = _reference_cnn(model, x)
+    assert torch.equal(logits, ref_logits) and torch.equal(embedding, ref_embedding)
+    if grad:  # the gradients too, bit for bit
+        target = torch.randint(0, 10, (16,))
+        ours = torch.autograd.grad(nn.functional.cross_entropy(logits, target),
+                                   list(model.parameters()))
+        ref = torch.autograd.grad(nn.functional.cross_entropy(ref_logits, target),
+                                  list(model.parameters()))
+        assert all(torch.equal(a, b) for a, b in zip(ours, ref))

@@ -5,6 +5,8 @@ import csv
 import io
 import sys
 
+import pytest
+
 from deploy import pictures
 from deploy.progress import LineProgress, progress_for
 from node.record import Evaluation, NodeRecord, RoundRecord
@@ -66,6 +68,26 @@ def test_csv_and_pictures_are_written(tmp_path):
     for path in files.pictures:
         head = path.read_bytes()[:8]
         assert head == b"\x89PNG\r\n\x1a\n" if path.suffix == ".png" else head.startswith(b"<?xml")
+
+
+@pytest.mark.parametrize("threads", [1, 2])  # 1: each picture in a forked child
+def test_a_picture_that_fails_is_logged_and_the_others_are_drawn(tmp_path, monkeypatch,
+                                                                 caplog, threads):
+    def broken(figure, records):
+        raise ValueError("no data")
+
+    monkeypatch.setattr(pictures, "_bytes_per_round", broken)
+    monkeypatch.setattr(pictures.threading, "active_count", lambda: threads)
+    drawn = pictures.draw(tmp_path, two_nodes())
+    assert sorted(p.name for p in drawn) == sorted(
+        f"{name}.{fmt}" for name in ("topology", "f1_per_round") for fmt in pictures.FORMATS)
+    assert all(p.is_file() for p in drawn) and not list(tmp_path.glob("bytes_per_round.*"))
+    assert "bytes_per_round picture" in caplog.text
+
+
+def test_symmetric_exchanges_are_drawn_as_one_line_per_pair():
+    assert pictures.undirected_bytes({(0, 1): 5, (1, 0): 7, (2, 0): 1, (0, 2): 1}) == {
+        (0, 1): 12, (0, 2): 2}
 
 
 def test_without_matplotlib_the_csv_is_written_and_the_hint_given(tmp_path, monkeypatch):
