@@ -212,3 +212,17 @@ def test_report_refuses_an_empty_results_folder(tmp_path):
     with pytest.raises(SystemExit):
         report.archive_results(tmp_path, tmp_path / "out")
     assert report.main([str(tmp_path / "nothing-here")]) == 2
+
+
+def test_the_loopback_benchmark_moves_each_codecs_payload_and_derives_its_break_even():
+    from experiments import bench_zmq
+
+    rows = bench_zmq.measure(elements=20_000, repeats=1)
+    assert rows["fp32"]["payload_bytes"] == 80_000 and rows["int16"]["payload_bytes"] == 40_000
+    assert all(row["plain_s"] > 0 and row["curve_s"] > 0 for row in rows.values())
+    int16, fp32 = rows["int16"], rows["fp32"]
+    if int16["codec_s"] > fp32["codec_s"]:  # saved bytes over extra seconds, in MB/s
+        assert int16["break_even_mb_per_s"] == pytest.approx(
+            40_000 / (int16["codec_s"] - fp32["codec_s"]) / 1e6, abs=0.1)
+    else:
+        assert int16["break_even_mb_per_s"] is None  # no slower than fp32: any link
