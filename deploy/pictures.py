@@ -7,6 +7,7 @@ import csv
 import io
 import logging
 import os
+import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,24 +96,35 @@ def write_run_files(run_dir: Path, records: list[NodeRecord]) -> RunFiles:
         pictures = draw(run_dir, records)
     except ImportError:
         return RunFiles(table, (), PICTURES_HINT)
+    except Exception as exc:  # noqa: BLE001 - a broken matplotlib must not cost the run
+        log.warning("no pictures: matplotlib failed to load: %s: %s", type(exc).__name__, exc)
+        return RunFiles(table, (), f"no pictures: matplotlib failed to load ({exc}); "
+                                   "`protofed report RUN` draws them again")
     return RunFiles(table, pictures)
 
 
 def preload() -> None:
     """Import matplotlib and draw a small figure once now, while the nodes train (they are
     forked already), so the end of a run pays only for its own pictures (the fonts and
-    renderers are loaded); nothing when matplotlib is not installed."""
+    renderers are loaded); nothing when matplotlib is not installed.
+
+    Ctrl-C and SIGTERM wait until it is done: an import cut in half leaves matplotlib's
+    modules broken for the pictures drawn after the nodes are stopped."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         from matplotlib.figure import Figure
         from networkx.drawing import nx_pylab  # noqa: F401
+
+        figure = Figure(figsize=(1, 1))
+        figure.add_subplot().plot([0, 1], [0, 1], label="warm")
+        figure.axes[0].set_title("warm")
+        figure.tight_layout()
+        for fmt in FORMATS:
+            figure.savefig(io.BytesIO(), format=fmt)
     except ImportError:
-        return
-    figure = Figure(figsize=(1, 1))
-    figure.add_subplot().plot([0, 1], [0, 1], label="warm")
-    figure.axes[0].set_title("warm")
-    figure.tight_layout()
-    for fmt in FORMATS:
-        figure.savefig(io.BytesIO(), format=fmt)
+        pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came is raised now
 
 
 def draw(run_dir: Path, records: list[NodeRecord]) -> tuple[Path, ...]:

@@ -3,6 +3,8 @@ the hint when matplotlib is missing), and the progress lines when output is not 
 
 import csv
 import io
+import os
+import signal
 import sys
 
 import pytest
@@ -83,6 +85,43 @@ def test_a_picture_that_fails_is_logged_and_the_others_are_drawn(tmp_path, monke
         f"{name}.{fmt}" for name in ("topology", "f1_per_round") for fmt in pictures.FORMATS)
     assert all(p.is_file() for p in drawn) and not list(tmp_path.glob("bytes_per_round.*"))
     assert "bytes_per_round picture" in caplog.text
+
+
+def test_a_stop_signal_during_preload_waits_until_matplotlib_is_loaded(monkeypatch):
+    import matplotlib.figure
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted
+
+    finished = []
+
+    class SignalledFigure(matplotlib.figure.Figure):
+        def __init__(self, *args, **kwargs):
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the preload
+            super().__init__(*args, **kwargs)
+            finished.append(True)
+
+    monkeypatch.setattr(matplotlib.figure, "Figure", SignalledFigure)
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with pytest.raises(Interrupted):
+            pictures.preload()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert finished == [True]  # the signal was raised after the preload, not inside it
+
+
+def test_a_broken_matplotlib_leaves_the_csv_and_a_hint(tmp_path, monkeypatch):
+    def broken(run_dir, records):
+        raise AttributeError("module 'matplotlib' has no attribute 'get_data_path'")
+
+    monkeypatch.setattr(pictures, "draw", broken)
+    files = pictures.write_run_files(tmp_path, two_nodes())
+    assert files.csv.is_file() and files.pictures == ()
+    assert "get_data_path" in files.hint and "protofed report" in files.hint
 
 
 def test_symmetric_exchanges_are_drawn_as_one_line_per_pair():
