@@ -3,12 +3,14 @@ the F1, written beside summary.json from the node records alone."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import logging
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,25 +108,44 @@ def write_run_files(run_dir: Path, records: list[NodeRecord]) -> RunFiles:
 def preload() -> None:
     """Import matplotlib and draw a small figure once now, while the nodes train (they are
     forked already), so the end of a run pays only for its own pictures (the fonts and
-    renderers are loaded); nothing when matplotlib is not installed.
-
-    Ctrl-C and SIGTERM wait until it is done: an import cut in half leaves matplotlib's
-    modules broken for the pictures drawn after the nodes are stopped."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        from matplotlib.figure import Figure
-        from networkx.drawing import nx_pylab  # noqa: F401
-
+    renderers are loaded); nothing when matplotlib is not installed."""
+    with deferred_stop_signals():
+        try:
+            from matplotlib.figure import Figure
+            from networkx.drawing import nx_pylab  # noqa: F401
+        except ImportError:
+            return
         figure = Figure(figsize=(1, 1))
         figure.add_subplot().plot([0, 1], [0, 1], label="warm")
         figure.axes[0].set_title("warm")
         figure.tight_layout()
         for fmt in FORMATS:
             figure.savefig(io.BytesIO(), format=fmt)
-    except ImportError:
-        pass
+
+
+@contextlib.contextmanager
+def deferred_stop_signals() -> Iterator[None]:
+    """Hold a Ctrl-C or SIGTERM that comes inside the block and hand it to the handler in
+    place once the block is done: an import cut in half leaves matplotlib's modules broken
+    for the pictures drawn after the nodes are stopped. (Python runs signal handlers in the
+    main thread, whichever thread the signal reached.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {number: signal.signal(number, lambda signum, frame: came.append(signum))
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came is raised now
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in came[:1]:
+            handler = previous[number]
+            if callable(handler):
+                handler(number, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), number)
 
 
 def draw(run_dir: Path, records: list[NodeRecord]) -> tuple[Path, ...]:
