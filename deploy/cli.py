@@ -239,11 +239,12 @@ def _write_summary(plan, config, run) -> dict:
 
 
 def _docker_client_if_running():
-    """A Docker client when an engine answers, else None (local runs need no Docker)."""
+    """(a Docker client, "") when an engine answers, else (None, why not): local runs
+    need no Docker."""
     try:
-        return docker.connect()
-    except ProtofedError:
-        return None
+        return docker.connect(), ""
+    except ProtofedError as exc:
+        return None, str(exc)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -255,7 +256,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         local.stop_pids(run["alive"], run.get("start_times"))
         print(f"protofed: stopped {run['run_id']} ({len(run['alive'])} node processes)")
         stopped += 1
-    client = _docker_client_if_running()
+    client, no_docker = _docker_client_if_running()
     if client is not None:
         docker_runs = docker.running_runs(client)
         for run_id in ([args.run_id] if args.run_id else list(docker_runs)):
@@ -265,8 +266,9 @@ def cmd_down(args: argparse.Namespace) -> int:
                       f"{networks} networks; their logs are in its results folder)")
                 stopped += 1
     if not stopped:
+        why = f" (no local run; {no_docker})" if no_docker else ""
         print("protofed: no running federation found"
-              + (f" named {args.run_id}" if args.run_id else ""), file=sys.stderr)
+              + (f" named {args.run_id}" if args.run_id else "") + why, file=sys.stderr)
         return 1 if args.run_id else 0
     return 0
 
@@ -274,7 +276,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     lines = [f"{run['run_id']}  local  nodes alive: {', '.join(sorted(run['alive'], key=int))}"
              for run in local.running_runs(Path(args.results_dir))]
-    client = _docker_client_if_running()
+    client, _ = _docker_client_if_running()
     if client is not None:
         for run_id, nodes in docker.running_runs(client).items():
             if docker.ended(nodes):  # e.g. after `docker-compose up` returned
@@ -288,7 +290,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     path = Path(args.results_dir) / args.run_id / "logs" / f"node-{args.node}.log"
-    client = _docker_client_if_running()
+    client, _ = _docker_client_if_running()
     if client is not None and docker.running_runs(client).get(args.run_id):
         print(docker.container_logs(client, args.run_id, args.node, args.tail), end="")
         return 0

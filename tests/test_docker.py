@@ -155,7 +155,11 @@ def test_down_stops_the_nodes_gracefully_keeps_their_logs_and_up_reports_them_st
             wait_for_rounds(run_dir / f"node-{i}.json", 1, timeout=300)
         assert f"{name}  docker  0: running" in protofed("status").stdout
         down = protofed("down", name)
-        assert down.returncode == 0, down.stderr
+        if down.returncode != 0:  # say what `up` and the engine saw
+            status = protofed("status").stdout
+            process.kill()
+            pytest.fail(f"down: {down.stderr}\nstatus now: {status}\n"
+                        f"up: {process.communicate(timeout=60)[1][-3000:]}")
         # `up` sees its containers exit and may remove the network before `down` gets to it
         assert re.search(rf"stopped and removed {name} \(3 containers, [01] networks",
                          down.stdout), down.stdout

@@ -2,6 +2,7 @@
 how a run ends is recorded; a Ctrl-C while nodes start leaves none running."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -96,3 +97,11 @@ def test_ctrl_c_while_the_nodes_start_stops_those_already_started(tmp_path, monk
         for process in started:
             process.kill()
             process.wait()
+
+
+def test_down_of_an_unknown_run_says_why_docker_was_not_asked(tmp_path):
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    done = protofed("down", "nothing-here", "--results-dir", tmp_path, timeout=60, env=env)
+    assert done.returncode == 1
+    assert "no running federation found named nothing-here (no local run; Docker is not " \
+           "available" in done.stderr
