@@ -347,7 +347,10 @@ def down_run(client, run_id: str, grace: float = 5.0) -> tuple[int, int]:
     folder = next((f for f in map(results_folder, containers) if f is not None), None)
     if folder is not None and folder.is_dir():
         save_logs(by_node, folder / "logs")
-    return remove_run(client, run_id)
+    # The run's `protofed up` may remove what it sees exit before we get to it: count the
+    # containers found running, not only those still here to remove.
+    _, networks = remove_run(client, run_id)
+    return len(containers), networks
 
 
 def remove_run(client, run_id: str) -> tuple[int, int]:
