@@ -224,19 +224,22 @@ def _topology(figure, records: list[NodeRecord]) -> None:
     nx.draw_networkx_nodes(graph, layout, ax=axes, nodelist=nodes, node_color=colours,
                            node_size=500)
     nx.draw_networkx_labels(graph, layout, ax=axes)
-    widths = [0.5 + 4.5 * edges[e] / largest for e in edges]
+    # Dense graphs get thinner, lighter lines, so the widths still read as widths.
+    widest = max(1.0, 5.0 * min(1.0, 30 / max(len(edges), 1)))
+    alpha = 0.6 if len(edges) <= 30 else 0.35
+    widths = [0.25 * widest + 0.75 * widest * edges[e] / largest for e in edges]
     if symmetric:
         nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
-                               alpha=0.6)
+                               alpha=alpha)
     else:
         nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
                                arrows=True, arrowsize=10, connectionstyle="arc3,rad=0.08",
-                               node_size=500, alpha=0.6)
+                               node_size=500, alpha=alpha)
     scale = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0, 1),
                                          cmap=colour_map)
     figure.colorbar(scale, ax=axes, label="final F1 (global test)")
     how = "bytes both ways" if symmetric else "bytes sent along the arrow"
-    axes.set_title(f"who sent to whom: edge width ∝ {how} (widest {largest:,} B)")
+    axes.set_title(f"who sent to whom\nedge width ∝ {how} (widest {largest:,} B)")
     axes.set_axis_off()
 
 
