@@ -24,7 +24,7 @@ from deploy.plan import (
     write_plan,
 )
 from deploy.progress import progress_for
-from deploy.report import format_table, read_node_results, summarize
+from deploy.report import format_table, read_node_results, summarize_records
 from deploy.runner import watch
 from node.config import load, user_code
 from node.custom import add_search_path
@@ -107,9 +107,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     if docker_backend:
         refuse_user_code(config)
     # Once per federation, on this machine, before any node or container exists.
-    prepared = prepare_data(config)
-    data_dir = host_data_dir(config)
+    cache_dir = prepare_data(config)
     if docker_backend:
+        data_dir = host_data_dir(config)
         plan = docker.plan_docker(config, Path(args.config), overrides, run_id)
         client = docker.connect()
         info = client.info()
@@ -139,8 +139,7 @@ def cmd_up(args: argparse.Namespace) -> int:
           f"rounds, results in {plan.results_dir}", file=sys.stderr)
     try:
         if docker_backend:
-            run = docker.start(config, plan, image, client, data_dir,
-                               prepared.cache_dir if prepared else None)
+            run = docker.start(config, plan, image, client, data_dir, cache_dir)
         else:
             local.warm_up(plan.federation.config)
             run = local.start(plan, listeners, config.deploy.restarts)
@@ -170,9 +169,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         progress.finish()
         run.save_logs()
         run.remove()
-    summary = _write_summary(plan, config, run)
+    records = read_node_results(plan.results_dir, config.nodes)
+    summary = _write_summary(plan, config, run, records)
     print(format_table(summary), flush=True)  # the table first, then the pictures
-    files = write_run_files(plan.results_dir, read_node_results(plan.results_dir, config.nodes))
+    files = write_run_files(plan.results_dir, records)
     stopped = [n["node"] for n in summary["nodes"] if n["status"] == "stopped"]
     if stopped and not interrupted:
         print(f"protofed: run {run_id}: {len(stopped)} of {config.nodes} nodes were stopped "
@@ -228,8 +228,8 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _write_summary(plan, config, run) -> dict:
-    summary = summarize(plan.results_dir, plan.run_id, config.nodes, {
+def _write_summary(plan, config, run, records) -> dict:
+    summary = summarize_records(records, plan.run_id, {
         "config_digest": plan.federation.config.digest(), "algorithm": config.algorithm,
         "topology": config.topology.kind, "rounds": config.rounds,
         "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())}},
@@ -278,12 +278,13 @@ def cmd_status(args: argparse.Namespace) -> int:
              for run in local.running_runs(Path(args.results_dir))]
     client, _ = _docker_client_if_running()
     if client is not None:
-        for run_id, nodes in docker.running_runs(client).items():
-            if docker.ended(nodes):  # e.g. after `docker-compose up` returned
+        for run_id, states in docker.running_runs(client).items():
+            if docker.ended(states):  # e.g. after `docker-compose up` returned
                 lines.append(f"{run_id}  docker  ended, every container exited "
                              f"(`protofed down {run_id}` removes them)")
             else:
-                lines.append(f"{run_id}  docker  {'; '.join(nodes)}")
+                lines.append(f"{run_id}  docker  "
+                             + "; ".join(f"{node}: {state}" for node, state in states))
     print("\n".join(lines) if lines else "no running federations")
     return 0
 
@@ -304,7 +305,7 @@ def cmd_compose(args: argparse.Namespace) -> int:
     config = load(args.config, tuple(args.set))
     refuse_user_code(config)
     run_id = args.run_id or new_run_id(config)
-    prepared = prepare_data(config)
+    cache_dir = prepare_data(config)
     data_dir = host_data_dir(config).resolve()
     plan = docker.plan_docker(config, Path(args.config), tuple(args.set), run_id)
     image = args.image or config.deploy.image
@@ -315,8 +316,7 @@ def cmd_compose(args: argparse.Namespace) -> int:
     except FileExistsError:
         raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
                           "--run-id") from None
-    compose, stack = compose_file.write_compose(config, plan, image, data_dir,
-                                                prepared.cache_dir if prepared else None)
+    compose, stack = compose_file.write_compose(config, plan, image, data_dir, cache_dir)
     print(compose)
     print(f"""protofed: wrote {compose} and {stack.name} for {config.nodes} nodes (image {image}).
   one host:  docker-compose -f {compose} -p {run_id} up
@@ -334,8 +334,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     nodes = len(list(run_dir.glob("node-*.json")))
     if not nodes:
         raise ConfigError(f"{run_dir}: no node-<i>.json results in this folder")
-    print(format_table(summarize(run_dir, run_dir.name, nodes)))
-    _say_files(write_run_files(run_dir, read_node_results(run_dir, nodes)))
+    records = read_node_results(run_dir, nodes)
+    print(format_table(summarize_records(records, run_dir.name)))
+    _say_files(write_run_files(run_dir, records))
     return 0
 
 

@@ -315,11 +315,11 @@ def save_logs(containers: dict[int, object], folder: Path) -> None:
             (folder / f"node-{node_id}.log").write_bytes(
                 container.logs(stdout=True, stderr=True))
         except docker.errors.APIError as exc:
-            if exc.status_code not in (404, 409):  # 409: being removed by `protofed down`
+            if exc.status_code in (404, 409):  # gone, or being removed by `protofed down`
+                log.debug("node %d's container is gone: its log was kept by whoever "
+                          "removed it", node_id)
+            else:
                 log.warning("cannot read the log of node %d: %s", node_id, exc)
-                continue
-            log.debug("node %d's container is gone: its log was kept by whoever removed it",
-                      node_id)
         except Exception as exc:  # noqa: BLE001 - a lost log must not stop the cleanup
             log.warning("cannot read the log of node %d: %s", node_id, exc)
 
@@ -376,21 +376,21 @@ def remove_run(client, run_id: str) -> tuple[int, int]:
     return len(containers), len(networks)
 
 
-def ended(nodes: list[str]) -> bool:
+def ended(states: list[tuple[str, str]]) -> bool:
     """Whether every container of a run (as listed by `running_runs`) has exited."""
-    return all(not line.endswith((": running", ": created", ": restarting")) for line in nodes)
+    return all(state not in ("running", "created", "restarting") for _, state in states)
 
 
-def running_runs(client) -> dict[str, list[str]]:
-    """Federations with containers on this engine: run id -> '<node>: <state>' lines."""
-    runs: dict[str, list[str]] = {}
+def running_runs(client) -> dict[str, list[tuple[str, str]]]:
+    """Federations with containers on this engine: run id -> (node, container state), in
+    node order."""
+    runs: dict[str, list[tuple[str, str]]] = {}
     for container in client.containers.list(all=True, ignore_removed=True,
                                             filters={"label": LABEL}):
-        run_id = container.labels[LABEL]
-        runs.setdefault(run_id, []).append(
-            f"{container.labels.get('protofed.node', '?')}: {container.status}")
-    return {run: sorted(nodes, key=lambda s: int(s.split(":")[0]) if s[0].isdigit() else -1)
-            for run, nodes in sorted(runs.items())}
+        runs.setdefault(container.labels[LABEL], []).append(
+            (container.labels.get("protofed.node", "?"), container.status))
+    return {run: sorted(states, key=lambda s: int(s[0]) if s[0].isdigit() else -1)
+            for run, states in sorted(runs.items())}
 
 
 def container_logs(client, run_id: str, node_id: int, tail: int = 200) -> str:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.plan import Plan, keys_dir, node_arguments
+from deploy.plan import Plan, host_data_dir, keys_dir, node_arguments
 from node.config import FederationConfig, memory_bytes, user_code
 from node.custom import check_models
 from node.errors import DeployError
@@ -225,9 +225,9 @@ def warm_up(config: FederationConfig) -> None:
         finally:
             torch.set_num_threads(threads)
     else:
-        from node.data import default_data_dir, load_dataset
+        from node.data import load_dataset
 
-        load_dataset(config.data.dataset, config.data.dir or default_data_dir(), download=False)
+        load_dataset(config.data.dataset, host_data_dir(config), download=False)
 
 
 def check_user_models(config: FederationConfig) -> int:
@@ -235,10 +235,10 @@ def check_user_models(config: FederationConfig) -> int:
     starts: a model that breaks the contract is a config error, not N crashed nodes."""
     if not any(key.startswith("model.") for key, _ in user_code(config)):
         return 0
-    from node.data import default_data_dir, load_dataset
+    from node.data import load_dataset
 
-    data = config.data
-    dataset = load_dataset(data.dataset, data.dir or default_data_dir(), download=data.download)
+    # prepared (fetched, cached or loaded) already by `deploy.plan.prepare_data`
+    dataset = load_dataset(config.data.dataset, host_data_dir(config), download=False)
     _, channels, size, _ = dataset.images.shape
     return check_models(config, channels, size, dataset.num_classes)
 

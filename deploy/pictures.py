@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.record import NodeRecord, RoundRecord
+from node.record import NodeRecord, RoundRecord, final_evaluation
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +75,6 @@ def edge_bytes(records: list[NodeRecord]) -> dict[tuple[int, int], int]:
             kinds = node.bytes_sent_by_peer.get(str(peer), {})
             edges[(node.node, peer)] = sum(kinds.values())
     return edges
-
-
-def final_f1(node: NodeRecord) -> float | None:
-    """The last recorded global-test F1, or None for a node that recorded no round."""
-    return node.rounds[-1].global_test.f1 if node.rounds else None
 
 
 def write_csv(path: Path, rows: list[dict]) -> Path:
@@ -174,12 +169,11 @@ def _draw_forked(run_dir: Path, records: list[NodeRecord], painters: dict) -> li
         children[pid] = name
     drawn = []
     for pid, name in children.items():
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) == 0:
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        if code == 0:
             drawn.append(name)
         else:
-            log.warning("the %s picture was not drawn (exit status %d)", name,
-                        os.waitstatus_to_exitcode(status))
+            log.warning("the %s picture was not drawn (exit status %d)", name, code)
     return drawn
 
 
@@ -217,7 +211,8 @@ def _topology(figure, records: list[NodeRecord]) -> None:
     axes = figure.add_subplot()
     layout = nx.circular_layout(graph)
     colour_map = matplotlib.colormaps["viridis"]
-    scores = {node.node: final_f1(node) for node in records}
+    scores = {node.node: evaluation.f1 for node in records
+              if (evaluation := final_evaluation(node, "global_test")) is not None}
     nodes = list(graph.nodes)  # a peer with no record of its own is drawn grey
     colours = [colour_map(scores[n]) if scores.get(n) is not None else "lightgrey"
                for n in nodes]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.config import FederationConfig
-from node.data import PreparedDataset, default_data_dir, ensure_dataset
+from node.data import default_data_dir, ensure_dataset
 from node.errors import ConfigError
 from node.federation import Federation, Member, resolve
 from node.security import generate_keys, write_keys
@@ -60,10 +60,10 @@ def host_data_dir(config: FederationConfig) -> Path:
     return Path(config.data.dir or default_data_dir()).absolute()
 
 
-def prepare_data(config: FederationConfig) -> PreparedDataset | None:
+def prepare_data(config: FederationConfig) -> Path | None:
     """Find, or download and verify, the run's dataset and build its decoded-array cache on
     this machine, once, before any node starts; a missing file is reported with this
-    machine's paths. Nodes then only load (download=False)."""
+    machine's paths. Nodes then only load (download=False). The cache folder, if any."""
     return ensure_dataset(config.data.dataset, host_data_dir(config), config.data.download)
 
 

@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from node.record import NodeRecord
+from node.record import NodeRecord, final_evaluation
 
 ENDED = ("finished", "failed", "stopped", "dead")
 
@@ -21,14 +21,10 @@ def node_state(record: NodeRecord) -> str:
     return {"missing": "waiting", "starting": "starting"}.get(record.status, record.status)
 
 
-def last_f1(record: NodeRecord) -> float | None:
-    """The latest global-test F1 the node recorded (round 0 is the untrained model)."""
-    return record.rounds[-1].global_test.f1 if record.rounds else None
-
-
 def _f1_text(record: NodeRecord) -> str:
-    f1 = last_f1(record)
-    return "-" if f1 is None else f"{f1:.4f}"
+    """The latest global-test F1 the node recorded (round 0 is the untrained model)."""
+    evaluation = final_evaluation(record, "global_test")
+    return "-" if evaluation is None else f"{evaluation.f1:.4f}"
 
 
 class LiveProgress:

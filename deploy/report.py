@@ -32,10 +32,17 @@ def node_status(result: NodeRecord, exit_code: int | None) -> str:
 def summarize(results_dir: Path, run_id: str, nodes: int,
               extra: dict[str, Any] | None = None,
               exit_codes: dict[int, int] | None = None) -> dict[str, Any]:
+    """The summary of the run recorded in `results_dir` (see `summarize_records`)."""
+    return summarize_records(read_node_results(results_dir, nodes), run_id, extra, exit_codes)
+
+
+def summarize_records(records: list[NodeRecord], run_id: str,
+                      extra: dict[str, Any] | None = None,
+                      exit_codes: dict[int, int] | None = None) -> dict[str, Any]:
     """One summary of a run: per-node bytes and final metrics, plus totals, and means over
     the nodes that finished (a dead node's last F1 is stale and left out)."""
     rows = []
-    for result in read_node_results(results_dir, nodes):
+    for result in records:
         global_ = final_evaluation(result, "global_test") or Evaluation()
         local = final_evaluation(result, "local_test") or Evaluation()
         measured = bool(result.rounds)

@@ -68,11 +68,16 @@ def payload_shares(elements: int) -> dict[str, float]:
     return {codec: round(len(encode("w", x, codec)[1]) / (elements * 4), 4) for codec in CODECS}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def size_arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
+    """--elements (of the fp32 tensor) and --repeats (the best of them is kept)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--elements", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = size_arguments(__doc__.splitlines()[0], argv)
     rates = measure(args.elements, args.repeats)
     shares = payload_shares(args.elements)
     OUT.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,6 @@ the extra codec time it costs over fp32: below that speed it moves a model soone
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 import torch
 import zmq
 
-from experiments.bench_codecs import best_seconds, round_trip
+from experiments.bench_codecs import best_seconds, round_trip, size_arguments
 from quant.codecs import CODECS, encode
 
 OUT = Path(__file__).resolve().parent / "reports" / "zmq"
@@ -87,10 +86,7 @@ def measure(elements: int, repeats: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--elements", type=int, default=10_000_000)
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args(argv)
+    args = size_arguments(__doc__.splitlines()[0], argv)
     rows = measure(args.elements, args.repeats)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "bench.json").write_text(json.dumps(

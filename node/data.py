@@ -17,7 +17,6 @@ import os
 import pickle
 import shutil
 import tarfile
-import tempfile
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from node.custom import is_import_path, load_user_dataset
-from node.data_cache import cached_arrays, make_dirs, remove_empty
+from node.data_cache import atomic_write, cached_arrays, make_dirs, remove_empty
 from node.errors import ConfigError, DataError
 
 try:
@@ -199,33 +198,24 @@ def pixel_statistics(images: np.ndarray, chunk: int = 1 << 22) -> tuple[float, f
     return mean, float(np.sqrt(counts @ (values - mean) ** 2 / total))
 
 
-@dataclass(frozen=True)
-class PreparedDataset:
-    """A dataset ready for its nodes: its data folder, and the folder its decoded arrays are
-    mapped from (None when they could only be decoded into memory)."""
-
-    name: str
-    root: Path
-    cache_dir: Path | None
-
-
 def ensure_dataset(name: str, data_dir: str | Path | None = None,
-                   download: bool = True) -> PreparedDataset | None:
+                   download: bool = True) -> Path | None:
     """Find, or download and verify, every file of a built-in dataset, then build or check
     its decoded-array cache: run once by the launcher, before any node starts (nodes load
-    with download=False). A user's dataset is loaded (its contract checked) and kept in this
-    process, which the nodes fork from; it has no cache folder."""
+    with download=False). Returns the folder the decoded arrays are mapped from: None when
+    they could only be decoded into memory, and for a user's dataset, which is loaded (its
+    contract checked) and kept in this process, which the nodes fork from."""
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     if is_import_path(name):
         load_dataset(name, root)
-        return PreparedDataset(name=name, root=root, cache_dir=None)
+        return None
     if name in IDX_FOLDERS:
         _, cache = _cached_idx(name, root, download)
     elif name in CIFAR_LAYOUTS:
         _, cache = _cached_cifar(name, root, download)
     else:
-        return None
-    return PreparedDataset(name=name, root=root, cache_dir=cache)
+        raise ConfigError(f"data.dataset: unknown dataset {name!r}; choose one of {DATASETS}")
+    return cache
 
 
 # ---------------------------------------------------------------- IDX (MNIST, Fashion-MNIST)
@@ -500,24 +490,18 @@ def _download_verified(url: str, dest: Path, md5: str, *, gunzip: bool) -> None:
     """Fetch url into a uniquely named tmp file beside dest, check its md5 (of the gunzipped
     content if asked), fsync it and rename it onto dest; a failure leaves nothing behind."""
     log.info("downloading %s -> %s", url, dest)
-    descriptor, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.",
-                                            suffix=".part")
-    part = Path(tmp_name)
-    try:
-        with os.fdopen(descriptor, "wb") as out, \
-                urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+
+    def fetch(out: BinaryIO) -> None:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
             shutil.copyfileobj(response, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
+
+    def check(part: Path) -> None:
         got = _md5_of(part, gunzip=gunzip)
         if got != md5:
             raise DataError(f"md5 mismatch for {url}: got {got}, expected {md5}; "
                             "the downloaded file was deleted")
-        part.chmod(0o644)
-        part.replace(dest)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
+
+    atomic_write(dest, fetch, verify=check)
     log.info("verified md5 of %s", dest.name)
 
 
@@ -534,17 +518,9 @@ def _created_dirs(directory: Path) -> Iterator[None]:
 
 def _md5_of(path: Path, *, gunzip: bool) -> str:
     """The md5 hex digest of the file, or of its gunzipped content."""
-    digest = hashlib.md5(usedforsecurity=False)
     opener: Any = gzip.open if gunzip else open
     with opener(path, "rb") as stream:
-        _feed(digest, stream)
-    return digest.hexdigest()
-
-
-def _feed(digest: Any, stream: BinaryIO) -> None:
-    """Hash a stream in 1 MiB chunks."""
-    while chunk := stream.read(1 << 20):
-        digest.update(chunk)
+        return hashlib.file_digest(stream, lambda: hashlib.md5(usedforsecurity=False)).hexdigest()
 
 
 def _check_label_range(labels: np.ndarray, num_classes: int, where: str) -> None:

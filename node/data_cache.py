@@ -137,11 +137,10 @@ def write_cache(directory: Path, images: np.ndarray, labels: np.ndarray, root: P
     """Write the arrays then the sidecar, each atomically (tmp file, fsync, rename)."""
     made = make_dirs(directory)
     try:
-        meta: dict[str, Any] = {"format": CACHE_FORMAT, "sources": {}, "arrays": {}}
-        for path in sources:
-            info = path.stat()
-            meta["sources"][_relative(path, root)] = {
-                "size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": _sha256(path)}
+        stamp = source_stamp(root, sources)
+        meta: dict[str, Any] = {"format": CACHE_FORMAT, "arrays": {}, "sources": {
+            _relative(path, root): {**stamp[_relative(path, root)], "sha256": _sha256(path)}
+            for path in sources}}
         for key, array in zip(ARRAY_NAMES, (images, labels), strict=True):
             digest = atomic_write(directory / f"{key}.npy",
                                   lambda out, a=array: np.save(out, a, allow_pickle=False))
@@ -154,9 +153,11 @@ def write_cache(directory: Path, images: np.ndarray, labels: np.ndarray, root: P
         raise
 
 
-def atomic_write(dest: Path, fill: Callable[[BinaryIO], object]) -> str:
-    """Write dest through a uniquely named tmp file in its folder (fsync, then rename onto
-    dest), so racing writers each leave a whole file; return the content's sha256."""
+def atomic_write(dest: Path, fill: Callable[[BinaryIO], object],
+                 verify: Callable[[Path], None] | None = None) -> str:
+    """Write dest through a uniquely named tmp file in its folder (fsync, `verify` of the
+    whole file if given, then rename onto dest), so racing writers each leave a whole file
+    and a failure leaves none; return the content's sha256."""
     descriptor, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.",
                                             suffix=".tmp")
     tmp = Path(tmp_name)
@@ -166,6 +167,8 @@ def atomic_write(dest: Path, fill: Callable[[BinaryIO], object]) -> str:
             fill(out)
             raw.flush()
             os.fsync(raw.fileno())
+        if verify is not None:
+            verify(tmp)
         tmp.chmod(0o644)  # mkstemp makes 0600; nodes in containers may run as another user
         tmp.replace(dest)
     except BaseException:
@@ -224,11 +227,8 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as stream:
-        while chunk := stream.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 def _relative(path: Path, root: Path) -> str:

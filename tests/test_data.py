@@ -732,9 +732,9 @@ def test_launcher_downloads_once_and_nodes_only_load(
     _serve_mnist(http_root, monkeypatch, list(IDX_NAMES))
     root = tmp_path / "data"
     config = load_config(_config_file(tmp_path, root))
-    prepared = prepare_data(config)
-    assert len(downloads) == 4 and prepared is not None
-    assert prepared.cache_dir == root / "MNIST" / "protofed-cache"
+    cache_dir = prepare_data(config)
+    assert len(downloads) == 4
+    assert cache_dir == root / "MNIST" / "protofed-cache"
     prepare_data(config)
     assert len(downloads) == 4  # present and verified: nothing fetched again
 
