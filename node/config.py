@@ -27,6 +27,9 @@ BACKENDS = ("local", "docker")
 SECURITY = ("curve", "none")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
+# Keys that moved to an algorithm's own table: a file using the old place is told where.
+MOVED = {f"train.{key}": f"profe.{key}"
+         for key in ("alpha_s", "alpha_limit", "beta_s", "beta_t", "temperature")}
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Local training hyper-parameters and the ProFe loss weights."""
+    """Local training hyper-parameters shared by every algorithm."""
 
     epochs: int = 1
     batch_size: int = 64
@@ -102,11 +105,8 @@ class TrainConfig:
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 0.0
-    beta_t: float = 1.0
-    beta_s: float = 1.0
-    alpha_s: float = 1.0
-    alpha_limit: float = 0.1
-    temperature: float = 2.0
+    amsgrad: bool = False  # Adam only
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     # 256 images through the CNN need ~25 MB of activations; 1000 needed ~100 MB in every
     # node at the same moment (evaluation follows each round everywhere at once)
     eval_batch_size: int = 256
@@ -246,6 +246,7 @@ def from_dict(raw: dict[str, Any], *, source: str = "<config>",
     # a path typed on the command line is relative to where it was typed
     _resolve_relative_paths(merged, Path.cwd())
     tables = method_tables()
+    _apply_presets(merged, source)
     methods = {name: _build(cls, merged.pop(name, {}), prefix=f"{name}.", source=source)
                for name, cls in tables.items()}
     if "methods" in merged:
@@ -255,6 +256,23 @@ def from_dict(raw: dict[str, Any], *, source: str = "<config>",
     config = dataclasses.replace(config, methods=methods)
     validate(config, source)
     return config
+
+
+def _apply_presets(raw: dict[str, Any], source: str) -> None:
+    """Fill in what an algorithm's `preset` names wherever the file leaves a key unset."""
+    from node.algorithms import ALGORITHMS
+
+    for name, cls in ALGORITHMS.items():
+        table = raw.get(name)
+        preset = table.get("preset") if isinstance(table, dict) else None
+        if not isinstance(preset, str) or preset not in cls.presets:
+            continue  # no preset, or an unknown one the table's own check will name
+        for section, values in cls.presets[preset].items():
+            target = raw.setdefault(section, {})
+            if not isinstance(target, dict):
+                raise ConfigError(f"{source}: [{section}] must be a table")
+            for key, value in values.items():
+                target.setdefault(key, value)
 
 
 def default_methods() -> dict[str, Any]:
@@ -317,6 +335,9 @@ def _build(cls: type, raw: Any, *, prefix: str, source: str) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - fields)
+    if unknown and f"{prefix}{unknown[0]}" in MOVED:
+        raise ConfigError(f"{source}: {prefix}{unknown[0]} is now "
+                          f"{MOVED[prefix + unknown[0]]} (the algorithm's own table)")
     if unknown:
         raise ConfigError(f"{source}: unknown key {prefix}{unknown[0]!s} "
                           f"(known keys in {where}: {', '.join(sorted(fields))})")
@@ -459,11 +480,10 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
            f"must be at least 1, got {t.eval_batch_size}")
     _check(t.lr > 0.0, source, "train.lr", f"must be positive, got {t.lr}")
     _check(0.0 <= t.momentum < 1.0, source, "train.momentum", f"must be in [0, 1), got {t.momentum}")
-    for key in ("weight_decay", "beta_t", "beta_s", "alpha_s", "alpha_limit"):
-        value = getattr(t, key)
-        _check(value >= 0.0, source, f"train.{key}", f"must be non-negative, got {value}")
-    _check(t.temperature > 0.0, source, "train.temperature",
-           f"must be positive, got {t.temperature}")
+    _check(t.weight_decay >= 0.0, source, "train.weight_decay",
+           f"must be non-negative, got {t.weight_decay}")
+    _check(len(t.adam_betas) == 2 and all(0.0 <= b < 1.0 for b in t.adam_betas), source,
+           "train.adam_betas", f"must be two numbers in [0, 1), got {t.adam_betas}")
     _one_of(t.device, DEVICES, source, "train.device")
     _one_of(t.optimizer, OPTIMIZERS, source, "train.optimizer")
     _check(t.threads >= 0, source, "train.threads", f"must be 0 (auto) or positive, got {t.threads}")

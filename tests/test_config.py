@@ -72,7 +72,10 @@ def test_wrong_types_are_named(tmp_path, text, key):
     ("[topology]\nkind = 'torus'", "topology.kind"),
     ("[topology]\nkind = 'file'", "topology.path"),
     ("[timeouts]\nround = 0", "timeouts.round"),
-    ("[train]\ntemperature = 0", "train.temperature"),
+    ("[profe]\ntemperature = 0", "profe.temperature"),
+    ("[profe]\norder = 'sideways'", "profe.order"),
+    ("[profe]\npreset = 'nebula'", "profe.preset"),
+    ("[train]\nadam_betas = [0.9]", "train.adam_betas"),
     ("name = 'a b'", "name"),
 ])
 def test_impossible_values_are_named(tmp_path, text, key):
@@ -176,6 +179,23 @@ def test_algorithm_tables_default_to_the_papers_values(tmp_path):
     assert from_dict({}).methods["fedproto"].weight is None
     assert (config.methods["fedproc"].projection_dim, config.methods["fedproc"].temperature) == (256, 1.0)
     assert config.methods["fedpr"].weight == 1.0
+
+
+def test_profe_weights_in_the_old_train_table_are_pointed_to_their_new_place(tmp_path):
+    path = write(tmp_path, "[train]\nalpha_s = 0.5\n")
+    with pytest.raises(ConfigError, match=rf"{path}: train.alpha_s is now profe.alpha_s"):
+        load(path)
+
+
+def test_a_preset_fills_only_what_the_file_leaves_unset(tmp_path):
+    config = load(write(tmp_path, '[profe]\npreset = "reference"\nbeta_s = 0.5\n'
+                                  '[train]\nlr = 0.002\n'))
+    profe = config.methods["profe"]
+    assert (profe.beta_s, profe.beta_t, profe.prototype_loss) == (0.5, 0.05, "softmax")
+    assert (config.train.optimizer, config.train.lr, config.train.amsgrad) == ("adam", 0.002, True)
+    assert config.train.adam_betas == [0.851436, 0.999689]
+    plain = load(write(tmp_path, "[profe]\nalpha_s = 0.5\n"))
+    assert (plain.train.optimizer, plain.methods["profe"].order) == ("sgd", "teacher_first")
 
 
 @pytest.mark.parametrize("text, key", [

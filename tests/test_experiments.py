@@ -61,36 +61,46 @@ def test_a_cell_is_done_only_with_a_summary_and_no_failed_node(tmp_path):
     assert run.is_done(tmp_path)
 
 
-def node_record(sent, received, elapsed, f1s, rule="argmax", other=None, share=0.1):
-    """A finished node: bytes, time, and per round a global/local F1 under `rule`."""
-    def split(f1):
-        by_rule = {rule: {"accuracy": f1, "f1": f1, "top_class_share": share}}
+def node_record(sent, received, elapsed, f1s, rule="argmax", other=None, share=0.1,
+                local=None):
+    """A finished node: bytes, time, and per round a global/local F1 under `rule`; `share` is
+    the top-class share (one for every round, or a list per round), `local` the local-test F1s
+    when they differ from the global ones."""
+    shares = share if isinstance(share, list) else [share] * len(f1s)
+
+    def split(f1, top):
+        by_rule = {rule: {"accuracy": f1, "f1": f1, "top_class_share": top}}
         if other:
             by_rule[other[0]] = {"accuracy": other[1], "f1": other[1],
                                  "top_class_share": other[2]}
         return {**by_rule[rule], "rule": rule, "by_rule": by_rule}
     return {"status": "finished", "bytes_sent": sent, "bytes_received": received,
             "elapsed_seconds": elapsed,
-            "rounds": [{"global_test": split(f), "local_test": split(f)} for f in f1s]}
+            "rounds": [{"round": i, "global_test": split(f, top), "local_test": split(lf, top)}
+                       for i, (f, lf, top) in enumerate(zip(f1s, local or f1s, shares))]}
 
 
-def write_cell(root, method, codec, partition, sent, received, elapsed, f1s, **node):
-    """A finished cell of 2 nodes; `method` may be a variant name (fedavg-student)."""
+def write_cell(root, method, codec, partition, sent, received, elapsed, f1s, dataset="mnist",
+               seed=1, nodes=2, node_f1s=None, **node):
+    """A finished cell of len(sent) node files; `method` may be a variant name (fedavg-student),
+    `nodes` is the size its config states, `node_f1s` per node F1s in place of `f1s`."""
     scheme, _, value = partition.partition(":")
-    data = {"dataset": "mnist", "partition": scheme, "classes_fraction": 0.6, "alpha": 0.5}
+    data = {"dataset": dataset, "partition": scheme, "classes_fraction": 0.6, "alpha": 0.5}
     if scheme == "classes":
         data["classes_fraction"] = float(value)
-    cell = root / f"{method}-{codec}-{partition}"
+    if scheme == "dirichlet":
+        data["alpha"] = float(value)
+    cell = root / f"{dataset}-{method}-{codec}-{partition}-s{seed}"
     cell.mkdir()
     algorithm = method.split("-")[0]
     config = {"algorithm": algorithm, "exchange": {"codec": codec}, "data": data,
-              "topology": {"kind": "fully_connected"}, "nodes": 2, "seed": 1}
+              "topology": {"kind": "fully_connected"}, "nodes": nodes, "seed": seed}
     (cell / "federation.json").write_text(json.dumps({"config": config}))
     (cell / "cell.json").write_text(json.dumps({"algorithm": method}))
     (cell / "summary.json").write_text(json.dumps({"failed_nodes": []}))
-    for i in range(2):
-        (cell / f"node-{i}.json").write_text(json.dumps(
-            node_record(sent[i], received[i], elapsed[i], f1s, **node)))
+    for i in range(len(sent)):
+        (cell / f"node-{i}.json").write_text(json.dumps(node_record(
+            sent[i], received[i], elapsed[i], node_f1s[i] if node_f1s else f1s, **node)))
 
 
 @pytest.fixture
@@ -116,32 +126,57 @@ def test_report_tables_plots_and_targets_from_a_fixture(fixture_results, tmp_pat
     out = tmp_path / "fixture"
     archive = report.archive_results(fixture_results, out)
     text = report.write_report(archive, out).read_text()
-    # fedavg-student sent: 1 and 3 MB -> 2.000 ± 1.000; teacher-size 4.000; profe 0.4 MB
-    assert "| fedavg-student (fp32) | mnist | 2.000 ± 1.000 | baseline | ↓ 50.0% |" in text
-    assert "| profe (int16) | mnist | 0.400 ± 0.100 | ↓ 80.0% | ↓ 90.0% |" in text
+    # fedavg-student sent: 1 and 3 MB -> 2.000, nodes ± 1.000; teacher-size 4.000; profe 0.4 MB
+    assert ("| fedavg-student (fp32) | mnist | 2.000 (1 seed; nodes ± 1.000) | baseline | "
+            "↓ 50.0% |") in text
+    assert ("| profe (int16) | mnist | 0.400 (1 seed; nodes ± 0.100) | ↓ 80.0% | ↓ 90.0% |"
+            in text)
     assert "Produced by `cmd` on commit `abc123`." in text
+    assert "6 cells in 6 groups that differ only by seed (6 with 1 seed)" in text
     assert (out / "f1_mnist.png").stat().st_size > 1000
+    iid = "mnist iid, fully_connected, 2 nodes"
+    classes = "mnist classes:0.2, fully_connected, 2 nodes"
     # bytes per node: profe 0.8 MB = 20% of student-size FedAvg's 4 MB, 10% of 8 MB
-    assert ("mnist iid: ProFe moves 20.0% of student-size FedAvg's bytes per node (target ≤ "
-            "60%); 10.0% of teacher-size FedAvg's: met") in text
-    # F1 on the paper's rule with the other rule beside it
-    assert "| profe (int16) | mnist | argmax | 0.895 ± 0.000 | prototype: 0.850 ± 0.000 |" in text
-    assert "| fedproto (fp32) | mnist | prototype | 0.990 ± 0.000 | argmax: 0.500 ± 0.000 |" in text
-    # -0.5 points on IID: within 1 point, met
-    assert "ProFe macro-F1 0.8950 vs student-size FedAvg 0.9000 (-0.5 points; target within 1 " \
-           "point): met" in text
+    assert (f"{iid}: ProFe moves 20.0% of student-size FedAvg's bytes per node (target ≤ "
+            "60%); 10.0% of teacher-size FedAvg's (1 seed vs 1 seed): met") in text
+    # F1 on the paper's rule with the other rule beside it; one run says "1 seed", no spread
+    assert ("| profe (int16) | mnist | argmax | 0.895 (1 seed; nodes ± 0.000) | prototype: "
+            "0.850 (1 seed; nodes ± 0.000) |") in text
+    assert ("| fedproto (fp32) | mnist | prototype | 0.990 (1 seed; nodes ± 0.000) | argmax: "
+            "0.500 (1 seed; nodes ± 0.000) |") in text
+    # -0.5 points on IID: within 1 point, met; one seed each: no noise test
+    assert (f"{iid}: ProFe macro-F1 0.8950 vs student-size FedAvg 0.9000 (-0.5 points, not "
+            "testable with one seed; 1 seed vs 1 seed). Targets: within 1 point of FedAvg: yes; "
+            "no collapsed seed (ProFe 0 of 1 seed, FedAvg 0 of 1 seed): yes. met") in text
+    assert (f"| {iid} | profe (int16) | 0.895 (1 seed) | 0.900 (1 seed) | -0.5 | not testable "
+            "with one seed |") in text
     # the collapsed ProFe argmax on 20% classes is flagged, never read as an F1 or a target
-    assert "**collapsed** (100% of predictions in one class; F1 0.018)" in text
-    assert "target above FedAvg): MISSED (a collapsed predictor)" in text
-    assert "mnist classes:0.2: profe macro-F1 0.0180 (argmax) vs ProFe paper" in text
-    assert "MISSED (a collapsed predictor)" in text
-    # two-sided: FedProto far above its paper's 84.4% is reported as such
-    assert "fedproto macro-F1 0.9900 (prototype)" in text
-    assert "ABOVE the paper's figure by 14.6 points" in text
-    assert "fedpr paper figure 0.946 (FedPR paper: 94.62% average accuracy on MNIST, Dir(0.05))" \
-           ": no such cell in these results" in text
-    # ProFe IID 0.895 is below its paper's floor of 0.95
-    assert "(target ≥ 0.950): MISSED by 5.5 points" in text
+    assert "**collapsed** (100% of predictions in one class; F1 0.018; 1 seed)" in text
+    assert ("Targets: above FedAvg: no; no collapsed seed (ProFe 1 of 1 seed, FedAvg 0 of 1 "
+            "seed): no. MISSED") in text
+    assert (f"| {classes} | profe (int16) | 0.018 (1 seed); collapsed in 1 of 1 seed | "
+            "0.600 (1 seed) | -58.2 | not testable with one seed |") in text
+    # round 1: the argmax F1 and top-class share where the collapse starts
+    assert "| profe (int16) | mnist | 0.018 | 1.000 | 1.000 | 1 of 1 seed |" in text
+    assert "| fedproto (fp32) | mnist | 0.500 | 0.200 | 0.100 | 0 of 1 seed |" in text
+    # each paper's headline: a floor missed, a collapse missed, a figure met, one far above it
+    headline = text[text.index("## Each paper's headline setting"):]
+    assert ("| profe | mnist | iid | macro-F1, global test | ≥ 0.9500 | ProFe paper, IV-A: above "
+            "95% macro-F1 on MNIST IID | 0.8950 (1 seed) | int16, argmax, fully_connected, 2 "
+            "nodes | missed by 5.5 points |") in headline
+    assert "| 0.0180 (1 seed) | int16, argmax, fully_connected, 2 nodes | missed (collapsed in " \
+           "1 of 1 seed) |" in headline
+    assert "| fedavg-student | mnist | iid | macro-F1, global test | 0.9500 |" in headline
+    assert "| 0.9000 (1 seed) | fp32, argmax, fully_connected, 2 nodes | met |" in headline
+    # two-sided: FedProto far above its 84.4% accuracy (FedHP's table) is not a reproduction
+    assert ("| 0.9900 (1 seed) | fp32, prototype, fully_connected, 2 nodes | missed: 14.6 points "
+            "above the figure") in headline
+    assert ("| fedpr | mnist | dirichlet:0.05 | accuracy, global test | 0.9462 | FedPR paper: "
+            "94.62% average accuracy on MNIST, Dir(0.05) | - | - | not run |") in headline
+    assert ("| fedpr | fashion_mnist | dirichlet:0.05 | accuracy, global test | 0.8605 |"
+            in headline)
+    assert ("| fedproto | mnist | classes:0.3 | accuracy, local test | paper figure not in the "
+            "stored text |") in headline
 
 
 def test_int8_cells_join_a_report_and_are_judged_on_bytes_and_f1(fixture_results, tmp_path):
@@ -155,16 +190,115 @@ def test_int8_cells_join_a_report_and_are_judged_on_bytes_and_f1(fixture_results
     text = (out / "report.md").read_text()
     assert "Produced by `cmd` on commit `abc123`." in text
     assert "Produced by `cmd8` on commit `def456`." in text
-    assert "| profe (int16) | mnist | 0.400 ± 0.100 |" in text  # the earlier cells stay
+    # the earlier cells stay
+    assert "| profe (int16) | mnist | 0.400 (1 seed; nodes ± 0.100) |" in text
     # profe int8: (0.3+0.2 + 0.7+0.2)/2 = 0.7 MB per node = 17.5% of FedAvg's 4 MB
-    assert ("mnist iid: ProFe (int8) moves 17.5% of student-size FedAvg's bytes per node "
-            "(target ≤ 25%): met") in text
-    assert ("mnist iid: ProFe (int8) macro-F1 0.9050 vs student-size FedAvg 0.9000 (+0.5 "
-            "points; target within 1 point): met") in text
+    assert ("mnist iid, fully_connected, 2 nodes: ProFe (int8) moves 17.5% of student-size "
+            "FedAvg's bytes per node (target ≤ 25%; 1 seed vs 1 seed): met") in text
+    assert ("mnist iid, fully_connected, 2 nodes: ProFe (int8) macro-F1 0.9050 vs student-size "
+            "FedAvg 0.9000 (+0.5 points, not testable with one seed; 1 seed vs 1 seed). "
+            "Targets: within 1 point of FedAvg: yes;") in text
     assert not (extra / ".archive").exists()
     # adding the same cells again replaces them rather than doubling them
     assert report.main([str(extra), "--into", str(out)]) == 0
     assert (out / "report.md").read_text() == text
+
+
+def test_seed_statistics_and_the_noise_rule_by_hand():
+    stats = report.seed_stats([[0.89, 0.91], [0.92, 0.92], [0.94, 0.94]])
+    assert stats.seeds == 3
+    assert stats.mean == pytest.approx(0.92)  # run means 0.90, 0.92, 0.94
+    assert stats.std == pytest.approx(0.02)  # statistics.stdev across the 3 runs
+    assert stats.nodes_std == pytest.approx(0.01 / 3)  # node spreads 0.01, 0, 0
+    one = report.seed_stats([[0.5, 0.7]])
+    assert (one.seeds, one.mean, one.std) == (1, pytest.approx(0.6), 0.0)
+    assert report.seed_text(one) == "0.600 (1 seed; nodes ± 0.100)"
+    assert report.seed_text(stats) == "0.920 ± 0.020 (3 seeds; nodes ± 0.003)"
+    # within noise: |difference| <= 2 x the larger std (binary-exact numbers: the edge counts)
+    a = report.SeedStats(seeds=3, mean=0.5, std=0.125, nodes_std=0.0)
+    b = report.SeedStats(seeds=2, mean=0.75, std=0.0, nodes_std=0.0)
+    assert report.noise_verdict(a, b) == "within noise"
+    assert report.noise_verdict(a, report.SeedStats(3, 0.875, 0.0, 0.0)) == "beyond noise"
+    assert report.noise_verdict(a, one) == "not testable with one seed"
+
+
+@pytest.fixture
+def three_seeds(tmp_path):
+    """MNIST IID, 3 seeds of student-size FedAvg, ProFe and teacher-size FedAvg."""
+    root = tmp_path / "results"
+    root.mkdir()
+    for seed, student, profe in ((1, 0.90, 0.926), (2, 0.92, 0.946), (3, 0.94, 0.906)):
+        write_cell(root, "fedavg-student", "fp32", "iid", [4e6, 4e6], [4e6, 4e6], [10, 10],
+                   [0.1, student], seed=seed)
+        write_cell(root, "profe", "int16", "iid", [seed * 1e5] * 2, [seed * 1e5] * 2, [10, 10],
+                   [], seed=seed, node_f1s=[[0.1, profe - 0.01], [0.1, profe + 0.01]])
+        write_cell(root, "fedavg", "fp32", "iid", [8e6, 8e6], [8e6, 8e6], [10, 10], [0.1, 0.99],
+                   seed=seed)
+    return root
+
+
+def test_three_seeds_give_the_spread_across_seeds_and_the_noise_verdict(three_seeds, tmp_path):
+    out = tmp_path / "seeds"
+    text = report.write_report(report.archive_results(three_seeds, out), out).read_text()
+    assert "9 cells in 3 groups that differ only by seed (3 with 3 seeds)" in text
+    # ProFe run means 0.926, 0.946, 0.906: mean 0.926, stdev 0.020; each run's nodes ± 0.010
+    assert "| profe (int16) | mnist | argmax | 0.926 ± 0.020 (3 seeds; nodes ± 0.010) |" in text
+    assert "| fedavg-student (fp32) | mnist | argmax | 0.920 ± 0.020 (3 seeds; nodes ± 0.000) |" \
+        in text
+    # bytes: run means 0.1, 0.2, 0.3 MB sent per node -> 0.200 ± 0.100, 5% of FedAvg's 4 MB
+    assert ("| profe (int16) | mnist | 0.200 ± 0.100 (3 seeds; nodes ± 0.000) | ↓ 95.0% |"
+            in text)
+    # +0.6 points <= 2 x 0.020: within noise; teacher-size +7.0 > 2 x 0.020: beyond noise
+    setting = "mnist iid, fully_connected, 2 nodes"
+    assert (f"| {setting} | profe (int16) | 0.926 ± 0.020 (3 seeds) | 0.920 ± 0.020 (3 seeds) | "
+            "+0.6 | within noise |") in text
+    assert (f"| {setting} | fedavg (fp32) | 0.990 ± 0.000 (3 seeds) | 0.920 ± 0.020 (3 seeds) | "
+            "+7.0 | beyond noise |") in text
+    assert (f"{setting}: ProFe macro-F1 0.9260 vs student-size FedAvg 0.9200 (+0.6 points, "
+            "within noise; 3 seeds vs 3 seeds). Targets: within 1 point of FedAvg: yes;") in text
+    assert "(1 seed" not in text and "of 1 seed" not in text
+
+
+@pytest.mark.parametrize("collapsed", [True, False])
+def test_a_collapsed_seed_fails_the_mnist_classes_target(tmp_path, collapsed):
+    root = tmp_path / "results"
+    root.mkdir()
+    for seed in (1, 2, 3):
+        final = 1.0 if collapsed and seed == 3 else 0.1
+        write_cell(root, "fedavg-student", "fp32", "classes:0.2", [4e6, 4e6], [4e6, 4e6],
+                   [10, 10], [0.1, 0.3, 0.80], seed=seed, nodes=20)
+        write_cell(root, "profe", "int16", "classes:0.2", [2e6, 2e6], [2e6, 2e6], [10, 10],
+                   [0.1, 0.02, 0.85], seed=seed, nodes=20, share=[0.1, 1.0, final])
+    out = tmp_path / "classes"
+    text = report.write_report(report.archive_results(root, out), out).read_text()
+    verdict = "no. MISSED" if collapsed else "yes. met"
+    assert ("mnist classes:0.2, fully_connected, 20 nodes: ProFe macro-F1 0.8500 vs student-size "
+            "FedAvg 0.8000 (+5.0 points, beyond noise; 3 seeds vs 3 seeds). Targets: mean ≥ "
+            "0.80: yes; above FedAvg: yes; no collapsed seed (ProFe "
+            f"{1 if collapsed else 0} of 3 seeds, FedAvg 0 of 3 seeds): {verdict}") in text
+    # round 1 shows the collapse in every seed; the final share in one seed only
+    final_share = "0.400 ± 0.520" if collapsed else "0.100 ± 0.000"
+    assert (f"| profe (int16) | mnist | 0.020 ± 0.000 | 1.000 ± 0.000 | {final_share} | "
+            f"{1 if collapsed else 0} of 3 seeds |") in text
+    if collapsed:
+        assert "0.850 ± 0.000 (3 seeds; nodes ± 0.000); **collapsed in 1 of 3 seeds**" in text
+        assert "| missed (collapsed in 1 of 3 seeds) |" in text
+    else:
+        assert ("| profe | mnist | classes:0.2 | macro-F1, global test | ≥ 0.8000 | ProFe paper, "
+                "IV-A: 80% macro-F1 on MNIST with 20% of the classes per node | 0.8500 ± "
+                "0.0000 (3 seeds) | int16, argmax, fully_connected, 20 nodes | met |") in text
+
+
+def test_the_fedproto_headline_reads_local_accuracy_and_has_no_figure(fixture_results, tmp_path):
+    write_cell(fixture_results, "fedproto", "fp32", "classes:0.3", [1e4, 1e4], [1e4, 1e4],
+               [5, 5], [0.1, 0.3], local=[0.5, 0.97], rule="prototype")
+    out = tmp_path / "fixture"
+    text = report.write_report(report.archive_results(fixture_results, out), out).read_text()
+    assert ("| fedproto | mnist | classes:0.3 | accuracy, local test | paper figure not in the "
+            "stored text | FedProto paper: 20 clients, about 3 of 10 classes each, local test "
+            "accuracy | 0.9700 (1 seed) | fp32, prototype, fully_connected, 2 nodes | no figure |"
+            ) in text
+    assert report.profe_target(("fashion_mnist", "classes:0.2", "ring", 20)).versus == "at least"
 
 
 def test_the_report_regenerates_byte_for_byte_from_its_archive(fixture_results, tmp_path):

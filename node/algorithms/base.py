@@ -65,6 +65,9 @@ class Algorithm(abc.ABC):
     # The dataclass of the algorithm's own config table, [<name>] (None: it has none). It
     # may define problems() -> [(key, message)] for values out of range.
     settings_class: ClassVar[type | None] = None
+    # Named sets of defaults, {preset: {table: {key: value}}}, chosen by `preset` in the
+    # algorithm's own table; what the file sets wins over the preset.
+    presets: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {}
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:

@@ -52,10 +52,11 @@ def build_role(config: FederationConfig, data: NodeData, role: str, node_id: int
 
 def new_optimizer(model: nn.Module, config: FederationConfig) -> torch.optim.Optimizer:
     """The [train] optimizer: SGD with lr, momentum and weight decay (the papers'), or Adam
-    with lr, weight decay and torch's default betas."""
+    with lr, weight decay, betas and amsgrad."""
     t = config.train
     if t.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        return torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay,
+                                betas=tuple(t.adam_betas), amsgrad=t.amsgrad)
     return torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum,
                            weight_decay=t.weight_decay)
 

@@ -41,6 +41,8 @@ Deviations and readings, each a choice the paper leaves open or one we changed:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -58,10 +60,81 @@ from node.algorithms.common import (
     state_payload,
     train_prototypes,
 )
-from node.losses import decayed_weight, student_loss, teacher_loss
+from node.losses import (
+    decayed_weight,
+    prototype_mse,
+    prototype_softmax_ce,
+    student_loss,
+    teacher_loss,
+)
 
 if TYPE_CHECKING:  # config imports the registry, never the other way round
     from node.config import FederationConfig
+
+ORDERS = ("teacher_first", "same_batch")
+FEATURE_SPACES = ("raw", "normalized")
+KD_LOGITS = ("capped", "raw", "standardized")
+KD_CLASSES = ("local", "all")
+PROTOTYPE_LOSSES = ("mse", "softmax")
+SCHEDULES = ("halve", "linear")
+
+
+@dataclass(frozen=True)
+class ProFeSettings:
+    """[profe]: Eq. 8/9's weights and schedule, and the readings the paper leaves open."""
+
+    alpha_s: float = 1.0  # initial distillation weight
+    alpha_limit: float = 0.1  # below it the weight becomes 0 and the teacher retires
+    alpha_schedule: str = "halve"
+    beta_s: float = 1.0  # prototype-term weights of student and teacher
+    beta_t: float = 1.0
+    temperature: float = 2.0
+    kd_weight: float = 1.0  # the KD term's weight inside Eq. 8's bracket
+    feature_weight: float = 1.0  # the feature MSE's weight inside Eq. 8's bracket
+    kd_logits: str = "capped"  # the logits KD compares (see node.losses.kd_loss)
+    features: str = "normalized"  # the feature term between unit-length embeddings, or "raw"
+    order: str = "teacher_first"  # the teacher's epoch, then the student's; or "same_batch"
+    kd_classes: str = "all"  # or "local": KD over the classes this node holds
+    prototype_loss: str = "mse"  # Eq. 6; or "softmax", the reference implementation's
+    fresh_optimizers: bool = False  # new optimiser state every round
+    preset: str = ""
+
+    def problems(self) -> list[tuple[str, str]]:
+        found = [(key, f"must be non-negative, got {getattr(self, key)}")
+                 for key in ("alpha_s", "alpha_limit", "beta_s", "beta_t", "kd_weight",
+                             "feature_weight")
+                 if getattr(self, key) < 0.0]
+        if self.temperature <= 0.0:
+            found.append(("temperature", f"must be positive, got {self.temperature}"))
+        for key, allowed in (("alpha_schedule", SCHEDULES), ("order", ORDERS),
+                             ("features", FEATURE_SPACES), ("kd_logits", KD_LOGITS),
+                             ("kd_classes", KD_CLASSES), ("prototype_loss", PROTOTYPE_LOSSES),
+                             ("preset", ("", *PRESETS))):
+            if getattr(self, key) not in allowed:
+                choices = ", ".join(map(repr, allowed))
+                found.append((key, f"must be one of {choices}, got {getattr(self, key)!r}"))
+        return found
+
+
+# What `[profe] preset = NAME` fills in where the file sets nothing, table by table.
+PRESETS = {
+    # ProFe's reference implementation (NEBULA, KD_prototypes), as far as it differs from
+    # our defaults: Adam (amsgrad) at 1e-3 with its tuned betas, a fresh optimiser every
+    # round, the teacher trained before the student, KD over all classes, the prototype
+    # term as a softmax cross-entropy at weight 0.05 summed over the batch, alpha lowered
+    # linearly by 2 * alpha_0 / rounds, KD and feature terms on the raw outputs.
+    "reference": {
+        "train": {"optimizer": "adam", "lr": 1e-3, "amsgrad": True,
+                  "adam_betas": [0.851436, 0.999689]},
+        "profe": {"alpha_schedule": "linear", "alpha_limit": 0.01, "beta_s": 0.05,
+                  "beta_t": 0.05, "order": "teacher_first", "kd_logits": "raw",
+                  "features": "raw", "prototype_loss": "softmax", "fresh_optimizers": True},
+    },
+    # The paper's Eq. 8 and 9 as this project read them before the disjoint-classes fix.
+    "paper": {
+        "profe": {"order": "same_batch", "kd_logits": "raw", "features": "raw"},
+    },
+}
 
 
 class ProFe(Algorithm):
@@ -69,6 +142,8 @@ class ProFe(Algorithm):
 
     name = "profe"
     kinds = ("model", "prototypes")
+    settings_class = ProFeSettings
+    presets = PRESETS
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
@@ -77,49 +152,86 @@ class ProFe(Algorithm):
         self.student = build_role(config, data, "student", node_id).to(device)
         self.teacher_optimizer = new_optimizer(self.teacher, config)
         self.student_optimizer = new_optimizer(self.student, config)
-        self.alpha_s = config.train.alpha_s
+        self.alpha_s = self.settings.alpha_s
         dim = self.student.classifier.in_features
         self.global_prototypes = torch.zeros(data.num_classes, dim, device=device)
         self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)
         self.local_prototypes = torch.zeros(data.num_classes, dim)
         self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
+        # the classes this node trains on: what its teacher can speak about (kd_classes)
+        self.local_classes = torch.bincount(data.train_y.cpu(), minlength=data.num_classes) > 0
 
-    def _loss_terms(self, x: torch.Tensor, y: torch.Tensor,
-                    use_teacher: bool) -> dict[str, torch.Tensor]:
-        """Eq. (9) for the teacher (when it trains) and Eq. (8) for the student on a batch.
+    def _prototype_term(self):
+        s = self.settings
+        if s.prototype_loss == "softmax":
+            return partial(prototype_softmax_ce, temperature=s.temperature)
+        return prototype_mse
 
-        The student distils from the teacher's outputs detached before the teacher's step.
-        """
-        t = self.config.train
-        terms = {}
-        teacher_logits = teacher_embeddings = None
-        if use_teacher:
-            teacher_logits, teacher_embeddings = self.teacher(x)
-            terms["teacher_loss"] = teacher_loss(teacher_logits, teacher_embeddings, y,
-                                                 self.global_prototypes, self.known, t.beta_t)
-            teacher_logits = teacher_logits.detach()
-            teacher_embeddings = teacher_embeddings.detach()
+    def _teacher_loss(self, logits: torch.Tensor, embeddings: torch.Tensor,
+                      y: torch.Tensor) -> torch.Tensor:
+        return teacher_loss(logits, embeddings, y, self.global_prototypes, self.known,
+                            self.settings.beta_t, self._prototype_term())
+
+    def _teacher_terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"teacher_loss": self._teacher_loss(*self.teacher(x), y)}
+
+    def _student_terms(self, x: torch.Tensor, y: torch.Tensor,
+                       teacher_out: tuple[torch.Tensor, torch.Tensor] | None,
+                       ) -> dict[str, torch.Tensor]:
+        s = self.settings
+        teacher_logits, teacher_embeddings = teacher_out or (None, None)
         logits, embeddings = self.student(x)
-        terms["student_loss"] = student_loss(logits, embeddings, y, self.global_prototypes,
-                                             self.known, t.beta_s, self.alpha_s, teacher_logits,
-                                             teacher_embeddings, t.temperature)
-        return terms
+        kd_classes = self.local_classes.to(x.device) if s.kd_classes == "local" else None
+        return {"student_loss": student_loss(
+            logits, embeddings, y, self.global_prototypes, self.known, s.beta_s, self.alpha_s,
+            teacher_logits, teacher_embeddings, s.temperature, kd_weight=s.kd_weight, feature_weight=s.feature_weight,
+            normalized_features=s.features == "normalized",
+            kd_view=s.kd_logits,
+            kd_classes=kd_classes, prototype_term=self._prototype_term())}
+
+    def _same_batch_terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Eq. 9 and Eq. 8 on one batch; the student distils from the teacher's outputs
+        detached before the teacher's step on that batch."""
+        logits, embeddings = self.teacher(x)
+        return ({"teacher_loss": self._teacher_loss(logits, embeddings, y)}
+                | self._student_terms(x, y, (logits.detach(), embeddings.detach())))
+
+    def _distilled_terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Eq. 8 on a batch, from the teacher as it stands (trained before, not stepped)."""
+        with torch.no_grad():
+            teacher_out = self.teacher(x)
+        return self._student_terms(x, y, teacher_out)
 
     def train_round(self, round_: int) -> dict[str, float]:
-        t = self.config.train
+        s = self.settings
         use_teacher = self.alpha_s > 0.0
-        minimise = {"teacher_loss": (self.teacher_optimizer,)} if use_teacher else {}
-        minimise["student_loss"] = (self.student_optimizer,)
-        self.teacher.train(use_teacher)  # a retired teacher is never run again
-        # zeros keep every key when there is nothing to train on
-        stats = {"teacher_loss": 0.0, "student_loss": 0.0} | local_sgd(
-            (self.student,), minimise, self.data, self.config, self.node_id, round_,
-            lambda x, y: self._loss_terms(x, y, use_teacher))
+        if s.fresh_optimizers:
+            self.teacher_optimizer = new_optimizer(self.teacher, self.config)
+            self.student_optimizer = new_optimizer(self.student, self.config)
+        teacher_step = {"teacher_loss": (self.teacher_optimizer,)}
+        student_step = {"student_loss": (self.student_optimizer,)}
+        stats = {"teacher_loss": 0.0, "student_loss": 0.0}  # every key, even with no data
+        if not use_teacher:
+            stats |= local_sgd((self.student,), student_step, self.data, self.config,
+                               self.node_id, round_,
+                               lambda x, y: self._student_terms(x, y, None))
+        elif s.order == "teacher_first":
+            stats |= local_sgd((self.teacher,), teacher_step, self.data, self.config,
+                               self.node_id, round_, self._teacher_terms)
+            self.teacher.eval()  # the trained teacher is a fixed target for the student
+            stats |= local_sgd((self.student,), student_step, self.data, self.config,
+                               self.node_id, round_, self._distilled_terms)
+        else:
+            self.teacher.train()
+            stats |= local_sgd((self.student,), teacher_step | student_step, self.data,
+                               self.config, self.node_id, round_, self._same_batch_terms)
+        self.teacher.train(False)  # a retired teacher is never run again
         self.local_prototypes, self.local_counts = train_prototypes(
-            self.student, self.data, t.eval_batch_size)
+            self.student, self.data, self.config.train.eval_batch_size)
         stats["alpha_s"] = self.alpha_s
         stats["teacher_trained"] = float(use_teacher)
-        self.alpha_s = decayed_weight(self.alpha_s, t.alpha_limit)
+        self.alpha_s = decayed_weight(self.alpha_s, s.alpha_limit, s.alpha_schedule,
+                                      s.alpha_s, self.config.rounds)
         return stats
 
     def payload(self) -> dict[str, Payload]:
