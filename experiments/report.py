@@ -1,5 +1,6 @@
 """Experiment report: the ProFe paper's Table II (bytes), Table III (time), the final F1
-table, Figure 2 (macro-F1 per round) and the targets, from an archive of node results.
+table, round 1 and collapses, Figure 2 (macro-F1 per round), comparisons with the baseline,
+the targets and each paper's headline figure, from an archive of node results.
 
     python -m experiments.report experiments/results/paper [--out experiments/reports/paper]
         archives every finished cell into OUT/archive.jsonl.gz, then writes OUT/report.md
@@ -8,7 +9,10 @@ table, Figure 2 (macro-F1 per round) and the targets, from an archive of node re
     python -m experiments.report experiments/results/paper-int8 --into experiments/reports/paper
         adds the finished cells (and their invocation) to that report's archive, then rebuilds
 
-`notes.md` in the output folder, when present, is included verbatim.
+Cells that differ only by seed form a group: a figure is the mean over its seeds of each
+run's mean over its nodes, its spread the standard deviation across seeds, reported apart
+from the spread over one run's nodes. `notes.md` in the output folder, when present, is
+included verbatim.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ import json
 import statistics
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from node.record import NodeRecord
+from node.record import Evaluation, NodeRecord
 
 ARCHIVE_NAME = "archive.jsonl.gz"
 STUDENT_BASELINE = ("fedavg-student", "fp32")  # the ProFe paper's baseline: the student's size
@@ -33,27 +37,75 @@ METHOD_ORDER = ("fedavg-student", "fedavg", "profe", "fedproto", "fedproc", "fed
 # A cell whose predictions give at least this share to one class is a collapsed predictor:
 # the global test sets are balanced (largest MNIST class 11%), so no working model gets near.
 COLLAPSE_SHARE = 0.5
+# Two groups' seed means differ within noise when the difference is at most this many times
+# the larger of their standard deviations across seeds.
+NOISE_FACTOR = 2.0
+ROUND_ONE = 1  # the first round after local training: where a collapse first shows
+
+
+@dataclass(frozen=True)
+class PaperFigure:
+    """A paper's own figure, in the paper's metric and on the test set it evaluates on."""
+
+    figure: float | None  # None: the figure is not in the paper text we hold
+    source: str
+    metric: str  # "accuracy" or "macro-F1"
+    split: str = "global_test"  # or "local_test"
+    floor: bool = False  # a floor to reach; otherwise a figure to come within REACH of
+
+
 # Each paper's own figure, on the partition it was measured on: (method, dataset, partition).
 PAPER_FIGURES = {
-    ("profe", "mnist", "iid"): (0.95, "ProFe paper, IV-A: above 95% macro-F1 on MNIST IID"),
-    ("profe", "mnist", "classes:0.2"): (
-        0.80, "ProFe paper, IV-A: 80% macro-F1 on MNIST with 20% of the classes per node"),
-    ("fedavg-student", "mnist", "iid"): (
-        0.95, "ProFe paper, Fig. 2: its FedAvg baseline is above 95% on MNIST IID"),
-    ("fedproto", "mnist", "iid"): (
-        0.844, "FedHP paper, Table 1: FedProto 84.40% accuracy on MNIST IID"),
-    ("fedhp", "mnist", "iid"): (0.9604, "FedHP paper, Table 1: 96.04% accuracy on MNIST IID"),
-    ("fedpr", "mnist", "dirichlet:0.05"): (
-        0.9462, "FedPR paper: 94.62% average accuracy on MNIST, Dir(0.05)"),
+    ("profe", "mnist", "iid"): PaperFigure(
+        0.95, "ProFe paper, IV-A: above 95% macro-F1 on MNIST IID", "macro-F1", floor=True),
+    ("profe", "mnist", "classes:0.2"): PaperFigure(
+        0.80, "ProFe paper, IV-A: 80% macro-F1 on MNIST with 20% of the classes per node",
+        "macro-F1", floor=True),
+    ("fedavg-student", "mnist", "iid"): PaperFigure(
+        0.95, "ProFe paper, Fig. 2: its FedAvg baseline is above 95% on MNIST IID", "macro-F1"),
+    ("fedproto", "mnist", "iid"): PaperFigure(
+        0.844, "FedHP paper, Table 1: FedProto 84.40% accuracy on MNIST IID", "accuracy"),
+    ("fedproto", "mnist", "classes:0.3"): PaperFigure(
+        None, "FedProto paper: 20 clients, about 3 of 10 classes each, local test accuracy",
+        "accuracy", split="local_test"),
+    ("fedhp", "mnist", "iid"): PaperFigure(
+        0.9604, "FedHP paper, Table 1: 96.04% accuracy on MNIST IID", "accuracy"),
+    ("fedpr", "mnist", "dirichlet:0.05"): PaperFigure(
+        0.9462, "FedPR paper: 94.62% average accuracy on MNIST, Dir(0.05)", "accuracy"),
+    ("fedpr", "fashion_mnist", "dirichlet:0.05"): PaperFigure(
+        0.8605, "FedPR paper: 86.05% average accuracy on Fashion-MNIST, Dir(0.05)", "accuracy"),
 }
-# The ProFe targets are floors; every other figure is "within reach" two-sided.
-PAPER_FLOORS = {("profe", "mnist", "iid"), ("profe", "mnist", "classes:0.2")}
+# The CellResult field that holds each (metric, split), per node.
+METRIC_FIELDS = {("macro-F1", "global_test"): "final_f1",
+                 ("macro-F1", "local_test"): "final_local_f1",
+                 ("accuracy", "global_test"): "final_accuracy",
+                 ("accuracy", "local_test"): "final_local_accuracy"}
 REACH = 0.05  # within 5 points of a paper's figure
 PROFE_IID_GAP = 0.01  # ProFe within 1 point of student-size FedAvg on IID
 PROFE_BYTES_SHARE = 0.60  # ProFe bytes per node at most 60% of student-size FedAvg's
 COMPACT_CODEC = "int8"  # the codec below 16 bits, judged on bytes and F1 beside the baseline
 COMPACT_BYTES_SHARE = 0.25  # ProFe int8: at most 25% of student-size FedAvg's bytes per node
 FEDPROTO_SAVING = 0.90  # FedProto at least 90% fewer bytes than student-size FedAvg
+
+
+@dataclass(frozen=True)
+class ProfeTarget:
+    """ProFe's macro-F1 goal on one setting, on seed means, against student-size FedAvg."""
+
+    versus: str  # "above", "at least" or "within" (PROFE_IID_GAP) student-size FedAvg's mean
+    floor: float | None = None  # ProFe's mean at least this
+    bytes_share: float | None = None  # ProFe's bytes per node at most this share of FedAvg's
+
+
+# The ProFe paper's settings (20 nodes) with goals of their own: (dataset, partition, nodes).
+# Every other setting: within PROFE_IID_GAP of FedAvg on IID, above it otherwise.
+PROFE_TARGETS = {
+    ("mnist", "classes:0.2", 20): ProfeTarget("above", floor=0.80),
+    ("fashion_mnist", "classes:0.2", 20): ProfeTarget("at least"),
+    ("mnist", "iid", 20): ProfeTarget("within", floor=0.97, bytes_share=PROFE_BYTES_SHARE),
+}
+
+Setting = tuple[str, str, str, int]  # dataset, partition, topology, nodes
 
 
 @dataclass(frozen=True)
@@ -74,13 +126,21 @@ class CellResult:
     elapsed: tuple[float, ...]
     final_f1: tuple[float, ...]  # global test set
     final_local_f1: tuple[float, ...]
+    final_accuracy: tuple[float, ...]  # global test set
+    final_local_accuracy: tuple[float, ...]
     top_class_share: tuple[float, ...]
     other_rules: dict[str, tuple[tuple[float, ...], tuple[float, ...]]]  # rule -> (F1, share)
+    round_one_f1: tuple[float, ...]  # global test, argmax, round ROUND_ONE
+    round_one_share: tuple[float, ...]
     f1_per_round: tuple[float, ...]  # mean over nodes, round 0 first
 
     @property
     def row(self) -> tuple[str, str]:
         return self.method, self.codec
+
+    @property
+    def setting(self) -> Setting:
+        return self.dataset, self.partition, self.topology, self.nodes
 
 
 def codec_label(exchange: dict) -> str:
@@ -145,6 +205,27 @@ def _final(node: NodeRecord, split: str, rule: str | None = None) -> tuple[float
     return metrics["f1"], metrics.get("top_class_share", float("nan"))
 
 
+def _final_accuracy(node: NodeRecord, split: str) -> float:
+    """Accuracy of the node's last round on `split`, under its paper's rule."""
+    return getattr(node.rounds[-1], split).accuracy
+
+
+def _argmax(evaluation: Evaluation) -> tuple[float, float]:
+    """(F1, top-class share) under argmax: by_rule's when recorded, else the evaluation's own."""
+    metrics = evaluation.by_rule.get("argmax")
+    if metrics is None:
+        return evaluation.f1, evaluation.top_class_share
+    return metrics["f1"], metrics.get("top_class_share", float("nan"))
+
+
+def _round_one(node: NodeRecord) -> tuple[float, float] | None:
+    """Round ROUND_ONE's argmax (F1, top-class share) on the global test set, if recorded."""
+    for record in node.rounds:
+        if record.round == ROUND_ONE:
+            return _argmax(record.global_test)
+    return None
+
+
 def parse_record(record: dict) -> CellResult | None:
     """A cell's figures, over its finished nodes; None when no node finished."""
     config = record["config"]
@@ -157,6 +238,7 @@ def parse_record(record: dict) -> CellResult | None:
     rule = last.rule or "argmax"
     others = sorted(set(last.by_rule) - {rule})
     rounds = min(len(n.rounds) for n in finished)
+    round_one = [r for r in (_round_one(n) for n in finished) if r is not None]
     return CellResult(
         key=record["key"], method=method, codec=codec_label(config["exchange"]),
         dataset=config["data"]["dataset"], partition=_partition(config["data"]),
@@ -167,28 +249,118 @@ def parse_record(record: dict) -> CellResult | None:
         elapsed=tuple(n.elapsed_seconds for n in finished),
         final_f1=tuple(_final(n, "global_test")[0] for n in finished),
         final_local_f1=tuple(_final(n, "local_test")[0] for n in finished),
+        final_accuracy=tuple(_final_accuracy(n, "global_test") for n in finished),
+        final_local_accuracy=tuple(_final_accuracy(n, "local_test") for n in finished),
         top_class_share=tuple(_final(n, "global_test")[1] for n in finished),
         other_rules={r: (tuple(_final(n, "global_test", r)[0] for n in finished),
                          tuple(_final(n, "global_test", r)[1] for n in finished))
                      for r in others},
+        round_one_f1=tuple(f1 for f1, _ in round_one),
+        round_one_share=tuple(share for _, share in round_one),
         f1_per_round=tuple(statistics.fmean(n.rounds[i].global_test.f1 for n in finished)
                            for i in range(rounds)))
 
 
-# ---- tables ----
+# ---- seeds: the runs of a group differ only by seed ----
+
+@dataclass(frozen=True)
+class SeedStats:
+    """One measure over the runs of a group that differ only by seed."""
+
+    seeds: int
+    mean: float  # mean over seeds of each run's mean over its nodes
+    std: float  # standard deviation across seeds (statistics.stdev; 0 with one seed)
+    nodes_std: float  # spread over one run's nodes (population std), averaged over seeds
+
 
 def mean_std(values: list[float]) -> tuple[float, float]:
     """Mean and population standard deviation (0 for a single value)."""
     return statistics.fmean(values), (statistics.pstdev(values) if len(values) > 1 else 0.0)
 
 
-def pooled(cells: list[CellResult], field: str) -> list[float]:
-    """One field's per-node values pooled over nodes and seeds."""
-    return [v for cell in cells for v in getattr(cell, field)]
+def seed_stats(runs: list[list[float]]) -> SeedStats | None:
+    """Each run's mean over its nodes, then their mean and spread across runs (None if empty)."""
+    runs = [values for values in runs if values]
+    if not runs:
+        return None
+    means = [statistics.fmean(values) for values in runs]
+    return SeedStats(seeds=len(runs), mean=statistics.fmean(means),
+                     std=statistics.stdev(means) if len(means) > 1 else 0.0,
+                     nodes_std=statistics.fmean(mean_std(values)[1] for values in runs))
 
+
+def field_stats(cells: list[CellResult], field: str, scale: float = 1.0) -> SeedStats | None:
+    """`seed_stats` of one per-node field of each cell, divided by `scale`."""
+    return seed_stats([[v / scale for v in getattr(cell, field)] for cell in cells])
+
+
+def bytes_stats(cells: list[CellResult]) -> SeedStats | None:
+    """Bytes sent plus received per node, over seeds."""
+    return seed_stats([[s + r for s, r in zip(c.bytes_sent, c.bytes_received)] for c in cells])
+
+
+def seed_count(seeds: int) -> str:
+    """"1 seed" or "3 seeds"."""
+    return "1 seed" if seeds == 1 else f"{seeds} seeds"
+
+
+def _across(stats: SeedStats, digits: int) -> str:
+    """The mean, with its spread across seeds when there is more than one."""
+    spread = f" ± {stats.std:.{digits}f}" if stats.seeds > 1 else ""
+    return f"{stats.mean:.{digits}f}{spread}"
+
+
+def mean_text(stats: SeedStats | None, digits: int = 3) -> str:
+    """"0.812 ± 0.011" over 3 seeds, "0.812" over one, "-" over none."""
+    return "-" if stats is None else _across(stats, digits)
+
+
+def seeds_text(stats: SeedStats | None, digits: int = 3) -> str:
+    """"0.812 ± 0.011 (3 seeds)", or "0.812 (1 seed)": one run has no spread across seeds."""
+    return "-" if stats is None else f"{_across(stats, digits)} ({seed_count(stats.seeds)})"
+
+
+def seed_text(stats: SeedStats | None) -> str:
+    """"0.812 ± 0.011 (3 seeds; nodes ± 0.004)": across seeds, then over one run's nodes."""
+    if stats is None:
+        return "-"
+    return (f"{_across(stats, 3)} ({seed_count(stats.seeds)}; "
+            f"nodes ± {stats.nodes_std:.3f})")
+
+
+def noise_verdict(ours: SeedStats, baseline: SeedStats) -> str:
+    """Whether two groups' seed means differ within noise (NOISE_FACTOR × the larger std)."""
+    if min(ours.seeds, baseline.seeds) < 2:
+        return "not testable with one seed"
+    within = abs(ours.mean - baseline.mean) <= NOISE_FACTOR * max(ours.std, baseline.std)
+    return "within noise" if within else "beyond noise"
+
+
+def is_collapsed(cell: CellResult) -> bool:
+    """True when the run's final predictions put COLLAPSE_SHARE or more in one class."""
+    return statistics.fmean(cell.top_class_share) >= COLLAPSE_SHARE
+
+
+def collapsed_seeds(cells: list[CellResult]) -> int:
+    """How many of a group's runs collapsed."""
+    return sum(is_collapsed(cell) for cell in cells)
+
+
+def collapse_text(cells: list[CellResult]) -> str:
+    """"1 of 3 seeds": how many of a group's runs collapsed."""
+    return f"{collapsed_seeds(cells)} of {seed_count(len(cells))}"
+
+
+# ---- tables ----
 
 def label(row: tuple[str, str]) -> str:
     return f"{row[0]} ({row[1]})"
+
+
+def setting_label(setting: Setting) -> str:
+    """"mnist iid, fully_connected, 20 nodes"."""
+    dataset, partition, topology, nodes = setting
+    return f"{dataset} {partition}, {topology}, {nodes} nodes"
 
 
 def _rows(results: list[CellResult]) -> list[tuple[str, str]]:
@@ -196,8 +368,13 @@ def _rows(results: list[CellResult]) -> list[tuple[str, str]]:
         METHOD_ORDER.index(k[0]) if k[0] in METHOD_ORDER else 99, k))
 
 
+def _settings(results: list[CellResult]) -> list[Setting]:
+    return sorted({r.setting for r in results})
+
+
 def _select(results: list[CellResult], row: tuple[str, str], dataset: str) -> list[CellResult]:
-    return [r for r in results if r.row == row and r.dataset == dataset]
+    return sorted((r for r in results if r.row == row and r.dataset == dataset),
+                  key=lambda r: r.seed)
 
 
 def _relative(value: float, baseline: float | None, is_baseline: bool) -> str:
@@ -210,62 +387,126 @@ def _relative(value: float, baseline: float | None, is_baseline: bool) -> str:
     return f"{arrow} {abs(change):.1f}%"
 
 
+SEED_LEGEND = ("Each figure: mean over seeds of each run's mean over its nodes ± the standard "
+               "deviation across seeds (not shown with 1 seed: one run is an anecdote), then the "
+               "number of seeds and the spread over one run's nodes (population std, averaged "
+               "over seeds).")
+
+
+F1_LEGEND = ("`0.812 ± 0.011 (3 seeds; nodes ± 0.004)`: the mean over seeds ± the standard "
+             "deviation across seeds (left out with 1 seed), the number of seeds, and the spread "
+             "over one run's nodes.")
+
+
 def metric_table(results: list[CellResult], field: str, scale: float, unit: str) -> str:
-    """Mean ± std over nodes and seeds per method and dataset, beside both FedAvg baselines."""
+    """Seed means per method and dataset, beside both FedAvg baselines' seed means."""
     lines = [(f"| method (codec) | dataset | {unit} | vs FedAvg student-size | "
              "vs FedAvg teacher-size |"), "|---|---|---|---|---|"]
     for dataset in sorted({r.dataset for r in results}):
-        baselines = []
-        for base in (STUDENT_BASELINE, TEACHER_BASELINE):
-            chosen = _select(results, base, dataset)
-            baselines.append(mean_std([v / scale for v in pooled(chosen, field)])[0]
-                             if chosen else None)
+        bases = (STUDENT_BASELINE, TEACHER_BASELINE)
+        baselines = [field_stats(_select(results, base, dataset), field, scale) for base in bases]
         for row in _rows(results):
-            chosen = _select(results, row, dataset)
-            if not chosen:
+            stats = field_stats(_select(results, row, dataset), field, scale)
+            if stats is None:
                 continue
-            mean, std = mean_std([v / scale for v in pooled(chosen, field)])
-            vs = [_relative(mean, b, row == base)
-                  for b, base in zip(baselines, (STUDENT_BASELINE, TEACHER_BASELINE))]
-            lines.append(f"| {label(row)} | {dataset} | {mean:.3f} ± {std:.3f} | "
-                         f"{vs[0]} | {vs[1]} |")
+            vs = [_relative(stats.mean, b.mean if b else None, row == base)
+                  for b, base in zip(baselines, bases)]
+            lines.append(f"| {label(row)} | {dataset} | {seed_text(stats)} | {vs[0]} | {vs[1]} |")
     return "\n".join(lines)
 
 
-def _f1_text(f1s: list[float], shares: list[float]) -> str:
-    """"0.951 ± 0.002", or the collapse flag instead of an F1 that means nothing."""
-    share = statistics.fmean(shares) if shares else float("nan")
-    mean, std = mean_std(f1s)
-    if share >= COLLAPSE_SHARE:
-        return f"**collapsed** ({100 * share:.0f}% of predictions in one class; F1 {mean:.3f})"
-    return f"{mean:.3f} ± {std:.3f}"
-
-
-def is_collapsed(cells: list[CellResult]) -> bool:
-    """True when the cells' reported predictions put COLLAPSE_SHARE or more in one class."""
-    shares = pooled(cells, "top_class_share")
-    return bool(shares) and statistics.fmean(shares) >= COLLAPSE_SHARE
+def _f1_text(f1s: list[list[float]], shares: list[list[float]]) -> str:
+    """Seed figures, or the collapse flag instead of an F1 that means nothing."""
+    stats = seed_stats(f1s)
+    if stats is None:
+        return "-"
+    run_shares = [statistics.fmean(s) for s in shares if s]
+    collapsed = sum(share >= COLLAPSE_SHARE for share in run_shares)
+    if run_shares and collapsed == len(run_shares):
+        return (f"**collapsed** ({100 * statistics.fmean(run_shares):.0f}% of predictions in "
+                f"one class; F1 {stats.mean:.3f}; {seed_count(len(run_shares))})")
+    flag = f"; **collapsed in {collapsed} of {seed_count(len(run_shares))}**" if collapsed else ""
+    return seed_text(stats) + flag
 
 
 def f1_table(results: list[CellResult]) -> str:
     """Final macro-F1 under each paper's rule, the other rule beside it, and the local test."""
-    lines = [("| method (codec) | dataset | paper's rule | global F1, paper's rule | "
-             "global F1, other rule | local-test F1, paper's rule |"), "|---|---|---|---|---|---|"]
+    lines = [F1_LEGEND, "",
+             ("| method (codec) | dataset | paper's rule | global F1, paper's rule | "
+              "global F1, other rule | local-test F1, paper's rule |"), "|---|---|---|---|---|---|"]
     for dataset in sorted({r.dataset for r in results}):
         for row in _rows(results):
             chosen = _select(results, row, dataset)
             if not chosen:
                 continue
-            main = _f1_text(pooled(chosen, "final_f1"), pooled(chosen, "top_class_share"))
+            main = _f1_text([list(c.final_f1) for c in chosen],
+                            [list(c.top_class_share) for c in chosen])
             others = []
             for rule in sorted({r for c in chosen for r in c.other_rules}):
-                f1s = [v for c in chosen for v in c.other_rules.get(rule, ((), ()))[0]]
-                shares = [v for c in chosen for v in c.other_rules.get(rule, ((), ()))[1]]
-                others.append(f"{rule}: {_f1_text(f1s, shares)}")
-            local_mean, local_std = mean_std(pooled(chosen, "final_local_f1"))
+                runs = [c.other_rules[rule] for c in chosen if rule in c.other_rules]
+                text = _f1_text([list(f) for f, _ in runs], [list(s) for _, s in runs])
+                others.append(f"{rule}: {text}")
+            local = seed_text(field_stats(chosen, "final_local_f1"))
             lines.append(f"| {label(row)} | {dataset} | {chosen[0].rule} | {main} | "
-                         f"{'; '.join(others) or '-'} | {local_mean:.3f} ± {local_std:.3f} |")
+                         f"{'; '.join(others) or '-'} | {local} |")
     return "\n".join(lines)
+
+
+def round_one_table(results: list[CellResult]) -> str:
+    """Round 1's argmax F1 and top-class share over seeds, and how many seeds collapsed."""
+    lines = [(f"Round {ROUND_ONE} (after the first local training and aggregation), global test, "
+              "argmax, mean over seeds (± across seeds with more than one), beside the final "
+              f"top-class share under the paper's rule; a run is collapsed when that final share "
+              f"is {100 * COLLAPSE_SHARE:.0f}% or more."), "",
+             (f"| method (codec) | dataset | round-{ROUND_ONE} F1 | round-{ROUND_ONE} top-class "
+              "share | final top-class share | seeds collapsed |"), "|---|---|---|---|---|---|"]
+    for dataset in sorted({r.dataset for r in results}):
+        for row in _rows(results):
+            chosen = _select(results, row, dataset)
+            if not chosen:
+                continue
+            lines.append(f"| {label(row)} | {dataset} | "
+                         f"{mean_text(field_stats(chosen, 'round_one_f1'))} | "
+                         f"{mean_text(field_stats(chosen, 'round_one_share'))} | "
+                         f"{mean_text(field_stats(chosen, 'top_class_share'))} | "
+                         f"{collapse_text(chosen)} |")
+    return "\n".join(lines)
+
+
+def _f1_with_collapses(cells: list[CellResult]) -> str:
+    """"0.745 (1 seed)", with how many seeds collapsed when any did."""
+    text = seeds_text(field_stats(cells, "final_f1"))
+    return text + (f"; collapsed in {collapse_text(cells)}" if collapsed_seeds(cells) else "")
+
+
+def comparisons(results: list[CellResult]) -> list[str]:
+    """Every method's final macro-F1 minus student-size FedAvg's, per setting, with the verdict."""
+    lines = [("Final macro-F1 (global test, each paper's rule) of every method minus that of "
+              f"FedAvg on the student-size model ({STUDENT_BASELINE[1]}), on seed means. The "
+              "difference is **within noise** when its size is at most "
+              f"{NOISE_FACTOR:g} × the larger of the two standard deviations across seeds, "
+              "**beyond noise** when larger; with fewer than 2 seeds in either group it is **not "
+              "testable with one seed**."), "",
+             ("| setting | method (codec) | macro-F1 | student-size FedAvg | difference (points) "
+              "| verdict |"), "|---|---|---|---|---|---|"]
+    rows = 0
+    for setting in _settings(results):
+        group = [r for r in results if r.setting == setting]
+        student = _select(group, STUDENT_BASELINE, setting[0])
+        if not student:
+            continue
+        baseline = field_stats(student, "final_f1")
+        for row in _rows(group):
+            if row == STUDENT_BASELINE:
+                continue
+            cells = _select(group, row, setting[0])
+            ours = field_stats(cells, "final_f1")
+            rows += 1
+            lines.append(f"| {setting_label(setting)} | {label(row)} | "
+                         f"{_f1_with_collapses(cells)} | {_f1_with_collapses(student)} | "
+                         f"{100 * (ours.mean - baseline.mean):+.1f} | "
+                         f"{noise_verdict(ours, baseline)} |")
+    return lines if rows else lines[:2] + ["No setting has a student-size FedAvg baseline."]
 
 
 def plot_f1(results: list[CellResult], out_dir: Path) -> list[Path]:
@@ -309,6 +550,8 @@ def plot_f1(results: list[CellResult], out_dir: Path) -> list[Path]:
     return paths
 
 
+
+
 # ---- targets ----
 
 TARGET_CODECS = {"profe": "int16"}  # each method is judged at its paper's codec
@@ -316,104 +559,173 @@ TARGET_CODECS = {"profe": "int16"}  # each method is judged at its paper's codec
 
 def _target_cells(group: list[CellResult], method: str) -> list[CellResult]:
     codec = TARGET_CODECS.get(method, "fp32")
-    return [r for r in group if r.row == (method, codec)]
-
-
-def _bytes_per_node(cells: list[CellResult]) -> float:
-    """Mean bytes sent plus received per node."""
-    return statistics.fmean(s + r for c in cells for s, r in zip(c.bytes_sent, c.bytes_received))
-
-
-def _f1(cells: list[CellResult]) -> float:
-    return statistics.fmean(pooled(cells, "final_f1"))
+    return sorted((r for r in group if r.row == (method, codec)), key=lambda r: r.seed)
 
 
 def _verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
+def _seeds_beside(ours: list[CellResult], baseline: list[CellResult]) -> str:
+    """"1 seed vs 3 seeds"."""
+    return f"{seed_count(len(ours))} vs {seed_count(len(baseline))}"
+
+
+def profe_target(setting: Setting) -> ProfeTarget:
+    """The setting's own ProFe goal, else within a point of FedAvg on IID and above it off."""
+    dataset, partition, _, nodes = setting
+    default = ProfeTarget("within" if partition == "iid" else "above")
+    return PROFE_TARGETS.get((dataset, partition, nodes), default)
+
+
+def _versus_goal(versus: str, gap: float) -> tuple[str, bool]:
+    """The comparison with student-size FedAvg's mean and whether `gap` meets it."""
+    if versus == "within":
+        return f"within {100 * PROFE_IID_GAP:.0f} point of FedAvg", abs(gap) <= PROFE_IID_GAP
+    if versus == "at least":
+        return "at least FedAvg", gap >= 0
+    return "above FedAvg", gap > 0
+
+
+def f1_target(where: str, name: str, cells: list[CellResult], student: list[CellResult],
+              target: ProfeTarget) -> str:
+    """One macro-F1 target on seed means: the figures, each goal met or not, the verdict."""
+    ours, baseline = field_stats(cells, "final_f1"), field_stats(student, "final_f1")
+    gap = ours.mean - baseline.mean
+    goals = []
+    if target.floor is not None:
+        goals.append((f"mean ≥ {target.floor:.2f}", ours.mean >= target.floor))
+    goals.append(_versus_goal(target.versus, gap))
+    if target.bytes_share is not None:
+        share = _bytes_share(cells, student)
+        bytes_goal = (f"bytes per node {100 * share:.1f}% of FedAvg's, ≤ "
+                      f"{100 * target.bytes_share:.0f}%")
+        goals.append((bytes_goal, share <= target.bytes_share))
+    collapse_goal = (f"no collapsed seed ({name} {collapse_text(cells)}, FedAvg "
+                     f"{collapse_text(student)})")
+    goals.append((collapse_goal, not collapsed_seeds(cells) and not collapsed_seeds(student)))
+    checks = "; ".join(f"{goal}: {'yes' if ok else 'no'}" for goal, ok in goals)
+    return (f"- {where}: {name} macro-F1 {ours.mean:.4f} vs student-size FedAvg "
+            f"{baseline.mean:.4f} ({100 * gap:+.1f} points, {noise_verdict(ours, baseline)}; "
+            f"{_seeds_beside(cells, student)}). Targets: {checks}. "
+            f"{_verdict(all(ok for _, ok in goals))}")
+
+
+def _bytes_share(cells: list[CellResult], baseline: list[CellResult]) -> float:
+    """Seed-mean bytes per node of `cells` as a share of `baseline`'s."""
+    return bytes_stats(cells).mean / bytes_stats(baseline).mean
+
+
 def targets(results: list[CellResult]) -> list[str]:
-    """Every target, like for like (same dataset and partition), each with its verdict."""
+    """Every target, like for like (same setting), on seed means, each with its verdict."""
     lines = [("Each method is judged at its paper's codec (ProFe int16, the others fp32) against "
-             "FedAvg on the student-size model at fp32 (the ProFe paper's baseline); the "
-             "teacher-size FedAvg is shown beside it. A collapsed cell never meets a target.")]
-    for dataset in sorted({r.dataset for r in results}):
-        for partition in sorted({r.partition for r in results if r.dataset == dataset}):
-            group = [r for r in results if (r.dataset, r.partition) == (dataset, partition)]
-            where = f"{dataset} {partition}"
-            student = _target_cells(group, STUDENT_BASELINE[0])
-            teacher = _target_cells(group, TEACHER_BASELINE[0])
-            profe = _target_cells(group, "profe")
-            fedproto = _target_cells(group, "fedproto")
-            if student and profe:
-                share = _bytes_per_node(profe) / _bytes_per_node(student)
-                beside = (f"; {100 * _bytes_per_node(profe) / _bytes_per_node(teacher):.1f}% "
-                          "of teacher-size FedAvg's" if teacher else "")
-                lines.append(f"- {where}: ProFe moves {100 * share:.1f}% of student-size "
-                             f"FedAvg's bytes per node (target ≤ {100 * PROFE_BYTES_SHARE:.0f}%)"
-                             f"{beside}: {_verdict(share <= PROFE_BYTES_SHARE)}")
-            if student and fedproto:
-                saving = 1.0 - _bytes_per_node(fedproto) / _bytes_per_node(student)
-                lines.append(f"- {where}: FedProto moves {100 * saving:.1f}% fewer bytes per "
-                             f"node than student-size FedAvg (target ≥ "
-                             f"{100 * FEDPROTO_SAVING:.0f}%): {_verdict(saving >= FEDPROTO_SAVING)}")
-            if student and profe:
-                gap = _f1(profe) - _f1(student)
-                collapsed = is_collapsed(profe) or is_collapsed(student)
-                if partition == "iid":
-                    ok = abs(gap) <= PROFE_IID_GAP
-                    goal = f"within {100 * PROFE_IID_GAP:.0f} point"
-                else:
-                    ok = gap > 0
-                    goal = "above FedAvg"
-                lines.append(f"- {where}: ProFe macro-F1 {_f1(profe):.4f} vs student-size "
-                             f"FedAvg {_f1(student):.4f} ({100 * gap:+.1f} points; target "
-                             f"{goal}): {_verdict(ok and not collapsed)}"
-                             f"{' (a collapsed predictor)' if collapsed else ''}")
-            lines += _compact_targets(where, group, student, partition)
-    for (method, dataset, partition), (figure, source) in PAPER_FIGURES.items():
-        cells = _target_cells([r for r in results if (r.dataset, r.partition) ==
-                               (dataset, partition)], method)
-        where = f"{dataset} {partition}"
-        if not cells:
-            lines.append(f"- {where}: {method} paper figure {figure:.3f} ({source}): no such "
-                         "cell in these results, so not compared")
-            continue
-        value, gap = _f1(cells), _f1(cells) - figure
-        if is_collapsed(cells):
-            verdict = "MISSED (a collapsed predictor)"
-        elif (method, dataset, partition) in PAPER_FLOORS:
-            verdict = "met" if gap >= 0 else f"MISSED by {100 * -gap:.1f} points"
-        elif gap > REACH:
-            verdict = (f"ABOVE the paper's figure by {100 * gap:.1f} points: not a reproduction "
-                       "of it (different setting or metric)")
-        else:
-            verdict = ("met" if gap >= -REACH
-                       else f"MISSED by {100 * (-gap - REACH):.1f} points beyond the reach")
-        goal = (f"≥ {figure:.3f}" if (method, dataset, partition) in PAPER_FLOORS
-                else f"within {100 * REACH:.0f} points of {figure:.3f}")
-        lines.append(f"- {where}: {method} macro-F1 {value:.4f} ({cells[0].rule}) vs {source} "
-                     f"(target {goal}): {verdict}")
+              "FedAvg on the student-size model at fp32 (the ProFe paper's baseline); the "
+              "teacher-size FedAvg is shown beside it. Figures are means over seeds (each run's "
+              "mean over its nodes) and every line says how many seeds it rests on; a target "
+              "that reads a group with a collapsed seed is missed.")]
+    for setting in _settings(results):
+        group = [r for r in results if r.setting == setting]
+        where = setting_label(setting)
+        student = _target_cells(group, STUDENT_BASELINE[0])
+        teacher = _target_cells(group, TEACHER_BASELINE[0])
+        profe = _target_cells(group, "profe")
+        fedproto = _target_cells(group, "fedproto")
+        if student and profe:
+            share = _bytes_share(profe, student)
+            beside = (f"; {100 * _bytes_share(profe, teacher):.1f}% of teacher-size FedAvg's"
+                      if teacher else "")
+            lines.append(f"- {where}: ProFe moves {100 * share:.1f}% of student-size FedAvg's "
+                         f"bytes per node (target ≤ {100 * PROFE_BYTES_SHARE:.0f}%){beside} "
+                         f"({_seeds_beside(profe, student)}): "
+                         f"{_verdict(share <= PROFE_BYTES_SHARE)}")
+        if student and fedproto:
+            saving = 1.0 - _bytes_share(fedproto, student)
+            lines.append(f"- {where}: FedProto moves {100 * saving:.1f}% fewer bytes per node "
+                         f"than student-size FedAvg (target ≥ {100 * FEDPROTO_SAVING:.0f}%; "
+                         f"{_seeds_beside(fedproto, student)}): "
+                         f"{_verdict(saving >= FEDPROTO_SAVING)}")
+        if student and profe:
+            lines.append(f1_target(where, "ProFe", profe, student, profe_target(setting)))
+        lines += _compact_targets(where, group, student, setting[1])
     return lines
 
 
 def _compact_targets(where: str, group: list[CellResult], student: list[CellResult],
                      partition: str) -> list[str]:
     """ProFe at the codec below 16 bits: bytes and, on IID, F1 against student-size FedAvg."""
-    compact = [r for r in group if r.row == ("profe", COMPACT_CODEC)]
+    compact = sorted((r for r in group if r.row == ("profe", COMPACT_CODEC)), key=lambda r: r.seed)
     if not (student and compact):
         return []
-    share = _bytes_per_node(compact) / _bytes_per_node(student)
+    share = _bytes_share(compact, student)
     lines = [(f"- {where}: ProFe ({COMPACT_CODEC}) moves {100 * share:.1f}% of student-size "
-              f"FedAvg's bytes per node (target ≤ {100 * COMPACT_BYTES_SHARE:.0f}%): "
-              f"{_verdict(share <= COMPACT_BYTES_SHARE)}")]
+              f"FedAvg's bytes per node (target ≤ {100 * COMPACT_BYTES_SHARE:.0f}%; "
+              f"{_seeds_beside(compact, student)}): {_verdict(share <= COMPACT_BYTES_SHARE)}")]
     if partition == "iid":
-        gap = _f1(compact) - _f1(student)
-        collapsed = is_collapsed(compact) or is_collapsed(student)
-        lines.append(f"- {where}: ProFe ({COMPACT_CODEC}) macro-F1 {_f1(compact):.4f} vs "
-                     f"student-size FedAvg {_f1(student):.4f} ({100 * gap:+.1f} points; target "
-                     f"within {100 * PROFE_IID_GAP:.0f} point): "
-                     f"{_verdict(abs(gap) <= PROFE_IID_GAP and not collapsed)}")
+        lines.append(f1_target(where, f"ProFe ({COMPACT_CODEC})", compact, student,
+                               ProfeTarget("within")))
+    return lines
+
+
+# ---- each paper's headline setting ----
+
+def headline_verdict(paper: PaperFigure, cells: list[CellResult]) -> str:
+    """"met", "missed …", "not run" (no such cell) or "no figure" (none in the paper text)."""
+    if not cells:
+        return "not run"
+    if paper.figure is None:
+        return "no figure"
+    if paper.split == "global_test" and collapsed_seeds(cells):
+        return f"missed (collapsed in {collapse_text(cells)})"
+    gap = field_stats(cells, METRIC_FIELDS[(paper.metric, paper.split)]).mean - paper.figure
+    if paper.floor:
+        return "met" if gap >= 0 else f"missed by {100 * -gap:.1f} points"
+    if abs(gap) <= REACH:
+        return "met"
+    if gap > 0:
+        return (f"missed: {100 * gap:.1f} points above the figure (a different setting or "
+                "metric)")
+    return f"missed: {100 * -gap:.1f} points below the figure"
+
+
+def _headline_row(key: tuple[str, str, str], paper: PaperFigure,
+                  cells: list[CellResult]) -> str:
+    """One table row: the paper's figure and source, ours over seeds, the verdict."""
+    method, dataset, partition = key
+    split = paper.split.replace("_", " ")
+    if paper.figure is None:
+        figure = "paper figure not in the stored text"
+    else:
+        figure = f"{'≥ ' if paper.floor else ''}{paper.figure:.4f}"
+    if cells:
+        ours = seeds_text(field_stats(cells, METRIC_FIELDS[(paper.metric, paper.split)]), 4)
+        first = cells[0]
+        run = f"{first.codec}, {first.rule}, {first.topology}, {first.nodes} nodes"
+    else:
+        ours, run = "-", "-"
+    return (f"| {method} | {dataset} | {partition} | {paper.metric}, {split} | {figure} | "
+            f"{paper.source} | {ours} | {run} | {headline_verdict(paper, cells)} |")
+
+
+def headline_table(results: list[CellResult]) -> list[str]:
+    """One row per paper figure (one per setting we ran it in), in the paper's own metric."""
+    lines = [("Each paper's own figure in its own metric and test set (ProFe: macro-F1; FedPR, "
+              "FedHP and FedProto: accuracy; FedProto's own paper on local test sets), beside "
+              "ours under the method's paper's codec and prediction rule, as the mean over seeds "
+              f"± the standard deviation across them. **met**: within {100 * REACH:.0f} points "
+              "of the figure, or at or above it where the figure is a floor; a run collapsed on "
+              "the global test set is missed; **not run**: no such cell in these results; **no "
+              "figure**: the paper's figure is not in the text we hold."), "",
+             ("| method | dataset | partition | metric | paper | source | ours | our run | "
+              "verdict |"), "|---|---|---|---|---|---|---|---|---|"]
+    for key, paper in PAPER_FIGURES.items():
+        method, dataset, partition = key
+        chosen = _target_cells([r for r in results if (r.dataset, r.partition) ==
+                                (dataset, partition)], method)
+        settings = _settings(chosen)
+        if not settings:
+            lines.append(_headline_row(key, paper, []))
+        for setting in settings:
+            lines.append(_headline_row(key, paper, [r for r in chosen if r.setting == setting]))
     return lines
 
 
@@ -430,17 +742,21 @@ def render(results: list[CellResult], runs: list[dict], notes: str, plots: list[
                  f"experiments/reports/{title}/{ARCHIVE_NAME}`."), ""]
     if notes:
         sections += [notes.rstrip(), ""]
+    groups = Counter((r.row, r.setting) for r in results)
+    seeds = "; ".join(f"{count} with {seed_count(size)}"
+                      for size, count in sorted(Counter(groups.values()).items()))
     sections += [
         ("Every number is read from the node result files of the runs, archived beside this "
-        f"report; mean ± std over nodes and seeds. {len(results)} cells. F1 figures use the "
-        "prediction rule each method's paper reports (argmax of the logits for ProFe, FedAvg "
-        "and FedProc; nearest prototype for FedProto, FedHP and FedPR); the other rule is shown "
-        f"beside it. A cell where {100 * COLLAPSE_SHARE:.0f}% or more of the predictions fall "
-        "in one class is flagged **collapsed** instead of being read as an F1."), ""]
-    groups = defaultdict(list)
+         f"report. {len(results)} cells in {len(groups)} groups that differ only by seed "
+         f"({seeds}). {SEED_LEGEND} F1 figures use the "
+         "prediction rule each method's paper reports (argmax of the logits for ProFe, FedAvg "
+         "and FedProc; nearest prototype for FedProto, FedHP and FedPR); the other rule is shown "
+         f"beside it. A cell where {100 * COLLAPSE_SHARE:.0f}% or more of the predictions fall "
+         "in one class is flagged **collapsed** instead of being read as an F1."), ""]
+    by_section = defaultdict(list)
     for r in results:
-        groups[(r.partition, r.topology, r.nodes)].append(r)
-    for (partition, topology, nodes), group in sorted(groups.items()):
+        by_section[(r.partition, r.topology, r.nodes)].append(r)
+    for (partition, topology, nodes), group in sorted(by_section.items()):
         sections += [
             f"## {partition}, {topology}, {nodes} nodes", "",
             "### Table II: bytes received per node", "",
@@ -451,10 +767,14 @@ def render(results: list[CellResult], runs: list[dict], notes: str, plots: list[
             metric_table(group, "elapsed", 1.0, "seconds"), "",
             "### Final macro-F1", "",
             f1_table(group), "",
+            f"### Round {ROUND_ONE} and collapses", "",
+            round_one_table(group), "",
         ]
     sections += ["## Figure 2: macro-F1 per round (global test, each paper's rule)", ""]
     sections += [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    sections += ["## Comparisons with the baseline", ""] + comparisons(results) + [""]
     sections += ["## Targets", ""] + targets(results) + [""]
+    sections += ["## Each paper's headline setting", ""] + headline_table(results) + [""]
     return "\n".join(sections)
 
 
