@@ -19,15 +19,16 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def standardized(logits: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Each row's logits minus their mean, over their standard deviation (z-scores)."""
     centred = logits - logits.mean(dim=1, keepdim=True)
-    return centred / (centred.pow(2).mean(dim=1, keepdim=True).sqrt() + eps)
+    return centred / (centred.pow(2).mean(dim=1, keepdim=True) + eps).sqrt()
 
 
 def capped(logits: torch.Tensor, limit: float = 1.0) -> torch.Tensor:
     """Each row's logits, centred, with their standard deviation brought down to `limit`
     where it is larger (rows with a smaller spread are only centred)."""
     centred = logits - logits.mean(dim=1, keepdim=True)
-    spread = centred.pow(2).mean(dim=1, keepdim=True).sqrt()
-    return centred / spread.clamp(min=limit)
+    # clamp before the square root: equal logits (spread 0) must not give a NaN gradient
+    spread = centred.pow(2).mean(dim=1, keepdim=True).clamp(min=limit**2).sqrt()
+    return centred / spread
 
 
 LOGIT_VIEWS = {"raw": lambda z: z, "standardized": standardized, "capped": capped}

@@ -20,18 +20,35 @@ Deviations and readings, each a choice the paper leaves open or one we changed:
 - **Reported metric**: the student's argmax, as the paper's reference implementation
   (NEBULA, KD_prototypes) logs its F1; the nearest-prototype rule (Eq. 5) is recorded
   beside it every round.
-- **alpha_s schedule**: halved after every round and 0 below [train] alpha_limit (our
-  reading of III-A1, which speaks of beta); NEBULA instead subtracts 2 * alpha_0 / rounds.
-  With alpha_s = 1 and limit 0.1, the teacher trains in rounds 1-4 only.
-- **Teacher and student steps alternate per batch**: the teacher takes its step on a batch,
-  then the student distils from the teacher's detached outputs on the same batch.
+- **alpha_s schedule** ([profe] alpha_schedule): halved after every round and 0 below
+  alpha_limit (our reading of III-A1, which speaks of beta); the reference implementation
+  (NEBULA, KD_prototypes) subtracts 2 * alpha_0 / rounds ("linear"). With alpha_s = 1 and
+  limit 0.1, the teacher trains in rounds 1-4 only.
+- **Order** ([profe] order, default "teacher_first"): the teacher trains its epoch, then the
+  student distils from the trained teacher (the reference implementation's order).
+  "same_batch": the teacher steps on a batch and the student distils from its outputs on
+  that batch.
+- **KD term**: KL(p_t || p_s) * T^2 with T = [profe] temperature (2; the paper gives no T),
+  between logits whose spread is capped at 1 ([profe] kd_logits = "capped"): each row
+  centred and divided by its standard deviation where that exceeds 1. **Deviation.** On
+  disjoint classes the teacher trains on its node's few classes and is never averaged; its
+  logits grow without bound, raw KD held every student to that scale, the students drifted
+  apart and their average answered one class (MNIST 20%-classes 0.745 at round 10,
+  Fashion-MNIST collapsed; experiments/reports/profe-ablation). "raw" restores Eq. 8.
+- **Feature term**: MSE between unit-length student and teacher embeddings ([profe]
+  features = "normalized"), for the same reason; "raw" is Eq. 8's MSE.
 - **Prototype term**: the MSE of Eq. (6), mean over samples whose class has a global
-  prototype and over the embedding dimension, weights beta_s = beta_t = 1 ([train]).
-- **KD term**: KL(p_t || p_s) * T^2 with T = [train] temperature (2); the paper gives no T.
+  prototype and over the embedding dimension, weights beta_s = beta_t = 1; "softmax" is the
+  reference implementation's cross-entropy between softened prototype and embedding.
+- **Presets** ([profe] preset): "paper" is this project's earlier literal reading (raw
+  terms, same-batch order); "reference" the reference implementation's settings.
 - **Optimizer**: SGD, lr 0.01, momentum 0.9, no weight decay, batch 64, 1 epoch per round
-  ([train]); the paper names none of these.
+  ([train]); the paper names none of these (the reference implementation: Adam, amsgrad,
+  lr 1e-3, a fresh optimiser every round).
 - **Models**: MNIST/Fashion-MNIST CNN teacher (16, 32 channels) and student (8, 16), both
-  with a 128-dimensional embedding (the paper: "a two-layer CNN"; it gives no sizes).
+  with a 128-dimensional embedding (the paper: "a two-layer CNN"; it gives no sizes; the
+  reference implementation: student 32/64 and teacher 64/128 channels with a 2048-wide
+  embedding, about 30 times the student's parameters here, too slow for 20 nodes on a CPU).
 - **Evaluation**: every node evaluates its student on its local 20% test split and on the
   federation's 10% global test set after each round's aggregation (IV).
 - **No server**: each node aggregates itself and the in-neighbours whose update arrived;

@@ -1,0 +1,132 @@
+"""ProFe ablation screen: small federations in one process, one setting changed at a time.
+
+    python -m experiments.ablation experiments/matrices/profe-ablation.toml \
+        [--out experiments/reports/profe-ablation] [--only NAME ...]
+
+Each [[settings]] entry (a small federation) runs every [[variants]] entry (config keys on
+top of it; or those its `variants` list names) in memory (node.inprocess). Results go to OUT/results.json, one entry per
+(setting, variant), kept across invocations so finished ones are not run again; OUT/report.md
+is rebuilt from that file alone (`--report-only`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from experiments.run import merge
+from node.config import from_dict
+from node.errors import ConfigError
+from node.inprocess import memory_federation, run_in_memory
+
+log = logging.getLogger("experiments.ablation")
+
+
+def argmax_view(round_record: dict) -> tuple[float, float]:
+    """(macro-F1, top-class share) of the argmax rule on the global test set."""
+    test = round_record["global_test"]
+    by_rule = test.get("by_rule", {}).get("argmax")
+    source = by_rule if by_rule else test
+    return source["f1"], source["top_class_share"]
+
+
+def summarize(nodes: list[dict]) -> dict[str, Any]:
+    """Per round: the argmax F1 and top-class share averaged over the nodes."""
+    rounds = len(nodes[0]["rounds"])
+    per_round = []
+    for r in range(rounds):
+        views = [argmax_view(n["rounds"][r]) for n in nodes]
+        per_round.append([round(sum(v[0] for v in views) / len(views), 4),
+                          round(sum(v[1] for v in views) / len(views), 4)])
+    return {"rounds": per_round, "final_f1": per_round[-1][0],
+            "final_share": per_round[-1][1]}
+
+
+def run_one(setting: dict, variant: dict) -> dict[str, Any]:
+    """One federation in memory; its summary and wall time."""
+    config = from_dict(merge(setting["config"], variant.get("config", {})),
+                       source=f"{setting['name']}/{variant['name']}")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as results:
+        nodes = run_in_memory(memory_federation(config), Path(results))
+    return summarize(nodes) | {"seconds": round(time.monotonic() - started, 1)}
+
+
+def render(matrix: dict, results: dict[str, dict], command: str) -> str:
+    """The report: per setting, each variant's round-by-round argmax F1 / top-class share."""
+    lines = [f"# {matrix.get('title', 'ProFe ablation')}", "",
+             (f"Produced by `{command}`; rebuild from results.json with "
+             "`python -m experiments.ablation MATRIX --report-only`."), "",
+             matrix.get("notes", "").strip(), ""]
+    for setting in matrix["settings"]:
+        lines += [f"## {setting['name']}", "", setting.get("description", ""), "",
+                  ("Mean over the nodes of the argmax macro-F1 / top-class share on the global "
+                  "test set, after each round's aggregation (round 0: before training)."), ""]
+        rounds = setting["config"].get("rounds", 3)
+        header = " | ".join(f"round {r}" for r in range(1, rounds + 1))
+        lines += [f"| variant | what changes | {header} |",
+                  "|---|---|" + "---|" * rounds]
+        for variant in variants_of(matrix, setting):
+            found = results.get(f"{setting['name']}/{variant['name']}")
+            if found is None:
+                continue
+            cells = " | ".join(_cell(f1, share) for f1, share in found["rounds"][1:])
+            lines.append(f"| {variant['name']} | {variant.get('description', '')} | {cells} |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _cell(f1: float, share: float) -> str:
+    text = f"{f1:.3f} / {share:.2f}"
+    return f"**{text}**" if share >= 0.5 else text  # one class for half the predictions
+
+
+def variants_of(matrix: dict, setting: dict) -> list[dict]:
+    """The variants a setting runs: all, or those its `variants` list names."""
+    names = setting.get("variants")
+    return [v for v in matrix["variants"] if names is None or v["name"] in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.ablation", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("matrix", type=Path, help="ablation TOML file")
+    parser.add_argument("--out", type=Path, default=Path("experiments/reports/profe-ablation"))
+    parser.add_argument("--only", nargs="*", default=[], help="variant names to run")
+    parser.add_argument("--report-only", action="store_true", help="rebuild report.md only")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    matrix = tomllib.loads(args.matrix.read_text())
+    results_path = args.out / "results.json"
+    saved = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    results, command = saved.get("results", {}), saved.get("command", "")
+    if not args.report_only:
+        command = f"python -m experiments.ablation {args.matrix}"
+        args.out.mkdir(parents=True, exist_ok=True)
+        for setting in matrix["settings"]:
+            for variant in variants_of(matrix, setting):
+                key = f"{setting['name']}/{variant['name']}"
+                if key in results or (args.only and variant["name"] not in args.only):
+                    continue
+                try:
+                    results[key] = run_one(setting, variant)
+                except ConfigError as exc:
+                    print(f"ablation: {exc}", file=sys.stderr)
+                    return 2
+                f1s = " ".join(f"{f:.3f}/{s:.2f}" for f, s in results[key]["rounds"])
+                print(f"{key}: {f1s} ({results[key]['seconds']:.0f} s)", flush=True)
+                results_path.write_text(json.dumps({"command": command, "results": results},
+                                                   indent=1, sort_keys=True) + "\n")
+    (args.out / "report.md").write_text(render(matrix, results, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
