@@ -55,7 +55,8 @@ def run_one(setting: dict, variant: dict) -> dict[str, Any]:
                        source=f"{setting['name']}/{variant['name']}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as results:
-        nodes = run_in_memory(memory_federation(config), Path(results))
+        # a busy machine may take long: the screen waits rather than fail a variant
+        nodes = run_in_memory(memory_federation(config), Path(results), timeout=4 * 3600)
     return summarize(nodes) | {"seconds": round(time.monotonic() - started, 1)}
 
 
