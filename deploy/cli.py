@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import signal
@@ -34,9 +35,18 @@ from node.lifecycle import exit_now
 log = logging.getLogger("protofed")
 
 
+def _version() -> str:
+    """The installed package's version."""
+    try:
+        return importlib.metadata.version("protofed")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="protofed", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"protofed {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="start a federation and wait for it to finish")
@@ -331,6 +341,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     run_dir = Path(args.run)
     if not run_dir.is_dir() and (Path(args.results_dir) / args.run).is_dir():
         run_dir = Path(args.results_dir) / args.run
+    if not run_dir.is_dir():
+        tried = sorted({str(Path(args.run)), str(Path(args.results_dir) / args.run)})
+        raise ConfigError(f"{args.run}: no such run folder (looked for {' and '.join(tried)})")
     nodes = len(list(run_dir.glob("node-*.json")))
     if not nodes:
         raise ConfigError(f"{run_dir}: no node-<i>.json results in this folder")

@@ -236,7 +236,16 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
 
 def from_dict(raw: dict[str, Any], *, source: str = "<config>",
               overrides: typing.Sequence[str] = ()) -> FederationConfig:
-    """Build a validated config from parsed TOML plus command-line overrides."""
+    """Build a validated config from parsed TOML plus command-line overrides; an error in
+    a value an override set names the --set option, not the file."""
+    try:
+        return _from_dict(raw, source, overrides)
+    except ConfigError as exc:
+        raise _blame_overrides(exc, source, overrides) from None
+
+
+def _from_dict(raw: dict[str, Any], source: str,
+               overrides: typing.Sequence[str]) -> FederationConfig:
     merged = json.loads(json.dumps(raw))  # a deep copy the overrides may change
     for item in overrides:
         apply_override(merged, item, source)
@@ -256,6 +265,17 @@ def from_dict(raw: dict[str, Any], *, source: str = "<config>",
     config = dataclasses.replace(config, methods=methods)
     validate(config, source)
     return config
+
+
+def _blame_overrides(exc: ConfigError, source: str,
+                     overrides: typing.Sequence[str]) -> ConfigError:
+    """The error re-worded to name the --set option when the key it names came from one."""
+    text = str(exc)
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if text.startswith((f"{source}: {key} ", f"{source}: {key}[")):
+            return ConfigError(f"--set {item.strip()}: {text[len(source) + 2:]}")
+    return exc
 
 
 def _apply_presets(raw: dict[str, Any], source: str) -> None:
@@ -339,8 +359,11 @@ def _build(cls: type, raw: Any, *, prefix: str, source: str) -> Any:
         raise ConfigError(f"{source}: {prefix}{unknown[0]} is now "
                           f"{MOVED[prefix + unknown[0]]} (the algorithm's own table)")
     if unknown:
+        known = sorted(fields - {"methods"})
+        if cls is FederationConfig:  # each algorithm's own table is a top-level key too
+            known = sorted(known + [f"[{name}]" for name in method_tables()])
         raise ConfigError(f"{source}: unknown key {prefix}{unknown[0]!s} "
-                          f"(known keys in {where}: {', '.join(sorted(fields))})")
+                          f"(known keys in {where}: {', '.join(known)})")
     values = {}
     for name, value in raw.items():
         hint = hints[name]
@@ -395,7 +418,9 @@ def _architecture(value: str, channels: list[int], allowed: tuple[str, ...], sou
         _check(not channels, source, f"{key}_channels",
                f"applies to the built-in architectures, not to {key} = {value!r}")
         return
-    _one_of(value, allowed, source, key)
+    _check(value in allowed, source, key,
+           f"must be one of {', '.join(allowed)}, or a factory of yours as "
+           f"\"package.module:function\", got {value!r}")
 
 
 def _check(ok: bool, source: str, key: str, message: str) -> None:

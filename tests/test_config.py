@@ -222,6 +222,39 @@ def test_an_unknown_set_key_is_blamed_on_the_option_not_the_file(tmp_path, item,
     assert str(path) not in str(caught.value)
 
 
+@pytest.mark.parametrize("item, message", [
+    ("nodes=0", r"^--set nodes=0: nodes must be at least 1, got 0$"),
+    ("rounds=abc", r"^--set rounds=abc: rounds must be an integer, got 'abc'$"),
+    ("algorithm=foo", r"^--set algorithm=foo: algorithm must be one of .*got 'foo'$"),
+    ("profe.order=up", r"^--set profe.order=up: profe.order must be one of"),
+])
+def test_a_bad_set_value_is_blamed_on_the_option_not_the_file(tmp_path, item, message):
+    path = write(tmp_path, "nodes = 2\n")
+    with pytest.raises(ConfigError, match=message):
+        load(path, [item])
+
+
+def test_a_bad_file_value_beside_a_good_set_value_still_names_the_file(tmp_path):
+    path = write(tmp_path, "rounds = 0\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: rounds must be at least 1"):
+        load(path, ["nodes=3"])
+
+
+def test_an_unknown_top_level_key_lists_the_keys_a_file_may_use(tmp_path):
+    path = write(tmp_path, "nodse = 3\n")
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    known = str(caught.value).partition("known keys in top level: ")[2]
+    assert "[fedhp]" in known and "[profe]" in known and "nodes" in known
+    assert "methods" not in known
+
+
+def test_a_model_name_without_a_colon_hints_at_the_factory_form(tmp_path):
+    path = write(tmp_path, '[model]\nteacher = "mynet"\n')
+    with pytest.raises(ConfigError, match=r'model.teacher must be one of .*"package.module:function"'):
+        load(path)
+
+
 def test_set_reaches_every_table_including_an_algorithms_own(tmp_path):
     config = load(write(tmp_path, ""), ["fedhp.weight=0.5", "model.teacher_channels=[4, 8]"])
     assert config.methods["fedhp"].weight == 0.5 and config.model.teacher_channels == [4, 8]

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from deploy.report import format_table, summarize
 
 
@@ -53,3 +55,19 @@ def test_a_killed_node_is_dead_and_left_out_of_the_means(tmp_path):
     assert "dead" in format_table(summary)
     # while the launcher still watches it (no exit code yet), a running node is running
     assert summarize(tmp_path, "run", 2)["nodes"][1]["status"] == "running"
+
+
+def test_report_of_a_missing_run_says_the_folder_does_not_exist(tmp_path, capsys):
+    from deploy.cli import main
+    code = main(["report", str(tmp_path / "nowhere"), "--results-dir", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no such run folder" in err and "node-<i>.json" not in err
+
+
+def test_version_is_printed(capsys):
+    from deploy.cli import build_parser
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["--version"])
+    assert caught.value.code == 0
+    assert capsys.readouterr().out.startswith("protofed ")
