@@ -295,8 +295,8 @@ def test_the_fedproto_headline_reads_local_accuracy_and_has_no_figure(fixture_re
     out = tmp_path / "fixture"
     text = report.write_report(report.archive_results(fixture_results, out), out).read_text()
     assert ("| fedproto | mnist | classes:0.3 | accuracy, local test | paper figure not in the "
-            "stored text | FedProto paper: 20 clients, about 3 of 10 classes each, local test "
-            "accuracy | 0.9700 (1 seed) | fp32, prototype, fully_connected, 2 nodes | no figure |"
+            "stored text | FedProto paper, IV: 20 clients, about 3 of 10 classes each, local "
+            "test accuracy (its MNIST table is not in our copy of the text) | 0.9700 (1 seed) | fp32, prototype, fully_connected, 2 nodes | no figure |"
             ) in text
     assert report.profe_target(("fashion_mnist", "classes:0.2", "ring", 20)).versus == "at least"
 
