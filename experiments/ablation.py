@@ -5,7 +5,7 @@
 
 Each [[settings]] entry (a small federation) runs every [[variants]] entry (config keys on
 top of it; or those its `variants` list names) in memory (node.inprocess). Results go to OUT/results.json, one entry per
-(setting, variant), kept across invocations so finished ones are not run again; OUT/report.md
+(setting, variant), kept across invocations so finished ones are not run again; OUT/ablation.md
 is rebuilt from that file alone (`--report-only`).
 """
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("matrix", type=Path, help="ablation TOML file")
     parser.add_argument("--out", type=Path, default=Path("experiments/reports/profe-ablation"))
     parser.add_argument("--only", nargs="*", default=[], help="variant names to run")
-    parser.add_argument("--report-only", action="store_true", help="rebuild report.md only")
+    parser.add_argument("--report-only", action="store_true", help="rebuild ablation.md only")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     matrix = tomllib.loads(args.matrix.read_text())
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{key}: {f1s} ({results[key]['seconds']:.0f} s)", flush=True)
                 results_path.write_text(json.dumps({"command": command, "results": results},
                                                    indent=1, sort_keys=True) + "\n")
-    (args.out / "report.md").write_text(render(matrix, results, command))
+    (args.out / "ablation.md").write_text(render(matrix, results, command))
     return 0
 
 

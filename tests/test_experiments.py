@@ -360,3 +360,27 @@ def test_the_loopback_benchmark_moves_each_codecs_payload_and_derives_its_break_
             40_000 / (int16["codec_s"] - fp32["codec_s"]) / 1e6, abs=0.1)
     else:
         assert int16["break_even_mb_per_s"] is None  # no slower than fp32: any link
+
+
+def test_the_committed_ablation_table_is_what_its_results_regenerate(tmp_path):
+    from experiments import ablation
+    folder = REPO / "experiments" / "reports" / "profe-ablation"
+    matrix = REPO / "experiments" / "matrices" / "profe-ablation.toml"
+    out = tmp_path / "ablation"
+    out.mkdir()
+    (out / "results.json").write_bytes((folder / "results.json").read_bytes())
+    assert ablation.main([str(matrix), "--out", str(out), "--report-only"]) == 0
+    assert (out / "ablation.md").read_text() == (folder / "ablation.md").read_text()
+
+
+def test_an_ablation_summary_averages_the_nodes_round_by_round():
+    from experiments import ablation
+
+    def node(f1s, shares):
+        return {"rounds": [{"global_test": {"f1": 0.0, "top_class_share": 0.0, "by_rule": {
+            "argmax": {"f1": f, "top_class_share": s}}}} for f, s in zip(f1s, shares)]}
+
+    summary = ablation.summarize([node([0.1, 0.5], [1.0, 0.2]), node([0.3, 0.7], [0.6, 0.4])])
+    assert summary["rounds"] == [[0.2, 0.8], [0.6, 0.3]]
+    assert (summary["final_f1"], summary["final_share"]) == (0.6, 0.3)
+    assert ablation._cell(0.2, 0.8) == "**0.200 / 0.80**"
