@@ -229,6 +229,7 @@ class Node:
             self._rejoin(self.previous, first)
         else:
             result.rounds.append(self._round_record(0, algorithm, data, peers, {}, {}, [], []))
+            self._fill_totals(peers)  # a node stopped in round 1 still adds up to its rows
         self.recorder.write()
         for round_ in range(first, config.rounds + 1):
             peers.current_round = round_
