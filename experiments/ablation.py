@@ -21,28 +21,22 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from experiments.report import argmax_view
 from experiments.run import merge
 from node.config import from_dict
 from node.errors import ConfigError
 from node.inprocess import memory_federation, run_in_memory
+from node.record import NodeRecord
 
 log = logging.getLogger("experiments.ablation")
 
 
-def argmax_view(round_record: dict) -> tuple[float, float]:
-    """(macro-F1, top-class share) of the argmax rule on the global test set."""
-    test = round_record["global_test"]
-    by_rule = test.get("by_rule", {}).get("argmax")
-    source = by_rule if by_rule else test
-    return source["f1"], source["top_class_share"]
-
-
 def summarize(nodes: list[dict]) -> dict[str, Any]:
     """Per round: the argmax F1 and top-class share averaged over the nodes."""
-    rounds = len(nodes[0]["rounds"])
+    records = [NodeRecord.from_dict(n) for n in nodes]
     per_round = []
-    for r in range(rounds):
-        views = [argmax_view(n["rounds"][r]) for n in nodes]
+    for r in range(len(records[0].rounds)):
+        views = [argmax_view(n.rounds[r].global_test) for n in records]
         per_round.append([round(sum(v[0] for v in views) / len(views), 4),
                           round(sum(v[1] for v in views) / len(views), 4)])
     return {"rounds": per_round, "final_f1": per_round[-1][0],

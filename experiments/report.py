@@ -219,7 +219,7 @@ def _final_accuracy(node: NodeRecord, split: str) -> float:
     return getattr(node.rounds[-1], split).accuracy
 
 
-def _argmax(evaluation: Evaluation) -> tuple[float, float]:
+def argmax_view(evaluation: Evaluation) -> tuple[float, float]:
     """(F1, top-class share) under argmax: by_rule's when recorded, else the evaluation's own."""
     metrics = evaluation.by_rule.get("argmax")
     if metrics is None:
@@ -231,7 +231,7 @@ def _round_one(node: NodeRecord) -> tuple[float, float] | None:
     """Round ROUND_ONE's argmax (F1, top-class share) on the global test set, if recorded."""
     for record in node.rounds:
         if record.round == ROUND_ONE:
-            return _argmax(record.global_test)
+            return argmax_view(record.global_test)
     return None
 
 
@@ -386,6 +386,15 @@ def _select(results: list[CellResult], row: tuple[str, str], dataset: str) -> li
                   key=lambda r: r.seed)
 
 
+def _groups(results: list[CellResult]):
+    """(dataset, row, its cells) for every method row that ran on each dataset, in order."""
+    for dataset in sorted({r.dataset for r in results}):
+        for row in _rows(results):
+            chosen = _select(results, row, dataset)
+            if chosen:
+                yield dataset, row, chosen
+
+
 def _relative(value: float, baseline: float | None, is_baseline: bool) -> str:
     if is_baseline:
         return "baseline"
@@ -443,21 +452,17 @@ def f1_table(results: list[CellResult]) -> str:
     lines = [F1_LEGEND, "",
              ("| method (codec) | dataset | paper's rule | global F1, paper's rule | "
               "global F1, other rule | local-test F1, paper's rule |"), "|---|---|---|---|---|---|"]
-    for dataset in sorted({r.dataset for r in results}):
-        for row in _rows(results):
-            chosen = _select(results, row, dataset)
-            if not chosen:
-                continue
-            main = _f1_text([list(c.final_f1) for c in chosen],
-                            [list(c.top_class_share) for c in chosen])
-            others = []
-            for rule in sorted({r for c in chosen for r in c.other_rules}):
-                runs = [c.other_rules[rule] for c in chosen if rule in c.other_rules]
-                text = _f1_text([list(f) for f, _ in runs], [list(s) for _, s in runs])
-                others.append(f"{rule}: {text}")
-            local = seed_text(field_stats(chosen, "final_local_f1"))
-            lines.append(f"| {label(row)} | {dataset} | {chosen[0].rule} | {main} | "
-                         f"{'; '.join(others) or '-'} | {local} |")
+    for dataset, row, chosen in _groups(results):
+        main = _f1_text([list(c.final_f1) for c in chosen],
+                        [list(c.top_class_share) for c in chosen])
+        others = []
+        for rule in sorted({r for c in chosen for r in c.other_rules}):
+            runs = [c.other_rules[rule] for c in chosen if rule in c.other_rules]
+            text = _f1_text([list(f) for f, _ in runs], [list(s) for _, s in runs])
+            others.append(f"{rule}: {text}")
+        local = seed_text(field_stats(chosen, "final_local_f1"))
+        lines.append(f"| {label(row)} | {dataset} | {chosen[0].rule} | {main} | "
+                     f"{'; '.join(others) or '-'} | {local} |")
     return "\n".join(lines)
 
 
@@ -469,16 +474,12 @@ def round_one_table(results: list[CellResult]) -> str:
               f"is {100 * COLLAPSE_SHARE:.0f}% or more."), "",
              (f"| method (codec) | dataset | round-{ROUND_ONE} F1 | round-{ROUND_ONE} top-class "
               "share | final top-class share | seeds collapsed |"), "|---|---|---|---|---|---|"]
-    for dataset in sorted({r.dataset for r in results}):
-        for row in _rows(results):
-            chosen = _select(results, row, dataset)
-            if not chosen:
-                continue
-            lines.append(f"| {label(row)} | {dataset} | "
-                         f"{mean_text(field_stats(chosen, 'round_one_f1'))} | "
-                         f"{mean_text(field_stats(chosen, 'round_one_share'))} | "
-                         f"{mean_text(field_stats(chosen, 'top_class_share'))} | "
-                         f"{collapse_text(chosen)} |")
+    for dataset, row, chosen in _groups(results):
+        lines.append(f"| {label(row)} | {dataset} | "
+                     f"{mean_text(field_stats(chosen, 'round_one_f1'))} | "
+                     f"{mean_text(field_stats(chosen, 'round_one_share'))} | "
+                     f"{mean_text(field_stats(chosen, 'top_class_share'))} | "
+                     f"{collapse_text(chosen)} |")
     return "\n".join(lines)
 
 

@@ -201,10 +201,9 @@ class ProFe(Algorithm):
         kd_classes = self.local_classes.to(x.device) if s.kd_classes == "local" else None
         return {"student_loss": student_loss(
             logits, embeddings, y, self.global_prototypes, self.known, s.beta_s, self.alpha_s,
-            teacher_logits, teacher_embeddings, s.temperature, kd_weight=s.kd_weight, feature_weight=s.feature_weight,
-            normalized_features=s.features == "normalized",
-            kd_view=s.kd_logits,
-            kd_classes=kd_classes, prototype_term=self._prototype_term())}
+            teacher_logits, teacher_embeddings, s.temperature, kd_weight=s.kd_weight,
+            feature_weight=s.feature_weight, normalized_features=s.features == "normalized",
+            kd_view=s.kd_logits, kd_classes=kd_classes, prototype_term=self._prototype_term())}
 
     def _same_batch_terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """Eq. 9 and Eq. 8 on one batch; the student distils from the teacher's outputs
