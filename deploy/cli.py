@@ -6,6 +6,8 @@ import argparse
 import importlib.metadata
 import json
 import logging
+import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -43,6 +45,10 @@ def _version() -> str:
         return "(not installed)"
 
 
+WIDE_HELP = ("the end table with every column, however wide (default: the columns that "
+             "fit the terminal)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="protofed", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -55,18 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override a config key for this run, e.g. --set topology.kind=ring")
     up.add_argument("--backend", choices=("local", "docker"), help="overrides deploy.backend")
     up.add_argument("--run-id", help="name of the results folder (default <name>-<time>)")
+    up.add_argument("--wide", action="store_true", help=WIDE_HELP)
 
     down = commands.add_parser("down", help="stop running federations (local and docker)")
-    down.add_argument("run_id", nargs="?", help="only this run (default: every running one)")
+    down.add_argument("run_id", nargs="?", help="the run to stop (`protofed status` lists them)")
+    down.add_argument("--all", action="store_true", help="stop every running protofed run, "
+                      "local ones and every one on the Docker engine (asked on a terminal)")
     down.add_argument("--results-dir", default="results", help="where runs are recorded")
 
     status = commands.add_parser("status", help="list running federations and their nodes")
     status.add_argument("--results-dir", default="results", help="where runs are recorded")
 
     logs = commands.add_parser("logs", help="print the log of one node of a run")
-    logs.add_argument("run_id")
-    logs.add_argument("node", type=int)
-    logs.add_argument("--tail", type=int, default=200, help="lines to show")
+    logs.add_argument("run_id", help="the run's id: its results folder's name")
+    logs.add_argument("node", type=int, help="the node's id, from 0")
+    logs.add_argument("--tail", type=int, default=200, help="lines to show (default 200)")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="keep printing new lines until the node ends (Ctrl-C leaves)")
     logs.add_argument("--results-dir", default="results", help="where runs are recorded")
 
     compose = commands.add_parser("compose", help="write a Compose file for the federation "
@@ -81,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "per-round CSV and pictures again")
     report.add_argument("run", help="a run's folder, or its id under --results-dir")
     report.add_argument("--results-dir", default="results", help="where runs are recorded")
+    report.add_argument("--wide", action="store_true", help=WIDE_HELP)
     return parser
 
 
@@ -159,9 +171,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("protofed: interrupted while starting the nodes", file=sys.stderr)
         return 130
     progress = progress_for(config.rounds)
-    interrupted = False
+    interrupted = out_of_time = False
     try:
         if not watch(run, _preloading(progress.show), deadline=config.timeouts.run or None):
+            out_of_time = True
             progress.finish()
             print(f"protofed: timeouts.run ({config.timeouts.run:g} s) passed before every "
                   "node finished: stopping the rest", file=sys.stderr)
@@ -181,17 +194,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         run.remove()
     records = read_node_results(plan.results_dir, config.nodes)
     summary = _write_summary(plan, config, run, records)
-    print(format_table(summary), flush=True)  # the table first, then the pictures
+    # the table first, then the pictures
+    print(format_table(summary, table_width(args.wide)), flush=True)
     files = write_run_files(plan.results_dir, records)
     stopped = [n["node"] for n in summary["nodes"] if n["status"] == "stopped"]
-    if stopped and not interrupted:
+    if stopped and not (interrupted or out_of_time):
         print(f"protofed: run {run_id}: {len(stopped)} of {config.nodes} nodes were stopped "
               "from outside (`protofed down`, or a signal sent to them)", file=sys.stderr)
-    if interrupted:
-        print(f"\nresults: {plan.results_dir}", file=sys.stderr)
-        return 130
-    failed = [n for n in summary["nodes"] if n["status"] != "finished"]
-    for row in failed:
+    # a stopped node was asked to stop (said above): only a failure gets its log's tail
+    failed = [n for n in summary["nodes"] if n["status"] not in ("finished", "stopped")]
+    for row in [] if interrupted else failed:
         node_id = row["node"]
         why = " (killed: out of memory)" if node_id in getattr(run, "oom_killed", ()) else ""
         print(f"\nnode {node_id} did not finish (exit code {run.exit_codes.get(node_id)}"
@@ -199,7 +211,19 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(local.log_tail(plan.results_dir, node_id), file=sys.stderr)
     print(f"\nresults: {plan.results_dir}", file=sys.stderr)
     _say_files(files)
-    return 1 if failed else 0
+    if interrupted:
+        return 130
+    return 1 if failed or stopped else 0
+
+
+def table_width(wide: bool) -> int | None:
+    """How wide the end table may be: the terminal's width (or $COLUMNS); no limit with
+    --wide or when the output goes to a file or a pipe."""
+    if wide:
+        return None
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def _preloading(show):
@@ -258,29 +282,51 @@ def _docker_client_if_running():
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    stopped = 0
-    runs = local.running_runs(Path(args.results_dir))
+    local_runs = local.running_runs(Path(args.results_dir))
+    client, no_docker = _docker_client_if_running()
+    docker_runs = list(docker.running_runs(client)) if client is not None else []
     if args.run_id:
-        runs = [r for r in runs if r["run_id"] == args.run_id]
-    for run in runs:
+        local_runs = [r for r in local_runs if r["run_id"] == args.run_id]
+        docker_runs = [args.run_id] if client is not None else []
+    elif local_runs or docker_runs:
+        names = sorted({r["run_id"] for r in local_runs} | set(docker_runs))
+        if not args.all and not _confirm_stop_all(names):
+            return 2
+    stopped = 0
+    for run in local_runs:
         local.stop_pids(run["alive"], run.get("start_times"))
         print(f"protofed: stopped {run['run_id']} ({len(run['alive'])} node processes)")
         stopped += 1
-    client, no_docker = _docker_client_if_running()
-    if client is not None:
-        docker_runs = docker.running_runs(client)
-        for run_id in ([args.run_id] if args.run_id else list(docker_runs)):
-            containers, networks = docker.down_run(client, run_id)
-            if containers or networks:
-                print(f"protofed: stopped and removed {run_id} ({containers} containers, "
-                      f"{networks} networks; their logs are in its results folder)")
-                stopped += 1
+    for run_id in docker_runs:
+        containers, networks = docker.down_run(client, run_id)
+        if containers or networks:
+            print(f"protofed: stopped and removed {run_id} ({containers} containers, "
+                  f"{networks} networks; their logs are in its results folder)")
+            stopped += 1
     if not stopped:
         why = f" (no local run; {no_docker})" if no_docker else ""
         print("protofed: no running federation found"
               + (f" named {args.run_id}" if args.run_id else "") + why, file=sys.stderr)
         return 1 if args.run_id else 0
     return 0
+
+
+def _confirm_stop_all(names: list[str]) -> bool:
+    """Whether a bare `down` may stop every run in `names`: asked on a terminal, refused
+    elsewhere (a script must say --all), because other people's runs may be among them."""
+    listed = ", ".join(names)
+    if not sys.stdin.isatty():
+        print(f"protofed: down without a run id would stop every running federation "
+              f"({listed}): name one (`protofed down RUN`) or pass --all", file=sys.stderr)
+        return False
+    try:
+        answer = input(f"stop every running federation ({listed})? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    print("protofed: nothing stopped", file=sys.stderr)
+    return False
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -300,14 +346,25 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    path = Path(args.results_dir) / args.run_id / "logs" / f"node-{args.node}.log"
+    run_dir = Path(args.results_dir) / args.run_id
+    path = run_dir / "logs" / f"node-{args.node}.log"
     client, _ = _docker_client_if_running()
-    if client is not None and docker.running_runs(client).get(args.run_id):
-        print(docker.container_logs(client, args.run_id, args.node, args.tail), end="")
-        return 0
-    if not path.is_file():
-        raise ConfigError(f"no log for node {args.node} of run {args.run_id} ({path})")
-    print(local.log_tail(Path(args.results_dir) / args.run_id, args.node, args.tail))
+    try:
+        if client is not None and docker.running_runs(client).get(args.run_id):
+            for chunk in docker.container_logs(client, args.run_id, args.node, args.tail,
+                                               follow=args.follow):
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+            return 0
+        if not path.is_file():
+            raise ConfigError(f"no log for node {args.node} of run {args.run_id} ({path})")
+        if not args.follow:
+            print(local.log_tail(run_dir, args.node, args.tail))
+            return 0
+        local.follow_file(path, args.tail, lambda: local.node_alive(
+            Path(args.results_dir), args.run_id, args.node), sys.stdout)
+    except KeyboardInterrupt:  # how one leaves --follow
+        pass
     return 0
 
 
@@ -348,7 +405,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not nodes:
         raise ConfigError(f"{run_dir}: no node-<i>.json results in this folder")
     records = read_node_results(run_dir, nodes)
-    print(format_table(summarize_records(records, run_dir.name)))
+    print(format_table(summarize_records(records, run_dir.name), table_width(args.wide)))
     _say_files(write_run_files(run_dir, records))
     return 0
 

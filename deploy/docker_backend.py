@@ -8,12 +8,15 @@ writable. Everything the run created is removed at the end, on Ctrl-C and by `do
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploy.local import RUN_FILE, run_status
 from deploy.plan import FEDERATION_FILE, KEYS_DIR, Plan, keys_dir, node_arguments
 from node.config import FederationConfig, memory_bytes
 from node.data_cache import CACHE_ENV
@@ -114,6 +117,7 @@ class DockerRun:
     oom_killed: set[int] = field(default_factory=set)
 
     vanished: set[int] = field(default_factory=set)  # removed by someone else (`down`)
+    stopping: bool = False  # the launcher stopped the run (Ctrl-C, timeouts.run)
 
     def poll_exits(self) -> dict[int, int]:
         """Exit codes of the containers that have stopped so far."""
@@ -148,13 +152,24 @@ class DockerRun:
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop every container that still runs, all at once (SIGTERM, then SIGKILL)."""
+        self.stopping = True
         stop_containers([c for i, c in self.containers.items() if i not in self.vanished],
                         grace)
         self.poll_exits()
 
     def remove(self) -> None:
-        """Remove the run's containers and network."""
+        """Record how the run ended, then remove its containers and network."""
+        write_run_file(self, run_status(self.exit_codes, len(self.plan.nodes), self.stopping))
         remove_run(self.client, self.plan.run_id)
+
+
+def write_run_file(run: DockerRun, status: str) -> None:
+    """run.json, as the local backend writes it: the containers instead of process ids."""
+    document = {"run_id": run.plan.run_id, "backend": "docker", "status": status,
+                "containers": {str(i): c.name for i, c in run.containers.items()},
+                "exit_codes": {str(i): c for i, c in run.exit_codes.items()},
+                "out_of_memory": sorted(run.oom_killed), "nodes": len(run.plan.nodes)}
+    (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
 
 
 def container_command(plan: Plan, node_id: int) -> list[str]:
@@ -271,6 +286,7 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
     except BaseException:
         remove_run(client, run_id)
         raise
+    write_run_file(run, "running")
     return run
 
 
@@ -393,12 +409,16 @@ def running_runs(client) -> dict[str, list[tuple[str, str]]]:
             for run, states in sorted(runs.items())}
 
 
-def container_logs(client, run_id: str, node_id: int, tail: int = 200) -> str:
-    """The last lines of one node container's output."""
-    import docker.errors
-
-    try:
-        container = client.containers.get(container_name(run_id, node_id))
-    except docker.errors.NotFound:
-        raise DeployError(f"no container {container_name(run_id, node_id)}") from None
-    return container.logs(tail=tail).decode(errors="replace")
+def container_logs(client, run_id: str, node_id: int, tail: int = 200,
+                   follow: bool = False) -> Iterator[str]:
+    """The last lines of one node container's output, then, with `follow`, what it writes
+    until it exits. Found by its labels, so Compose's and the Swarm's names work too."""
+    found = [c for c in run_containers(client, run_id)
+             if c.labels.get("protofed.node") == str(node_id)]
+    if not found:
+        raise DeployError(f"run {run_id} has no container for node {node_id}")
+    if not follow:
+        yield found[0].logs(tail=tail).decode(errors="replace")
+        return
+    for chunk in found[0].logs(tail=tail, stream=True, follow=True):
+        yield chunk.decode(errors="replace")

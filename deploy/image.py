@@ -1,68 +1,102 @@
-"""The node image: a content-hash tag, an offline wheelhouse, a base that needs no registry."""
+"""The node image: a content-hash tag, an offline wheelhouse, a base that needs no registry.
+
+Works the same from a checkout and from an installed wheel: the image gets protofed's
+packages as they are on this machine and the requirements as installed."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import shutil
 import subprocess
 import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 from node.errors import DeployError
 
 log = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# Where protofed's packages live: a checkout, or site-packages after `pip install`.
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+DEPLOY_DIR = Path(__file__).resolve().parent
+DISTRIBUTION = "protofed"
 IMAGE_NAME = "protofed-node"
 LOCAL_BASE_IMAGE = "protofed-base:bookworm"
 TORCH_SPEC = "torch==2.13.0"  # the CPU build; never a CUDA one in the image
 SOURCE_DIRS = ("node", "topology", "quant", "deploy")
 
 
-def source_files(root: Path = PROJECT_ROOT) -> list[Path]:
-    """Every file whose change must rebuild the image."""
-    files = [root / "pyproject.toml", root / "deploy" / "Dockerfile"]
+def source_files(root: Path = PACKAGE_ROOT) -> list[Path]:
+    """The Python files the nodes run: the packages copied into the image."""
+    files: list[Path] = []
     for folder in SOURCE_DIRS:
         files += sorted(p for p in (root / folder).rglob("*.py") if "__pycache__" not in p.parts)
     return files
 
 
-def content_hash(root: Path = PROJECT_ROOT, base_image: str = "") -> str:
-    """A short hash of the project's code, dependencies, Dockerfile and base image name."""
-    digest = hashlib.sha256(f"{TORCH_SPEC}\n{base_image}\n".encode())
+def content_hash(root: Path = PACKAGE_ROOT, base_image: str = "",
+                 requirements: list[str] | None = None) -> str:
+    """A short hash of the code, the requirements, the Dockerfile and the base image name."""
+    requirements = project_requirements() if requirements is None else requirements
+    digest = hashlib.sha256(f"{base_image}\n{chr(10).join(requirements)}\n".encode())
+    digest.update((DEPLOY_DIR / "Dockerfile").read_bytes() + b"\0")
     for path in source_files(root):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 
 
-def image_tag(root: Path = PROJECT_ROOT, base_image: str = "") -> str:
+def image_tag(root: Path = PACKAGE_ROOT, base_image: str = "") -> str:
     """`protofed-node:<content hash>`: built once, reused until the code changes."""
     return f"{IMAGE_NAME}:{content_hash(root, base_image)}"
 
 
-def project_requirements(root: Path = PROJECT_ROOT) -> list[str]:
-    """The runtime requirements from pyproject.toml, with torch pinned to the CPU build."""
-    with open(root / "pyproject.toml", "rb") as handle:
-        deps = tomllib.load(handle)["project"]["dependencies"]
-    return [TORCH_SPEC] + [d for d in deps if not d.replace(" ", "").startswith("torch")]
+def runtime_requirements(declared: list[str]) -> list[str]:
+    """`declared` without the optional extras, with torch pinned to the CPU build."""
+    kept = [d for d in declared if "extra" not in d.partition(";")[2]]
+    return [TORCH_SPEC] + [d for d in kept if not d.replace(" ", "").startswith("torch")]
 
 
-def prepare_context(build_dir: Path, root: Path = PROJECT_ROOT) -> Path:
-    """Fill `build_dir` with the Dockerfile, the dependency wheelhouse and the protofed wheel."""
+def project_requirements() -> list[str]:
+    """protofed's runtime requirements, as installed (a checkout's pyproject.toml if it is
+    not installed), with torch pinned to the CPU build."""
+    try:
+        return runtime_requirements(metadata.requires(DISTRIBUTION) or [])
+    except metadata.PackageNotFoundError:
+        pass
+    pyproject = PACKAGE_ROOT / "pyproject.toml"
+    if not pyproject.is_file():
+        raise DeployError(f"cannot tell the node image's requirements: {DISTRIBUTION} is not "
+                          f"installed and {pyproject} does not exist (pip install protofed)")
+    with open(pyproject, "rb") as handle:
+        return runtime_requirements(tomllib.load(handle)["project"]["dependencies"])
+
+
+def build_cache_dir() -> Path:
+    """Where build contexts and the dependency wheelhouse are kept between builds."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "protofed" / "docker-build"
+
+
+def prepare_context(build_dir: Path, root: Path = PACKAGE_ROOT) -> Path:
+    """Fill `build_dir` with the Dockerfile, the dependency wheelhouse and protofed's
+    packages, copied from wherever they are installed."""
     deps, app = build_dir / "deps", build_dir / "app"
     deps.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(app, ignore_errors=True)
     app.mkdir()
-    shutil.copy(root / "deploy" / "Dockerfile", build_dir / "Dockerfile")
-    requirements = project_requirements(root)
+    shutil.copy(DEPLOY_DIR / "Dockerfile", build_dir / "Dockerfile")
+    requirements = project_requirements()
     (deps / "requirements.txt").write_text("\n".join(requirements) + "\n")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     _run(pip + ["download", "--quiet", "--only-binary=:all:", "--dest", str(deps),
                 *requirements], "download the dependency wheels")
-    _run(pip + ["wheel", "--quiet", "--no-deps", "--wheel-dir", str(app), str(root)],
-         "build the protofed wheel")
+    for path in source_files(root):
+        target = app / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
     return build_dir
 
 
@@ -96,7 +130,7 @@ def resolve_base_image(client, wanted: str) -> str:
         except docker.errors.APIError as exc:
             print(f"protofed: cannot pull {wanted} ({str(exc).splitlines()[0]})",
                   file=sys.stderr)
-    script = PROJECT_ROOT / "deploy" / "make-base-image.sh"
+    script = DEPLOY_DIR / "make-base-image.sh"
     print(f"protofed: making the local base image {LOCAL_BASE_IMAGE} with debootstrap "
           "(about a minute, once)", file=sys.stderr)
     _run(["bash", str(script), LOCAL_BASE_IMAGE], f"make {LOCAL_BASE_IMAGE}")
@@ -108,7 +142,7 @@ def ensure_image(client, base_image: str, build_dir: Path | None = None) -> str:
     import docker.errors
 
     base = resolve_base_image(client, base_image)
-    tag = image_tag(PROJECT_ROOT, base)
+    tag = image_tag(PACKAGE_ROOT, base)
     try:
         client.images.get(tag)
         log.info("reusing node image %s", tag)
@@ -117,7 +151,7 @@ def ensure_image(client, base_image: str, build_dir: Path | None = None) -> str:
         pass
     print(f"protofed: building node image {tag} on {base} (a minute or two, once per code "
           "change)", file=sys.stderr)
-    context = prepare_context(build_dir or PROJECT_ROOT / ".docker-build")
+    context = prepare_context(build_dir or build_cache_dir())
     try:
         client.images.build(path=str(context), tag=tag, buildargs={"BASE_IMAGE": base},
                             rm=True, forcerm=True, network_mode="none", pull=False)

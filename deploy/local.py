@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from deploy.plan import Plan, host_data_dir, keys_dir, node_arguments
 from node.config import FederationConfig, memory_bytes, user_code
@@ -351,6 +352,31 @@ def log_tail(results_dir: Path, node_id: int, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return f"(no log at {path})"
+
+
+def follow_file(path: Path, tail: int, running: Callable[[], bool], out: TextIO,
+                poll: float = 0.5) -> None:
+    """Write the last `tail` lines of `path` to `out`, then what is appended to it, until
+    `running()` says the writer has ended and nothing more came."""
+    with open(path, errors="replace") as handle:
+        out.write("".join(handle.readlines()[-tail:]) if tail > 0 else "")
+        out.flush()
+        while True:
+            alive = running()  # asked before reading: what it wrote before ending is read
+            more = handle.read()
+            if more:
+                out.write(more)
+                out.flush()
+            elif not alive:
+                return
+            else:
+                time.sleep(poll)
+
+
+def node_alive(results_root: Path, run_id: str, node_id: int) -> bool:
+    """Whether node `node_id` of local run `run_id` still runs."""
+    return any(run["run_id"] == run_id and str(node_id) in run["alive"]
+               for run in running_runs(results_root))
 
 
 def running_runs(results_root: Path) -> list[dict]:

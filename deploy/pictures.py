@@ -22,6 +22,7 @@ CSV_NAME = "rounds.csv"
 CSV_COLUMNS = ("node", "round", "kind", "peer", "bytes_sent", "bytes_received", "f1",
                "accuracy", "seconds")
 PICTURES = ("topology", "bytes_per_round", "f1_per_round")
+PICTURE_SIZES = {"bytes_per_round": (10.0, 4.4)}  # two panels side by side
 FORMATS = ("png", "svg")
 PICTURES_HINT = "pictures need matplotlib: pip install -e '.[experiments]'"
 
@@ -75,6 +76,60 @@ def edge_bytes(records: list[NodeRecord]) -> dict[tuple[int, int], int]:
             kinds = node.bytes_sent_by_peer.get(str(peer), {})
             edges[(node.node, peer)] = sum(kinds.values())
     return edges
+
+
+BYTE_UNITS = (("GB", 10**9), ("MB", 10**6), ("KB", 10**3))  # decimal, as the table's
+
+
+def byte_unit(largest: float) -> tuple[str, int]:
+    """The unit to show byte counts up to `largest` in: (name, bytes per unit)."""
+    return next(((name, size) for name, size in BYTE_UNITS if largest >= size), ("B", 1))
+
+
+def bytes_text(count: float) -> str:
+    """A byte count for a label: '512 B', '12.8 KB', '3.41 MB', '1,204 MB' (3 digits)."""
+    name, size = byte_unit(count)
+    value = count / size
+    digits = 0 if size == 1 or value >= 100 else (1 if value >= 10 else 2)
+    return f"{value:,.{digits}f} {name}"
+
+
+def bytes_by_kind(records: list[NodeRecord]) -> tuple[list[int], dict[str, list[int]]]:
+    """(rounds, {message kind: bytes every node sent in each of those rounds}), the kinds
+    in name order; a kind a round did not carry counts 0 there."""
+    rounds = sorted({r.round for node in records for r in node.rounds})
+    index = {k: i for i, k in enumerate(rounds)}
+    series: dict[str, list[int]] = {}
+    for node in records:
+        for record in node.rounds:
+            for kinds in record.bytes_sent_by_peer.values():
+                for kind, sent in kinds.items():
+                    series.setdefault(kind, [0] * len(rounds))[index[record.round]] += sent
+    return rounds, dict(sorted(series.items()))
+
+
+def cumulative(values: list[int]) -> list[int]:
+    """Running totals of `values`."""
+    totals, running = [], 0
+    for value in values:
+        running += value
+        totals.append(running)
+    return totals
+
+
+def label_colour(rgba: tuple[float, ...] | str) -> str:
+    """Black on a light node, white on a dark one (relative luminance, ITU-R BT.709)."""
+    if isinstance(rgba, str):
+        return "black"
+    red, green, blue = rgba[:3]
+    return "black" if 0.2126 * red + 0.7152 * green + 0.0722 * blue > 0.45 else "white"
+
+
+def prediction_rule(records: list[NodeRecord]) -> str | None:
+    """The rule the nodes' F1 is measured with (argmax, prototype, ...), if recorded."""
+    return next((evaluation.rule for node in records
+                 if (evaluation := final_evaluation(node, "global_test")) is not None
+                 and evaluation.rule), None)
 
 
 def write_csv(path: Path, rows: list[dict]) -> Path:
@@ -182,7 +237,7 @@ def _draw_logged(run_dir: Path, name: str, painter, records: list[NodeRecord]) -
     from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
 
     try:
-        figure = Figure(figsize=(6.4, 4.8))
+        figure = Figure(figsize=PICTURE_SIZES.get(name, (6.4, 4.8)))
         painter(figure, records)
         figure.tight_layout()
         for fmt in FORMATS:
@@ -192,6 +247,10 @@ def _draw_logged(run_dir: Path, name: str, painter, records: list[NodeRecord]) -
         log.warning("could not draw the %s picture: %s: %s", name, type(exc).__name__, exc)
         return False
     return True
+
+
+# Up to this many edges, each gets its byte count written on it.
+EDGE_LABELS_UP_TO = 12
 
 
 def _topology(figure, records: list[NodeRecord]) -> None:
@@ -207,7 +266,7 @@ def _topology(figure, records: list[NodeRecord]) -> None:
     graph = nx.DiGraph() if not symmetric else nx.Graph()
     graph.add_nodes_from(node.node for node in records)
     graph.add_edges_from(edges)
-    largest = max(edges.values(), default=0) or 1
+    largest = max(edges.values(), default=0)
     axes = figure.add_subplot()
     layout = nx.circular_layout(graph)
     colour_map = matplotlib.colormaps["viridis"]
@@ -218,11 +277,13 @@ def _topology(figure, records: list[NodeRecord]) -> None:
                for n in nodes]
     nx.draw_networkx_nodes(graph, layout, ax=axes, nodelist=nodes, node_color=colours,
                            node_size=500)
-    nx.draw_networkx_labels(graph, layout, ax=axes)
+    for node, colour in zip(nodes, colours):
+        nx.draw_networkx_labels(graph, layout, ax=axes, labels={node: str(node)},
+                                font_color=label_colour(colour))
     # Dense graphs get thinner, lighter lines, so the widths still read as widths.
     widest = max(1.0, 5.0 * min(1.0, 30 / max(len(edges), 1)))
     alpha = 0.6 if len(edges) <= 30 else 0.35
-    widths = [0.25 * widest + 0.75 * widest * edges[e] / largest for e in edges]
+    widths = [0.25 * widest + 0.75 * widest * edges[e] / (largest or 1) for e in edges]
     if symmetric:
         nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
                                alpha=alpha)
@@ -230,12 +291,28 @@ def _topology(figure, records: list[NodeRecord]) -> None:
         nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
                                arrows=True, arrowsize=10, connectionstyle="arc3,rad=0.08",
                                node_size=500, alpha=alpha)
+    if edges and len(edges) <= EDGE_LABELS_UP_TO:
+        nx.draw_networkx_edge_labels(graph, layout, ax=axes, font_size=7,
+                                     edge_labels={e: bytes_text(b) for e, b in edges.items()},
+                                     label_pos=0.5 if symmetric else 0.35)
     scale = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0, 1),
                                          cmap=colour_map)
-    figure.colorbar(scale, ax=axes, label="final F1 (global test)")
-    how = "bytes both ways" if symmetric else "bytes sent along the arrow"
-    axes.set_title(f"who sent to whom\nedge width ∝ {how} (widest {largest:,} B)")
+    rule = prediction_rule(records)
+    figure.colorbar(scale, ax=axes, label="final F1, global test"
+                    + (f" ({rule} rule)" if rule else ""))
+    axes.set_title(topology_title(edges, symmetric))
     axes.set_axis_off()
+
+
+def topology_title(edges: dict[tuple[int, int], int], symmetric: bool) -> str:
+    """What the topology picture's edges show, with the smallest and largest edge."""
+    how = "bytes both ways" if symmetric else "bytes sent along the arrow"
+    moved = [b for b in edges.values() if b > 0]
+    if not moved:
+        return "who sent to whom\nno bytes were exchanged along any edge"
+    spread = bytes_text(max(moved)) if min(moved) == max(moved) else \
+        f"{bytes_text(min(moved))} to {bytes_text(max(moved))}"
+    return f"who sent to whom\nedge width ∝ {how} ({spread} per edge)"
 
 
 def undirected_bytes(edges: dict[tuple[int, int], int]) -> dict[tuple[int, int], int]:
@@ -265,11 +342,38 @@ def _per_round(figure, records: list[NodeRecord], value, label: str, title: str)
 
 
 def _bytes_per_round(figure, records: list[NodeRecord]) -> None:
-    _per_round(figure, records, lambda r: r.bytes_sent, "bytes sent",
-               "bytes sent per node per round")
+    """Two panels: what the whole federation sent in each round, one line per message kind
+    (and the total), and the running total of each kind, stacked."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    rounds, series = bytes_by_kind(records)
+    total = [sum(values) for values in zip(*series.values())] or [0] * len(rounds)
+    running = {kind: cumulative(values) for kind, values in series.items()}
+    per_round, stacked = figure.subplots(1, 2)
+    for axes, largest in ((per_round, max(total, default=0)),
+                          (stacked, sum(v[-1] for v in running.values()) if rounds else 0)):
+        unit, size = byte_unit(largest)
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda v, _, s=size: f"{v / s:,.3g}"))
+        axes.set_ylabel(f"bytes ({unit}, 1 {unit} = {size:,} B)" if size > 1 else "bytes")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.set_xlabel("round")
+        axes.grid(alpha=0.3)
+    for kind, values in series.items():
+        per_round.plot(rounds, values, marker="o", markersize=3, label=kind)
+    if len(series) > 1:
+        per_round.plot(rounds, total, color="black", linewidth=1, linestyle="--",
+                       label="total")
+    per_round.set_title(f"sent per round, all {len(records)} nodes", fontsize="medium")
+    if series:
+        stacked.stackplot(rounds, *running.values(), labels=list(running), alpha=0.8)
+        per_round.legend(fontsize="small")
+        stacked.legend(fontsize="small", loc="upper left")
+    stacked.set_title("sent so far, by kind", fontsize="medium")
+    figure.suptitle("bytes sent by message kind (round 0: the hellos)")
 
 
 def _f1_per_round(figure, records: list[NodeRecord]) -> None:
+    rule = prediction_rule(records)
     _per_round(figure, records, lambda r: r.global_test.f1, "macro-F1 (global test)",
-               "F1 per node per round")
+               "F1 per node per round" + (f", {rule} rule" if rule else ""))
     figure.axes[0].set_ylim(0, 1)

@@ -4,6 +4,8 @@ plain lines (one per round the whole federation completes) otherwise."""
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from typing import TextIO
 
 from rich.console import Console
@@ -14,6 +16,46 @@ from rich.table import Table
 from node.record import NodeRecord, final_evaluation
 
 ENDED = ("finished", "failed", "stopped", "dead")
+
+
+def clock_text(seconds: float) -> str:
+    """A duration as m:ss, or h:mm:ss from an hour."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def seconds_left(training_seconds: float, rounds_done: float, rounds: int) -> float | None:
+    """The time the remaining rounds should take at the pace of those done so far (start-up
+    left out: `training_seconds` counts from when every node had started); None before the
+    first round ends."""
+    if rounds_done <= 0:
+        return None
+    return training_seconds / rounds_done * max(rounds - rounds_done, 0)
+
+
+class Timing:
+    """Elapsed time since the launch and, once every node started, the time left."""
+
+    def __init__(self, rounds: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rounds = rounds
+        self.clock = clock
+        self.launched = clock()
+        self.training_since: float | None = None  # when every node had recorded round 0
+
+    def text(self, rounds_done: float) -> str:
+        now = self.clock()
+        if self.training_since is None:
+            return f"{clock_text(now - self.launched)} elapsed"
+        left = seconds_left(now - self.training_since, rounds_done, self.rounds)
+        estimate = "" if left is None or rounds_done >= self.rounds else \
+            f", about {clock_text(left)} left"
+        return f"{clock_text(now - self.launched)} elapsed{estimate}"
+
+    def look(self, results: list[NodeRecord]) -> None:
+        """Note when the training started: the first look at which every node has started."""
+        if self.training_since is None and results and all(r.rounds for r in results):
+            self.training_since = self.clock()
 
 
 def node_state(record: NodeRecord) -> str:
@@ -31,14 +73,19 @@ class LiveProgress:
     """One row per node (state, a bar of rounds done, bytes so far, last F1), redrawn in
     place while the federation runs."""
 
-    def __init__(self, rounds: int, stream: TextIO) -> None:
+    def __init__(self, rounds: int, stream: TextIO,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.rounds = rounds
+        self.timing = Timing(rounds, clock)
         self.live = Live(Table(), console=Console(file=stream), auto_refresh=False,
                          transient=True)
         self.live.start()
 
     def table(self, results: list[NodeRecord]) -> Table:
-        table = Table(box=None, pad_edge=False)
+        self.timing.look(results)
+        done = sum(r.rounds_done for r in results) / len(results) if results else 0
+        table = Table(box=None, pad_edge=False, caption=self.timing.text(done),
+                      caption_justify="left")
         for column, justify in (("node", "right"), ("state", "left"), ("rounds", "left"),
                                 ("", "right"), ("bytes sent", "right"),
                                 ("bytes received", "right"), ("last F1", "right")):
@@ -62,9 +109,11 @@ class LineProgress:
     """A line when every node has started, one per round the whole federation completes,
     and one for each node that ends other than finished."""
 
-    def __init__(self, rounds: int, stream: TextIO) -> None:
+    def __init__(self, rounds: int, stream: TextIO,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.rounds = rounds
         self.stream = stream
+        self.timing = Timing(rounds, clock)
         self.federation_round = -1
         self.reported_ends: set[int] = set()
 
@@ -79,6 +128,7 @@ class LineProgress:
         working = [r for r in results if r.node not in self.reported_ends]
         if not working or any(not r.rounds for r in working):
             return out
+        self.timing.look(working)
         done = min(r.rounds_done for r in working)
         # Every round completed since the last look gets its line, even when the nodes
         # finished several between two looks.
@@ -96,7 +146,7 @@ class LineProgress:
         sent = sum(rr.bytes_sent for r in results for rr in r.rounds if rr.round <= k)
         what = "every node started (round 0)" if k == 0 else f"round {k}/{self.rounds}"
         nodes = f"{len(working)} node" + ("s" if len(working) != 1 else "")
-        return f"{what}: {nodes}, mean F1 {mean}, {sent:,} bytes sent"
+        return f"{what}: {nodes}, mean F1 {mean}, {sent:,} bytes sent, {self.timing.text(k)}"
 
     def show(self, results: list[NodeRecord]) -> None:
         for line in self.lines(results):

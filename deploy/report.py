@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,43 +86,100 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def format_table(summary: dict[str, Any]) -> str:
-    """A fixed-width table: one row per node, then the totals."""
-    rule = next((r["rule"] for r in summary["nodes"] if r.get("rule")), None)
-    others = sorted({o for r in summary["nodes"] for o in r.get("global_f1_by_rule", {})}
-                    - {rule})
-    named = f" ({rule})" if rule else ""
-    header = ("node", "out/in", "bytes sent", "bytes received", f"F1 global{named}",
-              f"acc global{named}", f"F1 local{named}",
-              *(f"F1 global ({o})" for o in others), "status")
-    rows = [(str(r["node"]), f"{len(r['out_neighbours'])}/{len(r['in_neighbours'])}",
-             f"{r['bytes_sent']:,}", f"{r['bytes_received']:,}", _fmt(r["global_f1"]),
-             _fmt(r["global_accuracy"]), _fmt(r["local_f1"]),
-             *(_fmt(r.get("global_f1_by_rule", {}).get(o)) for o in others), r["status"])
-            for r in summary["nodes"]]
+@dataclass(frozen=True, eq=False)
+class Column:
+    """One table column: its header, a cell per node row and the total row's cell, and
+    its rank (the lowest ranked are left out first when the table must be narrower)."""
+
+    header: str
+    cells: list[str]
+    total: str
+    rank: int
+
+    def width(self) -> int:
+        return max(len(self.header), len(self.total), *map(len, self.cells))
+
+
+# Left out first when the terminal is narrow: wire bytes, the other rules, accuracy, degree.
+RANK_WIRE, RANK_OTHER_RULE, RANK_ACCURACY, RANK_DEGREE, RANK_LOCAL, RANK_KEEP = range(6)
+
+
+def table_columns(summary: dict[str, Any]) -> list[Column]:
+    """Every column of the end table, in display order."""
+    nodes = summary["nodes"]
+    rule = next((r["rule"] for r in nodes if r.get("rule")), None)
+    others = sorted({o for r in nodes for o in r.get("global_f1_by_rule", {})} - {rule})
+    finished = [r for r in nodes if r["global_f1"] is not None and r["status"] == "finished"]
     totals = summary["totals"]
-    finished = [r for r in summary["nodes"]
-                if r["global_f1"] is not None and r["status"] == "finished"]
-    rows.append(("total", "", f"{totals['bytes_sent']:,}", f"{totals['bytes_received']:,}",
-                 _fmt(summary["mean_global_f1"]), _fmt(summary["mean_global_accuracy"]),
-                 "(mean of finished)",
-                 *(_fmt(_mean([r["global_f1_by_rule"][o] for r in finished
-                               if o in r.get("global_f1_by_rule", {})])) for o in others),
-                 ""))
-    if any(r.get("interface_bytes") for r in summary["nodes"]):
-        # Containers: the bytes their network interface moved, beside the application's.
-        header = (*header[:4], "iface sent", "iface received", *header[4:])
-        wire = [r.get("interface_bytes") or {} for r in summary["nodes"]]
-        cells = [(f"{w['tx_bytes']:,}", f"{w['rx_bytes']:,}") if w else ("-", "-") for w in wire]
-        cells.append((f"{sum(w.get('tx_bytes', 0) for w in wire):,}",
-                      f"{sum(w.get('rx_bytes', 0) for w in wire):,}"))
-        rows = [(*row[:4], *cell, *row[4:]) for row, cell in zip(rows, cells)]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    last = len(header) - 1
+    columns = [
+        Column("node", [str(r["node"]) for r in nodes], "total", RANK_KEEP),
+        Column("out/in", [f"{len(r['out_neighbours'])}/{len(r['in_neighbours'])}"
+                          for r in nodes], "", RANK_DEGREE),
+        Column("bytes sent", [f"{r['bytes_sent']:,}" for r in nodes],
+               f"{totals['bytes_sent']:,}", RANK_KEEP),
+        Column("bytes received", [f"{r['bytes_received']:,}" for r in nodes],
+               f"{totals['bytes_received']:,}", RANK_KEEP)]
+    wire = [r.get("interface_bytes") or {} for r in nodes]
+    if any(wire):  # containers: what their network interface moved, beside the application
+        for key, header in (("tx_bytes", "iface sent"), ("rx_bytes", "iface received")):
+            columns.append(Column(header, [f"{w[key]:,}" if w else "-" for w in wire],
+                                  f"{sum(w.get(key, 0) for w in wire):,}", RANK_WIRE))
+    columns += [
+        Column("F1 global", [_fmt(r["global_f1"]) for r in nodes],
+               _fmt(summary["mean_global_f1"]), RANK_KEEP),
+        Column("acc global", [_fmt(r["global_accuracy"]) for r in nodes],
+               _fmt(summary["mean_global_accuracy"]), RANK_ACCURACY),
+        Column("F1 local", [_fmt(r["local_f1"]) for r in nodes], "", RANK_LOCAL)]
+    for other in others:
+        columns.append(Column(
+            f"F1 global ({other})",
+            [_fmt(r.get("global_f1_by_rule", {}).get(other)) for r in nodes],
+            _fmt(_mean([r["global_f1_by_rule"][other] for r in finished
+                        if other in r.get("global_f1_by_rule", {})])), RANK_OTHER_RULE))
+    columns.append(Column("status", [r["status"] for r in nodes], "", RANK_KEEP))
+    return columns
 
-    def line(row: tuple[str, ...]) -> str:
-        return "  ".join(cell.rjust(w) if 0 < i < last else cell.ljust(w)
-                         for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
 
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), rule, *map(line, rows[:-1]), rule, line(rows[-1])])
+def fitting(columns: list[Column], width: int | None) -> list[Column]:
+    """The columns that fit in `width` characters, lowest ranks left out first (the
+    rightmost of equal rank first); all of them when `width` is None."""
+    kept = list(columns)
+    order = sorted(range(len(columns)), key=lambda i: (columns[i].rank, -i))
+    for column in (columns[i] for i in order):
+        if width is None or _line_width(kept) <= width or column.rank == RANK_KEEP:
+            break
+        kept.remove(column)
+    return kept
+
+
+def _line_width(columns: list[Column]) -> int:
+    return sum(c.width() for c in columns) + 2 * (len(columns) - 1)
+
+
+def format_table(summary: dict[str, Any], width: int | None = None) -> str:
+    """A fixed-width table: one row per node, then the totals, then what the figures mean.
+    With `width`, columns are left out until every line fits (and the footnote says so)."""
+    columns = table_columns(summary)
+    kept = fitting(columns, width)
+    last = len(kept) - 1
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(cell.rjust(c.width()) if 0 < i < last else cell.ljust(c.width())
+                         for i, (cell, c) in enumerate(zip(cells, kept))).rstrip()
+
+    rule = next((r["rule"] for r in summary["nodes"] if r.get("rule")), None)
+    separator = "  ".join("-" * c.width() for c in kept)
+    rows = [line([c.cells[i] for c in kept]) for i in range(len(summary["nodes"]))]
+    notes = ["F1 and accuracy: the global test set" + (f", {rule} rule" if rule else "")
+             + "; in the total row, the mean over the finished nodes."]
+    left_out = [c.header for c in columns if c not in kept]
+    if left_out:
+        notes.append(f"Not shown at this width: {', '.join(left_out)} (--wide shows every "
+                     "column).")
+    return "\n".join([line([c.header for c in kept]), separator, *rows, separator,
+                      line([c.total for c in kept]), *_wrapped(notes, width)])
+
+
+def _wrapped(notes: list[str], width: int | None) -> list[str]:
+    return [part for note in notes
+            for part in (textwrap.wrap(note, width) if width else [note])]

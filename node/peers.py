@@ -317,6 +317,7 @@ class Peers:
         """
         for peer in self.out_neighbours:
             self._send(peer, self.rounds, "bye", encode_message(self.node_id, self.rounds, "bye"))
+        self.transport.farewell()
         deadline = time.monotonic() + timeout
         lost_since = None
         while missing := set(self.in_neighbours) - self.bye_from:

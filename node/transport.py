@@ -47,6 +47,9 @@ class Transport(Protocol):
     def unreachable(self) -> set[int]:
         """Out-neighbours whose connection is known to be down (their process is gone)."""
 
+    def farewell(self) -> None:
+        """This node said goodbye: neighbours closing their connections are now expected."""
+
     def close(self, linger: float) -> None:
         """Deliver what is queued for up to `linger` seconds, then release everything."""
 
@@ -78,6 +81,7 @@ class ZmqTransport:
         self._routes: dict[int, bytes] = {}  # peer -> routing id of its connection to us
         self._monitors: dict[zmq.Socket, int] = {}  # DEALER monitor socket -> its peer
         self._down: set[int] = set()
+        self._leaving = False  # set by farewell(): disconnects from now on are expected
 
     def callback(self, domain: str, key: bytes) -> bool:
         """ZAP hook (pyzmq's credentials provider): admit only in-neighbours' keys."""
@@ -202,12 +206,18 @@ class ZmqTransport:
     def unreachable(self) -> set[int]:
         return set(self._down)
 
+    def farewell(self) -> None:
+        self._leaving = True
+
     def _connection_event(self, monitor: zmq.Socket) -> None:
         peer = self._monitors[monitor]
         event = recv_monitor_message(monitor, flags=zmq.NOBLOCK)["event"]
         if event == zmq.EVENT_DISCONNECTED and peer not in self._down:
             self._down.add(peer)
-            log.warning("node %d: connection to peer %d lost", self.node_id, peer)
+            # after our goodbye a neighbour leaves once it has heard from everyone: expected
+            log.log(logging.INFO if self._leaving else logging.WARNING,
+                    "node %d: connection to peer %d %s", self.node_id, peer,
+                    "closed after the goodbyes" if self._leaving else "lost")
         elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED and peer in self._down:
             self._down.discard(peer)
             log.info("node %d: peer %d reachable again", self.node_id, peer)
@@ -319,6 +329,9 @@ class MemoryTransport:
 
     def unreachable(self) -> set[int]:
         return self.out_neighbours & self.hub.gone
+
+    def farewell(self) -> None:
+        return None
 
     def close(self, linger: float) -> None:
         return None

@@ -12,6 +12,8 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
+import sysconfig
 import time
 import warnings
 from pathlib import Path
@@ -71,11 +73,69 @@ def protofed(*args, timeout=600, env=None):
     return helpers.protofed(*args, timeout=timeout, env=env)
 
 
-def run_federation(tmp_path, data_dir, name, **settings):
-    """`protofed up` on Docker to the end: (completed process, node results)."""
-    done, _, nodes = helpers.run_federation(tmp_path, data_dir, name, timeout=600,
-                                            **{**DOCKER, **settings})
-    return done, nodes
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """protofed as a user gets it with `pip install`: a wheel built from this repository,
+    installed in a fresh venv outside the checkout (its dependencies are the test venv's,
+    added as a path so nothing is downloaded). Returns a function running that `protofed`
+    from a folder outside the checkout."""
+    home = tmp_path_factory.mktemp("installed")
+    source, wheels, venv = home / "source", home / "wheels", home / "venv"
+    # built from a copy, so no build/ folder of an earlier build can add stale files
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in image.SOURCE_DIRS:
+        shutil.copytree(helpers.REPO / name, source / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(helpers.REPO / name, source / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run(pip + ["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir",
+                          str(wheels), str(source)], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(pip + ["--python", str(python), "install", "--no-deps",
+                          *map(str, wheels.glob("protofed-*.whl"))], check=True,
+                   capture_output=True)
+    shutil.rmtree(source)
+    purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = subprocess.run([str(python), "-c", purelib], check=True, capture_output=True,
+                          text=True)
+    (Path(site.stdout.strip()) / "test-dependencies.pth").write_text(
+        sysconfig.get_path("purelib") + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def run(*args, timeout=600):
+        return subprocess.run([str(venv / "bin" / "protofed"), *map(str, args)], cwd=home,
+                              env=env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    run.python = python
+    run.cwd, run.env = home, env
+    return run
+
+
+def test_the_installed_wheel_runs_from_its_own_copy_and_builds_the_same_image(installed,
+                                                                             node_image):
+    """Nothing comes from the checkout: the packages, the Dockerfile and the base-image
+    script are the wheel's, and the image they describe is the checkout's."""
+    probe = ("import deploy, node; from deploy import image; "
+             "print(deploy.__file__); print(node.__file__); "
+             "print((image.DEPLOY_DIR / 'Dockerfile').is_file(), "
+             "(image.DEPLOY_DIR / 'make-base-image.sh').is_file()); "
+             "print(image.image_tag(base_image=image.LOCAL_BASE_IMAGE))")
+    done = subprocess.run([str(installed.python), "-c", probe], cwd=installed.cwd,
+                          env=installed.env, capture_output=True, text=True, check=True)
+    deploy_file, node_file, packaged, tag = done.stdout.splitlines()
+    venv = str(installed.python.parent.parent)
+    assert deploy_file.startswith(venv) and node_file.startswith(venv)
+    assert packaged == "True True"
+    assert tag == image.image_tag(base_image=image.LOCAL_BASE_IMAGE)
+
+
+def run_federation(tmp_path, data_dir, name, installed, **settings):
+    """`protofed up` of the installed wheel on Docker to the end: (completed process,
+    node results)."""
+    config = write_config(tmp_path, data_dir, name, **settings)
+    done = installed("up", "-c", config, "--run-id", name)
+    return done, helpers.read_results(tmp_path / "results" / name)[1]
 
 
 def leftovers(client, run_id):
@@ -90,11 +150,11 @@ def workdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def three_fc(client, node_image, workdir, data_dir):
-    return run_federation(workdir, data_dir, "dk-three-fc")
+def three_fc(client, node_image, workdir, data_dir, installed):
+    return run_federation(workdir, data_dir, "dk-three-fc", installed)
 
 
-def test_containers_finish_and_application_bytes_match(three_fc, client):
+def test_containers_finish_and_application_bytes_match(three_fc, client, workdir):
     done, nodes = three_fc
     assert done.returncode == 0, done.stderr
     assert [n["status"] for n in nodes] == ["finished"] * 3
@@ -104,6 +164,10 @@ def test_containers_finish_and_application_bytes_match(three_fc, client):
             assert by_id[int(peer)]["bytes_received_by_peer"][str(sender["node"])] == kinds
     assert "iface sent" in done.stdout
     assert not leftovers(client, "dk-three-fc")
+    run = json.loads((workdir / "results" / "dk-three-fc" / "run.json").read_text())
+    assert (run["backend"], run["status"]) == ("docker", "finished")
+    assert run["containers"] == {str(i): f"dk-three-fc-node-{i}" for i in range(3)}
+    assert run["exit_codes"] == {"0": 0, "1": 0, "2": 0}
 
 
 def test_a_node_container_is_unprivileged(client, node_image):
@@ -167,6 +231,8 @@ def test_down_stops_the_nodes_gracefully_keeps_their_logs_and_up_reports_them_st
     assert not leftovers(client, name)
     assert "404" not in err and "cannot read the log" not in err, err
     assert f"run {name}: 3 of 3 nodes were stopped from outside (`protofed down`" in err
+    assert "did not finish" not in err and "ERROR" not in err, err  # no block per node
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [n["status"] for n in summary["nodes"]] == ["stopped"] * 3, out
     assert out.count(" stopped") >= 3  # the table says so too
@@ -189,6 +255,8 @@ def test_ctrl_c_stops_every_container_at_once_and_prints_the_table(client, node_
     # in parallel: one grace period at most, not one per container (5 s each before)
     assert took < 12, (took, err)
     assert "bytes sent" in out and out.count(" stopped") >= 3, out
+    assert "per-round CSV:" in err and "results:" in err, err
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
     assert not leftovers(client, name)
     assert all("stopped by signal" in (run_dir / "logs" / f"node-{i}.log").read_text()
                for i in range(3))
@@ -247,9 +315,11 @@ def test_a_node_count_the_machine_cannot_hold_is_refused(client, workdir, data_d
 
 
 def test_compose_file_runs_under_docker_compose_and_protofed_down_cleans_up(
-        client, node_image, workdir, data_dir):
+        client, node_image, workdir, data_dir, installed):
+    """Everything with the protofed of the installed wheel: the file, then status, logs
+    (Compose names containers its own way), down and report."""
     name = "dk-compose"
-    done = protofed("compose", "-c", write_config(workdir, data_dir, name), "--run-id", name,
+    done = installed("compose", "-c", write_config(workdir, data_dir, name), "--run-id", name,
                     "--image", node_image)
     assert done.returncode == 0, done.stderr
     compose = Path(done.stdout.strip())
@@ -265,9 +335,12 @@ def test_compose_file_runs_under_docker_compose_and_protofed_down_cleans_up(
                             capture_output=True, text=True, timeout=600, check=False)
         assert up.returncode == 0, up.stderr[-2000:]
         assert "WARNING" not in up.stderr and "endpoint_mode" not in up.stderr, up.stderr
-        status = protofed("status").stdout
+        status = installed("status").stdout
         assert f"{name}  docker  ended, every container exited" in status, status
-        down = protofed("down", name)
+        for node in range(3):
+            logs = installed("logs", name, node, "--follow")  # ends: the container has
+            assert logs.returncode == 0 and "round 2/2 done" in logs.stdout, logs.stderr
+        down = installed("down", name)
         assert down.returncode == 0, down.stderr
         assert not leftovers(client, name)  # containers and the network
     finally:
@@ -276,9 +349,10 @@ def test_compose_file_runs_under_docker_compose_and_protofed_down_cleans_up(
     run_dir = compose.parent
     nodes = [json.loads((run_dir / f"node-{i}.json").read_text()) for i in range(3)]
     assert [n["status"] for n in nodes] == ["finished"] * 3
-    assert all("round 2/2 done" in (run_dir / "logs" / f"node-{i}.log").read_text()
-               for i in range(3))
-    report = protofed("report", run_dir)
+    for i in range(3):
+        log = (run_dir / "logs" / f"node-{i}.log").read_text()
+        assert "round 2/2 done" in log and "WARNING" not in log, log
+    report = installed("report", run_dir)
     assert report.returncode == 0 and "total" in report.stdout
 
 

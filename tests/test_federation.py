@@ -126,8 +126,10 @@ def test_status_then_down_stops_a_running_federation(workdir, data_dir):
         down = protofed("down", "to-stop", "--results-dir", results)
         assert down.returncode == 0, down.stderr
         assert "stopped to-stop" in down.stdout
-        process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=60)
         assert process.returncode != 0
+        assert "3 of 3 nodes were stopped from outside" in stderr, stderr
+        assert "did not finish" not in stderr, stderr  # no log tail for a node asked to stop
         assert not any(alive(pid) for pid in pids)
         assert "no running federations" in protofed("status", "--results-dir", results).stdout
 
@@ -141,6 +143,7 @@ def test_ctrl_c_stops_every_child(workdir, data_dir):
             pytest.fail(f"protofed up ignored SIGINT for 60 s: {(exc.stderr or b'')[-1500:]!r}")
         assert process.returncode == 130, stderr[-1500:]
         assert "stopping every node" in stderr
+        assert "per-round CSV:" in stderr and "results:" in stderr, stderr[-1500:]
         assert not any(alive(pid) for pid in pids)
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["failed_nodes"] == [0, 1, 2]

@@ -66,3 +66,51 @@ def test_asking_for_the_local_base_never_pulls(monkeypatch, present):
     images = Images(present)
     assert image.resolve_base_image(Client(images), image.LOCAL_BASE_IMAGE) == image.LOCAL_BASE_IMAGE
     assert images.pulls == []
+
+
+def test_runtime_requirements_leave_out_extras_and_pin_the_cpu_torch():
+    declared = ["torch>=2.2,<=2.13.0", "pyzmq>=25", 'pytest>=7; extra == "test"',
+                "numpy>=1.24; python_version >= '3.11'"]
+    assert image.runtime_requirements(declared) == [
+        image.TORCH_SPEC, "pyzmq>=25", "numpy>=1.24; python_version >= '3.11'"]
+
+
+def test_the_installed_requirements_are_the_declared_ones():
+    """What the image installs is what pip recorded for protofed, extras left out."""
+    required = image.project_requirements()
+    assert required[0] == image.TORCH_SPEC
+    assert any(r.startswith("pyzmq") for r in required)
+    assert not any("pytest" in r or "matplotlib" in r for r in required)
+
+
+def test_the_build_context_holds_the_packages_of_an_installed_copy(tmp_path, monkeypatch):
+    """No checkout needed: the packages are copied from wherever they are installed
+    (here a site-packages-like folder with no pyproject.toml beside it)."""
+    installed = tmp_path / "site-packages"
+    for name in image.SOURCE_DIRS:
+        (installed / name / "sub").mkdir(parents=True)
+        (installed / name / "__init__.py").write_text(f"# {name}\n")
+        (installed / name / "sub" / "part.py").write_text("x = 1\n")
+        (installed / name / "__pycache__").mkdir()
+        (installed / name / "__pycache__" / "stale.py").write_text("")
+    downloads = []
+    monkeypatch.setattr(image, "_run", lambda command, what: downloads.append(what))
+    context = image.prepare_context(tmp_path / "build", installed)
+    copied = sorted(str(p.relative_to(context / "app")) for p in (context / "app").rglob("*.py"))
+    assert copied == sorted(f"{n}/{f}" for n in image.SOURCE_DIRS
+                            for f in ("__init__.py", "sub/part.py"))
+    assert (context / "Dockerfile").read_text().startswith("# One federation node.")
+    requirements = (context / "deps" / "requirements.txt").read_text().split()
+    assert requirements[0] == image.TORCH_SPEC
+    assert downloads == ["download the dependency wheels"]
+
+
+def test_the_tag_changes_with_the_code_and_the_base(tmp_path):
+    root = tmp_path / "pkg"
+    (root / "node").mkdir(parents=True)
+    (root / "node" / "a.py").write_text("x = 1\n")
+    first = image.content_hash(root, "base:1", ["torch"])
+    assert image.content_hash(root, "base:2", ["torch"]) != first
+    assert image.content_hash(root, "base:1", ["torch", "pyzmq"]) != first
+    (root / "node" / "a.py").write_text("x = 2\n")
+    assert image.content_hash(root, "base:1", ["torch"]) != first

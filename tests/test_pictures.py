@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from deploy import pictures
-from deploy.progress import LineProgress, progress_for
+from deploy.progress import LineProgress, LiveProgress, clock_text, progress_for, seconds_left
 from node.record import Evaluation, NodeRecord, RoundRecord
 
 
@@ -158,8 +158,19 @@ def _states(*nodes):
             for i, (status, f1s) in enumerate(nodes)]
 
 
+class Clock:
+    """A clock that moves 10 s at every reading."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        self.now += 10.0
+        return self.now
+
+
 def test_plain_progress_is_one_line_per_federation_round_and_per_failure():
-    progress = LineProgress(rounds=2, stream=io.StringIO())
+    progress = LineProgress(rounds=2, stream=io.StringIO(), clock=Clock())
     seen = [progress.lines(_states(("missing", []), ("starting", []))),
             progress.lines(_states(("running", [0.1]), ("starting", []))),
             progress.lines(_states(("running", [0.1]), ("running", [0.12]))),
@@ -167,22 +178,118 @@ def test_plain_progress_is_one_line_per_federation_round_and_per_failure():
             progress.lines(_states(("running", [0.1, 0.5]), ("running", [0.12]))),
             progress.lines(_states(("running", [0.1, 0.5]), ("failed", [0.12]))),
             progress.lines(_states(("finished", [0.1, 0.5, 0.9]), ("failed", [0.12])))]
+    # launched at 10 s, every node started at 20 s (read again for round 0's line: 30 s);
+    # round 1 read at 40 s: 20 s for one round, so about 20 s left for the second
     assert seen == [
         [], [],
-        ["every node started (round 0): 2 nodes, mean F1 0.1100, 0 bytes sent"],
+        ["every node started (round 0): 2 nodes, mean F1 0.1100, 0 bytes sent, 0:20 elapsed"],
         [], [],
-        ["node 1 failed after 0/2 rounds", "round 1/2: 1 node, mean F1 0.5000, 1,000 bytes sent"],
-        ["round 2/2: 1 node, mean F1 0.9000, 2,000 bytes sent"],
+        ["node 1 failed after 0/2 rounds",
+         "round 1/2: 1 node, mean F1 0.5000, 1,000 bytes sent, 0:30 elapsed, about 0:20 left"],
+        ["round 2/2: 1 node, mean F1 0.9000, 2,000 bytes sent, 0:40 elapsed"],
     ]
 
 
 def test_plain_progress_says_every_round_even_when_several_ended_between_two_looks():
-    progress = LineProgress(rounds=2, stream=io.StringIO())
-    assert progress.lines(_states(("finished", [0.1, 0.5, 0.9]), ("running", [0.2, 0.6, 0.8]))) \
-        == ["every node started (round 0): 2 nodes, mean F1 0.1500, 0 bytes sent",
-            "round 1/2: 2 nodes, mean F1 0.5500, 2,000 bytes sent",
-            "round 2/2: 2 nodes, mean F1 0.8500, 4,000 bytes sent"]
+    progress = LineProgress(rounds=2, stream=io.StringIO(), clock=Clock())
+    lines = progress.lines(_states(("finished", [0.1, 0.5, 0.9]), ("running", [0.2, 0.6, 0.8])))
+    assert [line.split(", ")[:3] for line in lines] == [
+        ["every node started (round 0): 2 nodes", "mean F1 0.1500", "0 bytes sent"],
+        ["round 1/2: 2 nodes", "mean F1 0.5500", "2,000 bytes sent"],
+        ["round 2/2: 2 nodes", "mean F1 0.8500", "4,000 bytes sent"]]
+
+
+def test_the_time_left_is_the_pace_of_the_rounds_done_times_the_rounds_to_go():
+    assert seconds_left(30.0, 3, 10) == 70.0
+    assert seconds_left(30.0, 0, 10) is None  # no round done: no pace yet
+    assert seconds_left(30.0, 10, 10) == 0.0
+    assert [clock_text(s) for s in (0, 59.6, 61, 3600, 3725)] == [
+        "0:00", "1:00", "1:01", "1:00:00", "1:02:05"]
+
+
+def test_the_live_table_says_elapsed_and_time_left():
+    progress = LiveProgress(rounds=4, stream=io.StringIO(), clock=Clock())
+    try:
+        progress.table(_states(("running", [0.1]), ("running", [0.1])))  # started at 20 s
+        table = progress.table(_states(("running", [0.1, 0.5]), ("running", [0.1, 0.4])))
+    finally:
+        progress.finish()
+    # launched at 10 s, training since 20 s; read at 40 s: one round in 20 s, three to go
+    assert table.caption == "0:30 elapsed, about 1:00 left"
 
 
 def test_a_pipe_gets_plain_lines():
     assert isinstance(progress_for(3, io.StringIO()), LineProgress)
+
+
+def test_byte_counts_read_in_decimal_units_with_separators():
+    assert pictures.byte_unit(999) == ("B", 1)
+    assert pictures.byte_unit(12_841_440) == ("MB", 10**6)
+    assert [pictures.bytes_text(n) for n in (512, 12_800, 3_410_000, 1_204_000_000_000)] == [
+        "512 B", "12.8 KB", "3.41 MB", "1,204 GB"]
+
+
+def test_bytes_by_kind_sum_every_node_per_round_and_add_up():
+    rounds, series = pictures.bytes_by_kind(two_nodes())
+    assert rounds == [0, 1]
+    assert series == {"model": [0, 200], "prototypes": [0, 10]}
+    assert pictures.cumulative([0, 200, 50]) == [0, 200, 250]
+
+
+def test_the_bytes_picture_has_a_series_per_kind_in_a_named_unit():
+    """Per round and cumulative, one series per message kind; the axis says the unit."""
+    from matplotlib.figure import Figure
+
+    records = two_nodes()
+    records[0].rounds[1] = _round(1, 0.8, sent={"1": {"model": 2_500_000, "control": 40},
+                                                 "2": {"prototypes": 9_000}})
+    figure = Figure()
+    pictures._bytes_per_round(figure, records)
+    per_round, stacked = figure.axes
+    lines = {line.get_label(): list(line.get_ydata()) for line in per_round.get_lines()}
+    assert lines == {"control": [0, 40], "model": [0, 2_500_000], "prototypes": [0, 9_000],
+                     "total": [0, 2_509_040]}
+    assert per_round.get_ylabel() == "bytes (MB, 1 MB = 1,000,000 B)"
+    assert per_round.yaxis.get_major_formatter()(2_500_000, 0) == "2.5"
+    assert [t.get_text() for t in stacked.get_legend().get_texts()] == [
+        "control", "model", "prototypes"]
+    assert stacked.get_ylabel().startswith("bytes (MB")
+
+
+def test_the_f1_picture_and_the_colour_bar_name_the_prediction_rule():
+    from matplotlib.figure import Figure
+
+    records = two_nodes()
+    for node in records:
+        node.rounds[-1].global_test.rule = "prototype"
+    figure = Figure()
+    pictures._f1_per_round(figure, records)
+    assert figure.axes[0].get_title() == "F1 per node per round, prototype rule"
+    topology = Figure()
+    pictures._topology(topology, records)
+    assert "prototype rule" in topology.axes[-1].get_ylabel()  # the colour bar
+
+
+def test_node_labels_are_white_on_dark_nodes_and_black_on_light_ones():
+    import matplotlib
+
+    viridis = matplotlib.colormaps["viridis"]
+    assert pictures.label_colour(viridis(0.0)) == "white"  # dark purple: F1 near 0
+    assert pictures.label_colour(viridis(1.0)) == "black"  # yellow: F1 near 1
+    assert pictures.label_colour("lightgrey") == "black"
+
+
+def test_the_topology_title_after_an_early_stop_says_nothing_moved():
+    assert pictures.topology_title({(0, 1): 0, (1, 0): 0}, symmetric=False).endswith(
+        "no bytes were exchanged along any edge")
+    assert pictures.topology_title({(0, 1): 12_800, (0, 2): 3_410_000}, True).endswith(
+        "(12.8 KB to 3.41 MB per edge)")
+
+
+def test_few_edges_get_their_bytes_written_on_them():
+    from matplotlib.figure import Figure
+
+    figure = Figure()
+    pictures._topology(figure, two_nodes())
+    texts = {t.get_text() for t in figure.axes[0].texts}
+    assert {"110 B", "100 B", "10 B"} <= texts

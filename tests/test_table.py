@@ -26,8 +26,9 @@ def test_the_table_names_the_rule_it_prints_and_shows_the_other_beside_it(tmp_pa
     assert summary["mean_global_f1"] == 0.8
     table = format_table(summary)
     header = table.splitlines()[0]
-    assert "F1 global (argmax)" in header and "F1 global (prototype)" in header
-    total = table.splitlines()[-1].split()
+    assert "F1 global" in header and "F1 global (prototype)" in header
+    assert "argmax rule" in table  # the rule of the unnamed columns, in the footnote
+    total = next(line for line in table.splitlines() if line.startswith("total")).split()
     assert total[:5] == ["total", "2,001", "2,001", "0.8000", "0.8000"]
     assert "0.7000" in total  # the prototype rule's mean, beside the argmax one
 
@@ -36,7 +37,7 @@ def test_a_single_rule_run_has_no_extra_column(tmp_path):
     write_node(tmp_path, 0, 0.9)
     write_node(tmp_path, 1, 0.7)
     table = format_table(summarize(tmp_path, "run", 2))
-    assert "prototype" not in table and "F1 global (argmax)" in table
+    assert "prototype" not in table and "F1 global" in table and "argmax rule" in table
 
 
 def test_a_missing_node_is_shown_as_missing(tmp_path):
@@ -71,3 +72,51 @@ def test_version_is_printed(capsys):
         build_parser().parse_args(["--version"])
     assert caught.value.code == 0
     assert capsys.readouterr().out.startswith("protofed ")
+
+
+def wide_summary(tmp_path, nodes=20):
+    """A Docker run of 20 nodes with two rules and bytes in the hundreds of millions."""
+    for node in range(nodes):
+        write_node(tmp_path, node, 0.9, 0.8)
+        path = tmp_path / f"node-{node}.json"
+        record = json.loads(path.read_text())
+        record.update(bytes_sent=412_345_678, bytes_received=398_765_432,
+                      in_neighbours=list(range(19)), out_neighbours=list(range(19)),
+                      interface_bytes={"tx_bytes": 420_000_000, "rx_bytes": 410_000_000})
+        path.write_text(json.dumps(record))
+    return summarize(tmp_path, "run", nodes)
+
+
+def test_at_80_columns_no_line_is_wider_and_the_left_out_columns_are_named(tmp_path):
+    table = format_table(wide_summary(tmp_path), width=80)
+    assert max(map(len, table.splitlines())) <= 80, table
+    header = table.splitlines()[0].split("  ")
+    kept = [h.strip() for h in header if h.strip()]
+    assert kept[0] == "node" and kept[-1] == "status"
+    assert {"bytes sent", "bytes received", "F1 global"} <= set(kept)
+    assert "iface sent" not in kept and "F1 global (prototype)" not in kept
+    notes = " ".join(table.splitlines()[-4:])
+    assert "iface sent" in notes and "F1 global (prototype)" in notes and "--wide" in notes
+
+
+def test_without_a_width_every_column_is_there(tmp_path):
+    table = format_table(wide_summary(tmp_path))
+    header = table.splitlines()[0]
+    for name in ("out/in", "iface sent", "iface received", "acc global", "F1 local",
+                 "F1 global (prototype)"):
+        assert name in header
+    assert "Not shown" not in table and max(map(len, table.splitlines())) > 80
+
+
+def test_report_fits_the_terminal_it_is_given_and_wide_shows_everything(tmp_path,
+                                                                         monkeypatch, capsys):
+    from deploy import cli
+
+    wide_summary(tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(cli, "write_run_files", lambda run_dir, records: None)
+    monkeypatch.setattr(cli, "_say_files", lambda files: None)
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert max(map(len, capsys.readouterr().out.splitlines())) <= 80
+    assert cli.main(["report", str(tmp_path), "--wide"]) == 0
+    assert "iface received" in capsys.readouterr().out

@@ -21,13 +21,19 @@ def until(condition, transport, seconds=5.0):
     return condition()
 
 
-def test_a_peer_whose_process_goes_away_is_unreachable_until_it_is_back():
+def connected():
+    """(node 0, its out-neighbour node 1, node 1's address), with a message through."""
     address = free_address()
     sender = ZmqTransport(0, free_address(), {1: address}, 1 << 20).open()
     peer = ZmqTransport(1, address, {}, 1 << 20).open()
+    assert sender.send(1, [b"hello"])
+    assert until(lambda: peer.receive(0.05) is not None, sender)
+    return sender, peer, address
+
+
+def test_a_peer_whose_process_goes_away_is_unreachable_until_it_is_back():
+    sender, peer, address = connected()
     try:
-        assert sender.send(1, [b"hello"])
-        assert until(lambda: peer.receive(0.05) is not None, sender)
         assert sender.unreachable() == set()
         peer.close(0)  # what the kernel does to a killed process's sockets
         assert until(lambda: sender.unreachable() == {1}, sender)
@@ -77,3 +83,23 @@ def test_received_frames_are_read_in_place_and_decode_to_what_was_sent():
     finally:
         sender.close(0)
         peer.close(0)
+
+
+@pytest.mark.parametrize("leaving", [False, True])
+def test_a_peer_closing_after_this_nodes_goodbye_is_no_warning(caplog, leaving):
+    """A lost connection is a warning while the federation runs; once this node said
+    goodbye, neighbours closing theirs is the normal end (said at info level)."""
+    sender, peer, _ = connected()
+    try:
+        if leaving:
+            sender.farewell()
+        caplog.set_level("INFO", logger="node.transport")
+        peer.close(0)
+        assert until(lambda: sender.unreachable() == {1}, sender)
+    finally:
+        sender.close(0)
+        peer.close(0)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "peer 1" in r.getMessage()]
+    expected = (("INFO", "node 0: connection to peer 1 closed after the goodbyes") if leaving
+                else ("WARNING", "node 0: connection to peer 1 lost"))
+    assert said == [expected]

@@ -1,0 +1,95 @@
+"""The command line without nodes: every argument explained, a bare `down` that never stops
+other people's runs unasked, `logs --follow` on a node that is still writing."""
+
+import argparse
+import io
+import threading
+import time
+
+import pytest
+
+from deploy import cli, local
+
+
+def every_action(parser):
+    """(command, action) for every argument of the parser and its subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from ((f"{name} {a.dest}", a) for a in sub._actions)
+        else:
+            yield "protofed", action
+
+
+def test_every_argument_has_help_text():
+    missing = [name for name, action in every_action(cli.build_parser())
+               if not (action.help or "").strip()]
+    assert missing == []
+
+
+@pytest.fixture
+def two_runs(monkeypatch):
+    """One local run and one Docker run are running; records what gets stopped."""
+    stopped = []
+    monkeypatch.setattr(local, "running_runs", lambda root: [
+        {"run_id": "mine", "alive": {"0": 1}, "start_times": {}}])
+    monkeypatch.setattr(local, "stop_pids", lambda pids, starts: stopped.append("mine"))
+    monkeypatch.setattr(cli, "_docker_client_if_running", lambda: (object(), ""))
+    monkeypatch.setattr(cli.docker, "running_runs", lambda client: {"theirs": [("0", "up")]})
+    monkeypatch.setattr(cli.docker, "down_run",
+                        lambda client, run_id: stopped.append(run_id) or (1, 1))
+    return stopped
+
+
+class Stdin(io.StringIO):
+    def __init__(self, text, terminal):
+        super().__init__(text)
+        self.terminal = terminal
+
+    def isatty(self):
+        return self.terminal
+
+
+def test_a_bare_down_in_a_script_stops_nothing_and_says_how(two_runs, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", Stdin("", terminal=False))
+    assert cli.main(["down"]) == 2
+    assert two_runs == []
+    err = capsys.readouterr().err
+    assert "would stop every running federation (mine, theirs)" in err and "--all" in err
+
+
+@pytest.mark.parametrize(("answer", "code", "stopped"), [
+    ("y\n", 0, ["mine", "theirs"]), ("\n", 2, []), ("no\n", 2, []), ("", 2, [])])
+def test_a_bare_down_on_a_terminal_asks_first(two_runs, monkeypatch, capsys, answer, code,
+                                              stopped):
+    monkeypatch.setattr("sys.stdin", Stdin(answer, terminal=True))
+    assert cli.main(["down"]) == code
+    assert two_runs == stopped
+    assert "stop every running federation (mine, theirs)? [y/N]" in capsys.readouterr().out
+
+
+def test_down_all_and_down_of_one_run_do_not_ask(two_runs, monkeypatch):
+    monkeypatch.setattr("sys.stdin", Stdin("", terminal=False))
+    assert cli.main(["down", "theirs"]) == 0
+    assert two_runs == ["theirs"]
+    two_runs.clear()
+    assert cli.main(["down", "--all"]) == 0
+    assert two_runs == ["mine", "theirs"]
+
+
+def test_follow_prints_the_tail_then_what_is_written_until_the_node_ends(tmp_path):
+    log = tmp_path / "node-0.log"
+    log.write_text("".join(f"line {i}\n" for i in range(5)))
+    writing = threading.Event()
+
+    def node():
+        for i in range(5, 8):
+            time.sleep(0.05)
+            with open(log, "a") as handle:
+                handle.write(f"line {i}\n")
+        writing.set()  # the node ends right after its last line
+
+    out = io.StringIO()
+    threading.Thread(target=node).start()
+    local.follow_file(log, 2, lambda: not writing.is_set(), out, poll=0.01)
+    assert out.getvalue() == "".join(f"line {i}\n" for i in (3, 4, 5, 6, 7))
