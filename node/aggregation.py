@@ -25,10 +25,18 @@ def coordinate_median(stacked: torch.Tensor) -> torch.Tensor:
     return (ordered[k // 2 - 1] + ordered[k // 2]) / 2
 
 
+def trim_count(k: int, trim_fraction: float) -> int:
+    """How many of k values a trimmed mean drops from each end: floor(trim * k), and at
+    least one from k = 3 on when trimming is asked for (a node on a ring has itself and two
+    in-neighbours, where floor(0.2 * 3) = 0 would trim nothing); never all of them."""
+    least = 1 if trim_fraction > 0 and k >= 3 else 0
+    return min(max(int(trim_fraction * k), least), (k - 1) // 2)
+
+
 def trimmed_mean(stacked: torch.Tensor, trim_fraction: float) -> torch.Tensor:
-    """Element-wise mean over dim 0 after dropping the floor(trim * k) largest and smallest."""
+    """Element-wise mean over dim 0 after dropping the `trim_count` largest and smallest."""
     k = stacked.shape[0]
-    cut = min(int(trim_fraction * k), (k - 1) // 2)
+    cut = trim_count(k, trim_fraction)
     return stacked.sort(dim=0).values[cut:k - cut].mean(dim=0)
 
 

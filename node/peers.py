@@ -150,7 +150,15 @@ class Peers:
     # -- sending -------------------------------------------------------------------------
     def broadcast(self, round_: int, kind: str, tensors: Mapping[str, torch.Tensor] | None = None,
                   meta: Mapping[str, int] | None = None) -> None:
-        """Send one message to every out-neighbour, through the codec for its kind."""
+        """Send one message to every out-neighbour, through the codec for its kind. A payload
+        holding NaN or infinities is not sent (counted as dropped): it would poison them."""
+        if tensors and not all(bool(t.isfinite().all()) for t in tensors.values()
+                               if t.is_floating_point()):
+            log.error("node %d: its own %s for round %d holds NaN or infinite values: not "
+                      "sent", self.node_id, kind, round_)
+            for peer in self.out_neighbours:
+                self.meter.drop(peer, 0, f"own {kind} not finite", round_)
+            return
         frames = encode_message(self.node_id, round_, kind, tensors,
                                 self.codecs.get(kind, "fp32"), meta)
         for peer in self.out_neighbours:

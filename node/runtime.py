@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from node.algorithms import Algorithm, NodeData, Payload, create
+from node.algorithms import Algorithm, DataPlan, NodeData, Payload, create
 from node.config import FederationConfig
 from node.data import Dataset, default_data_dir, load_dataset
 from node.federation import Federation
 from node.metrics import prediction_metrics
-from node.partition import federated_split
+from node.partition import FederatedSplit, federated_split
 from node.peers import RECEIVED, SENT, Peers
 from node.record import Evaluation, NodeRecord, RoundRecord
 from node.transport import Transport
@@ -75,7 +75,16 @@ def load_node_data(config: FederationConfig, node_id: int, device: torch.device)
                     train_y=_labels(dataset, share.train, device),
                     test_x=_images(dataset, share.test, device),
                     test_y=_labels(dataset, share.test, device),
-                    global_x=global_x, global_y=global_y, num_classes=dataset.num_classes)
+                    global_x=global_x, global_y=global_y, num_classes=dataset.num_classes,
+                    plan=data_plan(dataset.labels, split, dataset.num_classes))
+
+
+def data_plan(labels: np.ndarray, split: FederatedSplit, num_classes: int) -> DataPlan:
+    """Every node's training samples and class counts, as the seeded split gives them."""
+    counts = torch.stack([torch.bincount(torch.from_numpy(labels[share.train].astype(np.int64)),
+                                         minlength=num_classes) for share in split.nodes])
+    return DataPlan(samples=tuple(len(share.train) for share in split.nodes),
+                    class_counts=counts)
 
 
 def _images(dataset: Dataset, index: np.ndarray, device: torch.device) -> torch.Tensor:

@@ -5,7 +5,7 @@ import threading
 
 import torch
 
-from node.algorithms.base import Algorithm, NodeData, Payload
+from node.algorithms.base import Algorithm, DataPlan, NodeData, Payload
 from node.algorithms.fedavg import FedAvg
 from node.algorithms.fedhp import FedHP
 from node.algorithms.fedpr import FedPR
@@ -30,4 +30,4 @@ def create(name: str, config, data: NodeData, device: torch.device, node_id: int
         return ALGORITHMS[name](config, data, device, node_id)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "NodeData", "Payload", "create"]
+__all__ = ["ALGORITHMS", "Algorithm", "DataPlan", "NodeData", "Payload", "create"]

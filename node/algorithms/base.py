@@ -23,6 +23,20 @@ class Payload:
 
 
 @dataclass(frozen=True)
+class DataPlan:
+    """What the federation's seeded split gives every node, known to all of them: training
+    samples [nodes] and class counts [nodes, C]. Aggregation weighs peers by these, not by
+    what a peer claims."""
+
+    samples: tuple[int, ...]
+    class_counts: torch.Tensor
+
+    def counts_of(self, node: int) -> torch.Tensor | None:
+        """Node `node`'s planned class counts, None for a node outside the plan."""
+        return self.class_counts[node] if 0 <= node < len(self.samples) else None
+
+
+@dataclass(frozen=True)
 class NodeData:
     """One node's tensors: local train/test shares and the federation's global test set."""
 
@@ -33,6 +47,7 @@ class NodeData:
     global_x: torch.Tensor
     global_y: torch.Tensor
     num_classes: int
+    plan: DataPlan | None = None  # None: weights are what peers claim (synthetic data only)
 
     @property
     def in_channels(self) -> int:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from node.aggregation import local_prototypes, nearest_prototype
-from node.algorithms.base import ARGMAX, PROTOTYPE, NodeData, Payload
+from node.algorithms.base import ARGMAX, PROTOTYPE, DataPlan, NodeData, Payload
 from node.custom import build_model as custom_model
 from node.custom import is_import_path
 from node.errors import ProtocolError
@@ -135,6 +135,8 @@ def checked_state(reference: Mapping[str, torch.Tensor], payload: Payload) -> tu
         if tuple(tensors[name].shape) != tuple(ref.shape):
             raise ProtocolError(f"parameter {name} has shape {tuple(tensors[name].shape)}, "
                                 f"expected {tuple(ref.shape)}")
+        if tensors[name].is_floating_point() and not bool(tensors[name].isfinite().all()):
+            raise ProtocolError(f"parameter {name} holds NaN or infinite values")
     samples = payload.meta.get("samples", 0)
     if not 1 <= samples <= MAX_SAMPLES:
         raise ProtocolError(f"model weight 'samples' must be in 1..{MAX_SAMPLES}, got {samples}")
@@ -163,6 +165,8 @@ def checked_prototypes(payload: Payload, num_classes: int,
         raise ProtocolError(f"prototype payload shapes {tuple(protos.shape)}, "
                             f"{tuple(classes.shape)}, {tuple(counts.shape)} do not fit "
                             f"{num_classes} classes of dimension {dim}")
+    if not bool(protos.isfinite().all()):
+        raise ProtocolError("prototypes hold NaN or infinite values")
     if k and (int(classes.min()) < 0 or int(classes.max()) >= num_classes
               or len(set(classes.tolist())) != k or int(counts.min()) < 1
               or int(counts.max()) > MAX_SAMPLES):
@@ -179,13 +183,24 @@ def checked_prototypes(payload: Payload, num_classes: int,
 LossTerms = Callable[[torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
 
 
-def descend(loss: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer]) -> None:
-    """One gradient step of every optimiser in `optimizers` on `loss`."""
+def descend(loss: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer]) -> bool:
+    """One gradient step of every optimiser in `optimizers` on `loss`; none (False) when the
+    loss or a gradient is NaN or infinite, so a model aggregated from a hostile neighbour's
+    extreme (finite) weights cannot turn this node's model into NaN."""
     for optimizer in optimizers:
         optimizer.zero_grad()
+    if not bool(torch.isfinite(loss)):
+        return False
     loss.backward()
+    gradients = [p.grad for optimizer in optimizers for group in optimizer.param_groups
+                 for p in group["params"] if p.grad is not None]
+    if gradients and not bool(torch.stack([g.isfinite().all() for g in gradients]).all()):
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        return False
     for optimizer in optimizers:
         optimizer.step()
+    return True
 
 
 def local_sgd(models: Sequence[nn.Module],
@@ -203,15 +218,21 @@ def local_sgd(models: Sequence[nn.Module],
     steps = 0
     for model in models:
         model.train()
+    skipped = 0
     for _ in range(t.epochs):
         for x, y in batches(data.train_x, data.train_y, t.batch_size, generator):
             terms = loss_terms(x, y)
             for key, optimizers in minimise.items():
-                descend(terms[key], optimizers)
+                skipped += not descend(terms[key], optimizers)
             for key, value in terms.items():
                 sums[key] = sums.get(key, 0.0) + float(value.detach())
             steps += 1
-    return {key: value / max(steps, 1) for key, value in sums.items()}
+    averages = {key: value / max(steps, 1) for key, value in sums.items()}
+    if skipped:
+        log.warning("node %d: round %d: %d steps skipped, their loss or gradients not finite",
+                    node_id, round_, skipped)
+        averages["nonfinite_steps_skipped"] = float(skipped)
+    return averages
 
 
 def require_kind(update: Mapping[str, Payload], kind: str) -> Payload:
@@ -231,20 +252,23 @@ class Contributions:
 
 
 def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Payload]],
-           node_id: int, num_classes: int = 0, dim: int = 0) -> Contributions:
+           node_id: int, num_classes: int = 0, dim: int = 0,
+           plan: DataPlan | None = None) -> Contributions:
     """Check every peer's update against this node's own; a bad one is left out and named.
 
     The model is checked when `own` has a "model" payload, the prototypes (expanded to
-    [num_classes, dim]) when it has a "prototypes" one.
+    [num_classes, dim]) when it has a "prototypes" one. With a data `plan`, a peer's model
+    weighs what the plan gives it and its prototypes count only the classes the plan gives
+    it, whatever it claims: one peer cannot outweigh the others by claiming more.
     """
     with_model, with_prototypes = "model" in own, "prototypes" in own
     reference = own["model"].tensors if with_model else {}
 
-    def check(update: Mapping[str, Payload]) -> tuple:
+    def check(peer: int, update: Mapping[str, Payload]) -> tuple:
         state = checked_state(reference, require_kind(update, "model")) if with_model else None
         protos = (checked_prototypes(require_kind(update, "prototypes"), num_classes, dim)
                   if with_prototypes else None)
-        return state, protos
+        return planned(peer, state, protos, plan, node_id)
 
     states = [(dict(reference), own["model"].meta["samples"])] if with_model else []
     prototypes = ([checked_prototypes(own["prototypes"], num_classes, dim)]
@@ -252,7 +276,7 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     rejected = []
     for peer, update in sorted(received.items()):
         try:
-            state, protos = check(update)
+            state, protos = check(peer, update)
         except ProtocolError as exc:
             log.warning("node %d: update from peer %d rejected: %s", node_id, peer, exc)
             rejected.append(peer)
@@ -262,3 +286,28 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
         if with_prototypes:
             prototypes.append(protos)
     return Contributions(states, prototypes, rejected)
+
+
+def planned(peer: int, state: tuple | None, protos: tuple | None, plan: DataPlan | None,
+            node_id: int) -> tuple:
+    """A checked update with the weights the data plan gives `peer` in place of its claims
+    (unchanged without a plan); ProtocolError for a peer the plan does not know."""
+    if plan is None:
+        return state, protos
+    planned_counts = plan.counts_of(peer)
+    if planned_counts is None:
+        raise ProtocolError(f"peer {peer} is not one of the federation's "
+                            f"{len(plan.samples)} nodes")
+    if state is not None:
+        if state[1] != plan.samples[peer]:
+            log.info("node %d: peer %d claims %d samples, the data plan gives it %d: the "
+                     "plan's count is used", node_id, peer, state[1], plan.samples[peer])
+        state = (state[0], plan.samples[peer])
+    if protos is not None:
+        prototypes, counts = protos
+        if not torch.equal(counts, planned_counts.to(counts.dtype)):
+            log.info("node %d: peer %d's class counts differ from the data plan's: the "
+                     "plan's are used", node_id, peer)
+        # a class the plan does not give the peer carries no weight (and no row)
+        protos = (prototypes, torch.where(counts > 0, planned_counts.to(counts.dtype), 0))
+    return state, protos

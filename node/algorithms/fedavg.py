@@ -65,7 +65,7 @@ class FedAvg(Algorithm):
         return {"model": state_payload(self.model, len(self.data.train_y))}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
-        update = gather(own, received, self.node_id)
+        update = gather(own, received, self.node_id, plan=self.data.plan)
         state = aggregate_states(update.states, **self.config.aggregation.kwargs())
         self.model.load_state_dict(state)
         return update.rejected

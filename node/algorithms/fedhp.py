@@ -216,7 +216,8 @@ class FedHP(Algorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         num_classes, dim = self.prototypes.shape
-        update = gather(own, received, self.node_id, num_classes, dim)
+        update = gather(own, received, self.node_id, num_classes, dim,
+                        plan=self.data.plan)
         global_prototypes, known = aggregate_prototypes(
             update.prototypes, **self.config.aggregation.kwargs())
         known = known.to(self.device)

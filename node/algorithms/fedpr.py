@@ -130,7 +130,8 @@ class FedPR(Algorithm):
         return model_then_prototypes(self.config, self.kinds)
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
-        update = gather(own, received, self.node_id, self.data.num_classes, self.dim)
+        update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
+                        plan=self.data.plan)
         if "model" in own:
             state = aggregate_states(update.states, **self.config.aggregation.kwargs())
             self.model.load_state_dict(state)

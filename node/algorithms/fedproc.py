@@ -190,7 +190,8 @@ class FedProc(Algorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes,
-                        self.local_prototypes.shape[1])
+                        self.local_prototypes.shape[1],
+                        plan=self.data.plan)
         state = aggregate_states(update.states, **self.config.aggregation.kwargs())
         self.net.load_state_dict(state)
         global_prototypes, known = aggregate_prototypes(

@@ -113,7 +113,8 @@ class FedProto(Algorithm):
         return {"prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
-        update = gather(own, received, self.node_id, self.data.num_classes, self.dim)
+        update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
+                        plan=self.data.plan)
         global_prototypes, known = aggregate_prototypes(
             update.prototypes, **self.config.aggregation.kwargs())
         self.global_prototypes = global_prototypes.to(self.device)

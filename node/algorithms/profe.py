@@ -259,7 +259,8 @@ class ProFe(Algorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes,
-                        self.local_prototypes.shape[1])
+                        self.local_prototypes.shape[1],
+                        plan=self.data.plan)
         if "model" in own:
             state = aggregate_states(update.states, **self.config.aggregation.kwargs())
             self.student.load_state_dict(state)

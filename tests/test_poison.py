@@ -1,0 +1,135 @@
+"""One authenticated neighbour sends poison that passes every bound (model weights of 1e4,
+a sample count and class counts of 2^31 - 1): no honest node crashes or sends NaN under any
+aggregation rule, the data plan's weights replace the claimed ones, and NaN from a peer is
+rejected at the door."""
+
+import math
+
+import pytest
+import torch
+
+import node.algorithms
+from node.aggregation import AGGREGATION_RULES, trim_count
+from node.algorithms import Payload
+from node.algorithms.base import DataPlan
+from node.algorithms.common import MAX_SAMPLES, descend, gather
+from node.algorithms.profe import ProFe
+from node.errors import ProtocolError
+from tests.helpers import mnist_config, run_in_process
+
+POISON = 1e4
+
+
+def poisoned(payloads: dict[str, Payload]) -> dict[str, Payload]:
+    """Every float tensor set to POISON; every weight and class count claimed at the maximum."""
+    out = {}
+    for kind, payload in payloads.items():
+        tensors = {k: torch.full_like(v, POISON) if v.is_floating_point() else v
+                   for k, v in payload.tensors.items()}
+        if "counts" in tensors:
+            tensors["counts"] = torch.full_like(tensors["counts"], MAX_SAMPLES)
+        meta = {**payload.meta, **({"samples": MAX_SAMPLES} if "samples" in payload.meta
+                                   else {})}
+        out[kind] = Payload(tensors=tensors, meta=meta)
+    return out
+
+
+class PoisonedProFe(ProFe):
+    """A ProFe node whose key was stolen: it trains honestly and sends poison."""
+
+    def payload(self):
+        return poisoned(super().payload())
+
+
+class _PerNode(dict):
+    """The registry, with node `attacker` built as PoisonedProFe."""
+
+    def __init__(self, real, attacker):
+        super().__init__(real)
+        self.attacker = attacker
+
+    def __getitem__(self, name):
+        real = dict.__getitem__(self, name)
+
+        def build(config, data, device, node_id):
+            kind = PoisonedProFe if node_id == self.attacker else real
+            return kind(config, data, device, node_id)
+        return build
+
+
+def ring(data_dir, rule):
+    """Four ProFe nodes on a ring (node 0's in-neighbours: 1 and 3), small models."""
+    return mnist_config(data_dir, 2000, name="poison", nodes=4, rounds=2, seed=3,
+                        algorithm="profe", topology={"kind": "ring"},
+                        aggregation={"rule": rule},
+                        model={"teacher_channels": [8, 16], "student_channels": [4, 8]})
+
+
+@pytest.mark.parametrize("rule", AGGREGATION_RULES)
+def test_no_honest_node_crashes_or_sends_nan_under_any_rule(data_dir, tmp_path, monkeypatch,
+                                                            rule):
+    monkeypatch.setattr(node.algorithms, "ALGORITHMS",
+                        _PerNode(node.algorithms.ALGORITHMS, attacker=1))
+    results = run_in_process(ring(data_dir, rule), tmp_path)  # raises if a node raised
+    for result in results:
+        if result["node"] == 1:
+            continue
+        assert result["status"] == "finished"
+        assert not any(reason.startswith("own ") for reason in result["dropped_by_reason"]), \
+            result["dropped_by_reason"]  # nothing it held was NaN
+        assert math.isfinite(result["rounds"][-1]["global_test"]["f1"])
+
+
+def test_a_claimed_sample_count_or_class_count_weighs_what_the_plan_says():
+    plan = DataPlan(samples=(10, 30), class_counts=torch.tensor([[5, 5, 0], [10, 0, 20]]))
+    own = {"model": Payload({"w": torch.zeros(2)}, {"samples": 10}),
+           "prototypes": Payload({"prototypes": torch.zeros(2, 2),
+                                  "classes": torch.tensor([0, 1]),
+                                  "counts": torch.tensor([5, 5])})}
+    claim = {"model": Payload({"w": torch.ones(2)}, {"samples": MAX_SAMPLES}),
+             "prototypes": Payload({"prototypes": torch.ones(3, 2),
+                                    "classes": torch.tensor([0, 1, 2]),
+                                    "counts": torch.full((3,), MAX_SAMPLES)})}
+    update = gather(own, {1: claim}, 0, num_classes=3, dim=2, plan=plan)
+    assert update.states[1][1] == 30  # not 2^31 - 1
+    # class 1 is not node 1's by the plan: it weighs nothing; 0 and 2 weigh the plan's
+    assert update.prototypes[1][1].tolist() == [10, 0, 20]
+    with pytest.raises(ProtocolError, match="not one of the federation's 2 nodes"):
+        from node.algorithms.common import planned
+        planned(7, (claim["model"].tensors, 5), None, plan, 0)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_nan_or_infinity_from_a_peer_is_rejected(value):
+    own = {"model": Payload({"w": torch.zeros(2)}, {"samples": 10}),
+           "prototypes": Payload({"prototypes": torch.zeros(1, 2), "classes": torch.tensor([0]),
+                                  "counts": torch.tensor([5])})}
+    bad_model = {"model": Payload({"w": torch.tensor([0.0, value])}, {"samples": 10}),
+                 "prototypes": own["prototypes"]}
+    bad_prototypes = {"model": own["model"],
+                      "prototypes": Payload({"prototypes": torch.tensor([[value, 0.0]]),
+                                             "classes": torch.tensor([0]),
+                                             "counts": torch.tensor([5])})}
+    update = gather(own, {1: bad_model, 2: bad_prototypes}, 0, num_classes=1, dim=2)
+    assert update.rejected == [1, 2] and len(update.states) == 1
+
+
+def test_a_step_whose_loss_or_gradient_is_not_finite_is_skipped():
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    assert descend((weight * 2).sum(), [optimizer])
+    after_good = weight.detach().clone()
+    assert after_good.tolist() == pytest.approx([0.8] * 3)
+    assert not descend((weight * float("inf")).sum(), [optimizer])  # loss infinite
+    # a finite loss (0) whose gradient is infinite: d sqrt(w - 0.8) / dw at w = 0.8
+    loss = (weight - after_good).sqrt().sum()
+    assert math.isfinite(float(loss.detach()))
+    assert not descend(loss, [optimizer])
+    assert torch.equal(weight.detach(), after_good)
+
+
+@pytest.mark.parametrize(("k", "fraction", "cut"), [
+    (1, 0.2, 0), (2, 0.2, 0), (3, 0.2, 1), (4, 0.2, 1), (5, 0.2, 1), (10, 0.2, 2),
+    (3, 0.0, 0), (7, 0.45, 3)])
+def test_a_trimmed_mean_trims_one_from_each_end_from_three_contributions(k, fraction, cut):
+    assert trim_count(k, fraction) == cut
