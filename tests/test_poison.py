@@ -15,7 +15,7 @@ from node.algorithms.base import DataPlan
 from node.algorithms.common import MAX_SAMPLES, descend, gather
 from node.algorithms.profe import ProFe
 from node.errors import ProtocolError
-from tests.helpers import mnist_config, run_in_process
+from tests.helpers import PerNode, mnist_config, run_in_process
 
 POISON = 1e4
 
@@ -41,22 +41,6 @@ class PoisonedProFe(ProFe):
         return poisoned(super().payload())
 
 
-class _PerNode(dict):
-    """The registry, with node `attacker` built as PoisonedProFe."""
-
-    def __init__(self, real, attacker):
-        super().__init__(real)
-        self.attacker = attacker
-
-    def __getitem__(self, name):
-        real = dict.__getitem__(self, name)
-
-        def build(config, data, device, node_id):
-            kind = PoisonedProFe if node_id == self.attacker else real
-            return kind(config, data, device, node_id)
-        return build
-
-
 def ring(data_dir, rule):
     """Four ProFe nodes on a ring (node 0's in-neighbours: 1 and 3), small models."""
     return mnist_config(data_dir, 2000, name="poison", nodes=4, rounds=2, seed=3,
@@ -69,7 +53,7 @@ def ring(data_dir, rule):
 def test_no_honest_node_crashes_or_sends_nan_under_any_rule(data_dir, tmp_path, monkeypatch,
                                                             rule):
     monkeypatch.setattr(node.algorithms, "ALGORITHMS",
-                        _PerNode(node.algorithms.ALGORITHMS, attacker=1))
+                        PerNode(node.algorithms.ALGORITHMS, {1: PoisonedProFe}))
     results = run_in_process(ring(data_dir, rule), tmp_path)  # raises if a node raised
     for result in results:
         if result["node"] == 1:

@@ -12,7 +12,7 @@ from node.aggregation import (
     weighted_mean,
 )
 from node.algorithms.fedavg import FedAvg
-from tests.helpers import mnist_config, run_in_process
+from tests.helpers import PerNode, mnist_config, run_in_process
 
 
 def states(values, weights=None):
@@ -104,23 +104,7 @@ def test_a_robust_rule_keeps_f1_with_one_poisoned_in_neighbour(data_dir, tmp_pat
 
     clean = honest_f1(run_in_process(federation(data_dir, "mean"), tmp_path / "clean"), {4})
     monkeypatch.setattr(node.algorithms, "ALGORITHMS",
-                        _PerNode(node.algorithms.ALGORITHMS, {4: Poisoner}))
+                        PerNode(node.algorithms.ALGORITHMS, {4: Poisoner}))
     attacked = honest_f1(run_in_process(federation(data_dir, rule), tmp_path / rule), {4})
     assert clean > 0.8
     assert attacked >= clean - 0.02, (rule, clean, attacked)
-
-
-class _PerNode(dict):
-    """The registry, with some node ids swapped for another class (built with node_id)."""
-
-    def __init__(self, real, swaps):
-        super().__init__(real)
-        self.swaps = swaps
-
-    def __getitem__(self, name):
-        real = dict.__getitem__(self, name)
-        swaps = self.swaps
-
-        def build(config, data, device, node_id):
-            return swaps.get(node_id, real)(config, data, device, node_id)
-        return build
