@@ -21,14 +21,15 @@ from deploy.plan import Plan, host_data_dir, keys_dir, node_arguments
 from node.config import FederationConfig, memory_bytes, user_code
 from node.custom import check_models
 from node.errors import DeployError
-from node.lifecycle import exit_now
+from node.lifecycle import MISSED_EXIT, exit_now
 
 log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
-# Exits a restart cannot help or was not wanted for: success, a config error (2), and a
+# Exits a restart cannot help or was not wanted for: success, a config error (2), a node
+# back after the last round (MISSED_EXIT), and a
 # stop asked for with SIGINT or SIGTERM (the node exits 128 + signal; -signal if it could not).
-NO_RESTART_EXITS = frozenset({0, 2, 128 + signal.SIGINT, 128 + signal.SIGTERM,
+NO_RESTART_EXITS = frozenset({0, 2, MISSED_EXIT, 128 + signal.SIGINT, 128 + signal.SIGTERM,
                               -signal.SIGINT, -signal.SIGTERM})
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 

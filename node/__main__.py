@@ -11,7 +11,7 @@ from pathlib import Path
 from node.config import FederationConfig
 from node.errors import ConfigError, ProtofedError
 from node.federation import read as read_federation
-from node.lifecycle import exit_now
+from node.lifecycle import MISSED_EXIT, exit_now
 from node.record import NodeRecord
 from node.runtime import Recorder, build_node
 from node.security import Keyring, load_keyring
@@ -71,13 +71,13 @@ def main(argv: list[str] | None = None) -> int:
                                  keyring=node_keyring(config, args),
                                  in_neighbours=member.in_neighbours,
                                  listen_fd=args.listen_fd).open()
-        build_node(federation, args.node_id, transport, recorder).run()
-        return 0
+        result = build_node(federation, args.node_id, transport, recorder).run()
+        return 0 if result.status == "finished" else MISSED_EXIT
     except ProtofedError as exc:
         log.error("%s", exc)
         code, error = (2 if isinstance(exc, ConfigError) else 1), f"{type(exc).__name__}: {exc}"
     except (SystemExit, KeyboardInterrupt) as exc:
-        log.error("stopped by signal")
+        log.warning("stopped by signal")  # asked to stop: not an error of this node
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 130
         error = STOPPED
     except Exception as exc:  # any bug must still leave a result file behind

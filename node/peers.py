@@ -146,6 +146,8 @@ class Peers:
         self.joined_round = 0  # the latest round an ack reported: > 0 when this node rejoins
         self.absent: set[int] = set()  # in-neighbours whose update the last collect missed
         self.unreachable_seen: set[int] = set()  # neighbours whose connection was lost
+        self.latest_round: dict[int, int] = {}  # peer -> latest round it sent an update for
+        self.leaving = False  # this node said its own goodbye
 
     # -- sending -------------------------------------------------------------------------
     def broadcast(self, round_: int, kind: str, tensors: Mapping[str, torch.Tensor] | None = None,
@@ -230,14 +232,12 @@ class Peers:
                 self.hello_owed.add(message.sender)
                 self._answer_hellos()
             if self.handshake_done and not message.meta.get("answer"):
-                # it started again and joins after the round our ack named: no update
-                # from it is coming for that round or any before
-                self.rejoins_after[message.sender] = self.current_round
+                self._restarted(message.sender)
         elif message.kind == "ack":
             self.ack_from.add(message.sender)
             self.joined_round = max(self.joined_round, message.meta.get("round", 0))
         elif message.kind == "bye":
-            self.bye_from.add(message.sender)
+            self._goodbye_from(message.sender)
         elif message.round < self.current_round:
             log.info("node %d: stale %s from peer %d for round %d (now %d), dropped",
                      self.node_id, message.kind, message.sender, message.round,
@@ -248,6 +248,34 @@ class Peers:
                             message.round)
         else:
             self.inbox.put(message)
+            self.latest_round[message.sender] = max(self.latest_round.get(message.sender, 0),
+                                                    message.round)
+
+    def _restarted(self, peer: int) -> None:
+        """A hello after the handshake: the peer started again and joins after the round our
+        ack named, so no update from it is coming for that round or any before. Believed
+        only when its old process is known gone (connection lost, or its last update
+        missing): a key holder's hello cannot make this node stop waiting for the real one."""
+        if peer in self.absent or peer in self.unreachable_seen | self._lost():
+            self.rejoins_after[peer] = self.current_round
+        else:
+            log.warning("node %d: hello from peer %d while it is still taking part: ignored",
+                        self.node_id, peer)
+            self.meter.drop(peer, 0, "hello while still taking part", self.current_round)
+
+    def _goodbye_from(self, peer: int) -> None:
+        """A peer leaves after its last round, whose messages come before its goodbye on the
+        same connection: a goodbye before them (a key holder's forgery, or a repeat) is
+        counted and ignored, so it cannot make this node stop waiting for the real peer.
+        Once this node leaves itself, every goodbye is taken."""
+        if peer in self.bye_from:
+            self.meter.drop(peer, 0, "repeated goodbye", self.current_round)
+        elif self.leaving or self.latest_round.get(peer, 0) >= self.rounds:
+            self.bye_from.add(peer)
+        else:
+            log.warning("node %d: goodbye from peer %d before its last round: ignored",
+                        self.node_id, peer)
+            self.meter.drop(peer, 0, "goodbye before its last round", self.current_round)
 
     def _answer_hellos(self) -> None:
         """Hello the restarted neighbours that helloed us, once our connection to them is
@@ -325,6 +353,7 @@ class Peers:
         """
         for peer in self.out_neighbours:
             self._send(peer, self.rounds, "bye", encode_message(self.node_id, self.rounds, "bye"))
+        self.leaving = True
         self.transport.farewell()
         deadline = time.monotonic() + timeout
         lost_since = None

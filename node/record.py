@@ -47,7 +47,9 @@ class NodeRecord:
     """A node's whole run. Optional parts (None) are left out of the file."""
 
     node: int = -1  # -1: a record that does not say
-    status: str = "missing"  # starting, running, finished, failed, stopped (dead: deploy.report)
+    # starting, running, finished, failed, stopped, missed (back after the last round);
+    # dead: deploy.report's word for a process that ended while its file says it runs
+    status: str = "missing"
     algorithm: str = ""
     config_digest: str = ""
     config_name: str = ""

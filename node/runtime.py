@@ -255,6 +255,11 @@ class Node:
         if interface:  # set by the docker backend: this container's own interface
             result.interface_bytes = interface_counters(interface)
         result.status = "finished"
+        if first > config.rounds:  # back after the last round: nothing of it is current
+            log.warning("node %d: came back after the federation's last round and trained "
+                        "no round: recorded as missed", node_id)
+            result.status = "missed"
+            result.error = "restarted after the federation's last round"
         result.elapsed_seconds = time.monotonic() - self.recorder.started
         self._fill_totals(peers)
         self.recorder.write()

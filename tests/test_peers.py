@@ -112,12 +112,59 @@ def test_garbage_is_dropped_not_raised():
     assert "msgpack" in a.meter.dropped[0]["reason"]
 
 
+def model_message(sender, round_):
+    return encode_message(sender, round_, "model", {"w": torch.ones(2)}, "fp32", {"samples": 1})
+
+
 def test_bye_stops_the_wait_for_a_finished_peer():
+    """Its last round's update came before its goodbye: the goodbye is real."""
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1], outs=[])
+    hub.deliver(0, 1, model_message(1, 3))
+    hub.deliver(0, 1, encode_message(1, 3, "bye"))
+    started = time.monotonic()
+    _, missing = a.collect(2, ["model"], timeout=30.0)  # returns at once
+    assert missing == [1] and time.monotonic() - started < 5
+
+
+def test_a_forged_goodbye_is_counted_and_changes_nothing():
+    """A key holder's goodbye in node 1's name while node 1 is still in round 1: the real
+    node 1's update is still waited for and taken; the goodbye is counted, as is a repeat."""
     hub = MemoryHub()
     a = make_peers(hub, 0, ins=[1], outs=[])
     hub.deliver(0, 1, encode_message(1, 3, "bye"))
-    _, missing = a.collect(1, ["model"], timeout=30.0)  # returns at once
-    assert missing == [1]
+    late = threading.Timer(0.3, lambda: hub.deliver(0, 1, model_message(1, 1)))
+    late.start()
+    updates, missing = a.collect(1, ["model"], timeout=10.0)
+    late.join()
+    assert list(updates) == [1] and missing == []
+    assert a.bye_from == set()
+    assert dict(a.meter.dropped_by_reason) == {"goodbye before its last round": 1}
+    hub.deliver(0, 1, model_message(1, 3))  # its last round, then the real goodbye, twice
+    hub.deliver(0, 1, encode_message(1, 3, "bye"))
+    hub.deliver(0, 1, encode_message(1, 3, "bye"))
+    a.collect(3, ["model"], timeout=2.0)
+    assert a.bye_from == {1}
+    assert a.meter.dropped_by_reason["repeated goodbye"] == 1
+
+
+def test_a_hello_from_a_peer_still_taking_part_is_counted_and_changes_nothing():
+    """A fresh hello after the handshake means a restart only when the old process is known
+    gone: otherwise the peer is still waited for."""
+    hub = MemoryHub()
+    a, b = make_peers(hub, 0, ins=[1], outs=[1]), make_peers(hub, 1, ins=[0], outs=[0])
+    handshake_all([a, b])
+    hub.deliver(0, 1, encode_message(1, 0, "hello"))  # forged: node 1 is alive and well
+    late = threading.Timer(0.3, lambda: hub.deliver(0, 1, model_message(1, 1)))
+    late.start()
+    updates, _ = a.collect(1, ["model"], timeout=10.0)
+    late.join()
+    assert list(updates) == [1] and a.rejoins_after == {}
+    assert a.meter.dropped_by_reason["hello while still taking part"] == 1
+    a.collect(2, ["model"], timeout=0.2)  # node 1 really is gone now: its update is missing
+    hub.deliver(0, 1, encode_message(1, 0, "hello"))  # and it comes back
+    a.collect(3, ["model"], timeout=0.2)
+    assert a.rejoins_after == {1: 3}
 
 
 def test_a_flood_of_drops_is_counted_in_full_but_kept_bounded():

@@ -25,3 +25,33 @@ def test_a_node_stopped_in_round_one_has_round_zeros_totals(data_dir, tmp_path, 
         assert rows["bytes_sent"] > 0
         assert record["bytes_sent"] == rows["bytes_sent"]
         assert record["bytes_received"] == rows["bytes_received"]
+
+
+def test_a_node_back_after_the_last_round_is_missed_not_finished(data_dir, tmp_path,
+                                                                monkeypatch):
+    """A restart that finds the federation past its last round trains nothing: it is
+    `missed`, left out of the means, and its process exits with MISSED_EXIT (not restarted,
+    and the run is incomplete)."""
+    from deploy import local
+    from deploy.report import summarize
+    from node.lifecycle import MISSED_EXIT
+    from node.peers import Peers
+
+    real = Peers.handshake
+
+    def late(self, timeout):
+        real(self, timeout)
+        if self.node_id == 1:
+            self.joined_round = self.rounds  # the others are in their last round already
+
+    monkeypatch.setattr(Peers, "handshake", late)
+    config = mnist_config(data_dir, 600, name="late", nodes=2, rounds=1, algorithm="fedavg",
+                          train={"device": "cpu"}, timeouts={"round": 2, "absent": 1})
+    results = run_in_process(config, tmp_path)
+    assert [r["status"] for r in results] == ["finished", "missed"]
+    assert "last round" in results[1]["error"]
+    summary = summarize(tmp_path, "late", 2)
+    assert summary["failed_nodes"] == [1]
+    assert summary["mean_global_f1"] == results[0]["rounds"][-1]["global_test"]["f1"]
+    assert MISSED_EXIT in local.NO_RESTART_EXITS
+    assert local.run_status({0: 0, 1: MISSED_EXIT}, 2, stopping=False) == "failed"
