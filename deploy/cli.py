@@ -124,6 +124,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if config.nodes == 1:
         print("protofed: nodes = 1: a single node trains on its own and exchanges nothing",
               file=sys.stderr)
+    _warn_if_insecure(config)
     docker_backend = config.deploy.backend == "docker"
     listeners = []
     if docker_backend:
@@ -251,6 +252,14 @@ def _say_files(files: RunFiles) -> None:
         print(f"protofed: {files.hint}", file=sys.stderr)
 
 
+def _warn_if_insecure(config) -> None:
+    """Say it loudly, once, on the terminal: nothing between the nodes is authenticated."""
+    if config.deploy.security == "none":
+        print('protofed: WARNING: deploy.security = "none": peers are not authenticated and '
+              "traffic is plaintext; any process that reaches a node's port can pose as a "
+              "node and feed it anything", file=sys.stderr)
+
+
 def refuse_user_code(config) -> None:
     """Containers run the node image, which holds no module of the user's."""
     for key, value in user_code(config):
@@ -371,6 +380,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_compose(args: argparse.Namespace) -> int:
     config = load(args.config, tuple(args.set))
     refuse_user_code(config)
+    if config.deploy.security == "none" and not config.deploy.allow_insecure:
+        raise ConfigError('deploy.security = "none" in a Compose file or a Swarm stack lets '
+                          'anything on their network pose as a node: use "curve", or also '
+                          "set deploy.allow_insecure = true")
+    _warn_if_insecure(config)
     run_id = args.run_id or new_run_id(config)
     cache_dir = prepare_data(config)
     data_dir = host_data_dir(config).resolve()

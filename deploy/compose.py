@@ -17,6 +17,7 @@ from deploy.docker_backend import (
     container_user,
     grant_node_access,
     hidden_paths,
+    node_memory,
 )
 from deploy.plan import Plan
 from node.config import FederationConfig
@@ -51,8 +52,8 @@ def _service(config: FederationConfig, plan: Plan, node_id: int, image: str, dat
     limits = {}
     if config.deploy.cpus:
         limits["cpus"] = str(config.deploy.cpus)
-    if config.deploy.memory:
-        limits["memory"] = config.deploy.memory
+    # the estimate the Docker backend's capacity check counts, unless deploy.memory says
+    limits["memory"] = config.deploy.memory or f"{node_memory(config) // 2**20}m"
     if limits:
         deploy["resources"] = {"limits": limits}
     name = service_name(plan, node_id)

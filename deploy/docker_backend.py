@@ -279,7 +279,8 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
                        **{path: "size=64k,mode=0700" for path in hidden_paths(plan)}},
                 **hardening(),
                 nano_cpus=int(config.deploy.cpus * 1e9) or None,
-                mem_limit=config.deploy.memory or None)
+                # the estimate the capacity check counted, unless deploy.memory says
+                mem_limit=node_memory(config))
     except docker.errors.APIError as exc:
         remove_run(client, run_id)
         raise DeployError(f"starting run {run_id} failed: {exc.explanation or exc}") from None

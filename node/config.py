@@ -165,6 +165,8 @@ class DeployConfig:
     memory: str = ""
     port: int = 5555
     security: str = "curve"
+    # security = "none" on Docker or a Swarm needs this too: the network there may be shared
+    allow_insecure: bool = False
     restarts: int = 0
 
 
@@ -537,6 +539,10 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
             _check(False, source, f"{name}.{key}", message)
     _one_of(c.deploy.backend, BACKENDS, source, "deploy.backend")
     _one_of(c.deploy.security, SECURITY, source, "deploy.security")
+    _check(c.deploy.security != "none" or c.deploy.backend != "docker"
+           or c.deploy.allow_insecure, source, "deploy.security",
+           '"none" on the Docker backend lets anything on the Docker network pose as a node: '
+           'use "curve", or also set deploy.allow_insecure = true')
     _check(0 <= c.deploy.base_port <= 65535 - c.nodes, source, "deploy.base_port",
            f"must leave room for {c.nodes} ports below 65536 (0 picks free ports), "
            f"got {c.deploy.base_port}")

@@ -83,13 +83,14 @@ def test_awkward_paths_survive_the_round_trip(tmp_path):
     assert str(folder.resolve()) in sources
 
 
-def test_without_limits_or_keys_a_service_has_neither(tmp_path):
+def test_without_keys_a_service_has_none_and_its_memory_is_the_estimate(tmp_path):
     config = deploy_config(tmp_path, nodes=2, deploy={"security": "none"})
     plan = plan_docker(config, tmp_path / "c.toml", (), "run-2")
     write_plan(plan)
     services = compose_document(config, plan, "img:1", tmp_path)["services"]
     for node_id, service in enumerate(services.values()):
-        assert "resources" not in service["deploy"]
+        # no deploy.memory: the estimate the capacity check counted (1 GiB), not unlimited
+        assert service["deploy"]["resources"] == {"limits": {"memory": "1024m"}}
         assert "--keys" not in service["command"]
         assert [v["target"] for v in service["volumes"]] == [
             "/config/federation.json", "/results", "/data", SCRATCH]

@@ -161,3 +161,21 @@ def test_with_security_off_there_are_no_keys(tmp_path):
 def test_security_must_be_curve_or_none():
     with pytest.raises(ConfigError, match="deploy.security"):
         from_dict({"deploy": {"security": "tls"}})
+
+
+def test_security_off_on_docker_needs_a_second_flag():
+    with pytest.raises(ConfigError, match="deploy.allow_insecure = true"):
+        from_dict({"deploy": {"security": "none", "backend": "docker"}})
+    from_dict({"deploy": {"security": "none", "backend": "docker", "allow_insecure": True}})
+    from_dict({"deploy": {"security": "none"}})  # local: loopback only
+
+
+def test_compose_refuses_security_off_without_the_second_flag(tmp_path, capsys):
+    from deploy import cli
+
+    config = tmp_path / "c.toml"
+    config.write_text('nodes = 2\n[deploy]\nsecurity = "none"\n'
+                      f'results_dir = "{tmp_path}"\n')
+    assert cli.main(["compose", "-c", str(config), "--image", "img:1"]) == 2
+    assert "deploy.allow_insecure = true" in capsys.readouterr().err
+    assert not any(tmp_path.glob("*/compose.yaml"))
