@@ -79,6 +79,10 @@ class NodeRecord:
     dropped_by_peer: dict[str, int] = field(default_factory=dict)
     dropped_messages: list[dict[str, Any]] = field(default_factory=list)  # a bounded sample
     unreachable_peers: list[int] = field(default_factory=list)
+    # CurveZMQ: connections with a key that is not an in-neighbour's, and incoming
+    # handshakes that failed (those refusals included); absent without security
+    refused_keys: int | None = None
+    failed_handshakes: int | None = None
     no_goodbye_from: list[int] | None = None
     peak_rss_bytes: int | None = None
     interface_bytes: dict[str, int] | None = None  # containers: their interface's counters

@@ -330,6 +330,8 @@ class Node:
         result.bytes_sent_by_kind = {k: meter.total(SENT, kind=k) for k in KINDS}
         result.bytes_received_by_kind = {k: meter.total(RECEIVED, kind=k) for k in KINDS}
         result.unreachable_peers = sorted(peers.unreachable_seen)
+        for key, count in peers.transport.security_counts().items():
+            setattr(result, key, count)
         # the whole process's peak, so in-process federations share one figure
         result.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         for key, value in meter.drop_record().items():

@@ -50,6 +50,9 @@ class Transport(Protocol):
     def farewell(self) -> None:
         """This node said goodbye: neighbours closing their connections are now expected."""
 
+    def security_counts(self) -> dict[str, int]:
+        """Connections turned away so far, by why (for the node's record)."""
+
     def close(self, linger: float) -> None:
         """Deliver what is queued for up to `linger` seconds, then release everything."""
 
@@ -72,6 +75,8 @@ class ZmqTransport:
         self.in_neighbours = tuple(in_neighbours)
         self.listen_fd = listen_fd  # an already listening socket for bind_address, if any
         self.refused_keys = 0  # connections refused by the ZAP handler
+        self.failed_handshakes = 0  # incoming handshakes that failed (ZAP refusals included)
+        self._router_monitor: zmq.Socket | None = None
         self._context: zmq.Context | None = None
         self._authenticator: ThreadAuthenticator | None = None
         self._router: zmq.Socket | None = None
@@ -104,6 +109,11 @@ class ZmqTransport:
         router.curve_secretkey = self.keyring.secret
         router.curve_publickey = self.keyring.public
         router.curve_server = True
+        # failed handshakes (wrong server key, plaintext, refused key) are counted, not only
+        # logged: a storm of them is visible in the node's record
+        self._router_monitor = router.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
     def open(self) -> ZmqTransport:
         """Bind the ROUTER and connect the DEALERs; raise TransportError if the bind fails."""
@@ -131,6 +141,8 @@ class ZmqTransport:
                                  f"{exc}") from exc
         self._router = router
         self._poller.register(router, zmq.POLLIN)
+        if self._router_monitor is not None:
+            self._poller.register(self._router_monitor, zmq.POLLIN)
         identity = str(self.node_id).encode()
         for peer, address in sorted(self.out_addresses.items()):
             dealer = self._context.socket(zmq.DEALER)
@@ -198,6 +210,8 @@ class ZmqTransport:
             for monitor in [s for s in ready if s in self._monitors]:
                 self._connection_event(monitor)
                 del ready[monitor]
+            if self._router_monitor is not None and ready.pop(self._router_monitor, None):
+                self._count_failed_handshakes()
             if ready:
                 return self._read(next(iter(ready)))
             if remaining <= 0:
@@ -208,6 +222,9 @@ class ZmqTransport:
 
     def farewell(self) -> None:
         self._leaving = True
+
+    def security_counts(self) -> dict[str, int]:
+        return {"refused_keys": self.refused_keys, "failed_handshakes": self.failed_handshakes}
 
     def _connection_event(self, monitor: zmq.Socket) -> None:
         peer = self._monitors[monitor]
@@ -221,6 +238,12 @@ class ZmqTransport:
         elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED and peer in self._down:
             self._down.discard(peer)
             log.info("node %d: peer %d reachable again", self.node_id, peer)
+
+    def _count_failed_handshakes(self) -> None:
+        assert self._router_monitor is not None
+        while self._router_monitor.poll(0):
+            recv_monitor_message(self._router_monitor, flags=zmq.NOBLOCK)
+            self.failed_handshakes += 1
 
     def _read(self, socket: zmq.Socket) -> Received:
         if socket is not self._router:
@@ -241,6 +264,9 @@ class ZmqTransport:
         for monitor in self._monitors:
             monitor.close(0)
         self._monitors.clear()
+        if self._router_monitor is not None:
+            self._router_monitor.close(0)
+            self._router_monitor = None
         for peer, dealer in self._dealers.items():
             # nothing queued for a peer that is gone can be delivered: do not wait for it
             dealer.setsockopt(zmq.LINGER, 0 if peer in self._down else linger_ms)
@@ -332,6 +358,9 @@ class MemoryTransport:
 
     def farewell(self) -> None:
         return None
+
+    def security_counts(self) -> dict[str, int]:
+        return {}
 
     def close(self, linger: float) -> None:
         return None

@@ -95,6 +95,10 @@ def test_only_in_neighbours_keys_get_through_and_the_key_names_the_sender(keys):
         # the outsider is refused by the ZAP handler; the stranger, holding no node's key,
         # does not even know node 0's real server key, so its handshake fails before ZAP
         assert receiver.refused_keys >= 1
+        # the refusal and the stranger's and the plaintext socket's failed handshakes are
+        # counted for the node's record
+        assert receiver.failed_handshakes >= 3, receiver.security_counts()
+        assert receiver.security_counts()["refused_keys"] == receiver.refused_keys
         assert receiver.reply(1, [b"ack"])
         assert drain(friend, 1.0) == [(0, [b"ack"])]
     finally:
