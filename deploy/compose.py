@@ -15,8 +15,7 @@ from deploy.docker_backend import (
     container_environment,
     container_mounts,
     container_user,
-    grant_node_access,
-    hidden_paths,
+    prepare_node_access,
     node_memory,
 )
 from deploy.plan import Plan
@@ -45,17 +44,15 @@ def _service(config: FederationConfig, plan: Plan, node_id: int, image: str, dat
     volumes = [{"type": "bind", "source": source, "target": target, "read_only": read_only}
                for source, target, read_only in container_mounts(plan, node_id, data_dir,
                                                                  cache_dir)]
-    volumes += [{"type": "tmpfs", "target": target} for target in [SCRATCH, *hidden_paths(plan)]]
+    volumes.append({"type": "tmpfs", "target": SCRATCH})
     deploy: dict = {"restart_policy": {"condition": "none"}}
     if swarm:
         deploy["endpoint_mode"] = "dnsrr"  # peers connect to the task itself, not a VIP
-    limits = {}
+    # the estimate the Docker backend's capacity check counts, unless deploy.memory says
+    limits = {"memory": config.deploy.memory or f"{node_memory(config) // 2**20}m"}
     if config.deploy.cpus:
         limits["cpus"] = str(config.deploy.cpus)
-    # the estimate the Docker backend's capacity check counts, unless deploy.memory says
-    limits["memory"] = config.deploy.memory or f"{node_memory(config) // 2**20}m"
-    if limits:
-        deploy["resources"] = {"limits": limits}
+    deploy["resources"] = {"limits": limits}
     name = service_name(plan, node_id)
     # The Docker backend's privileges, less the pids limit: Compose file 3.8 has no key for
     # it. A Swarm stack also ignores no-new-privileges.
@@ -81,7 +78,7 @@ def render(document: dict, how: str) -> str:
 def write_compose(config: FederationConfig, plan: Plan, image: str, data_dir: Path,
                   cache_dir: Path | None = None) -> tuple[Path, Path]:
     """Write compose.yaml and stack.yaml beside the run's federation file; their paths."""
-    grant_node_access(plan)
+    prepare_node_access(plan)
     compose = plan.results_dir / COMPOSE_FILE
     stack = plan.results_dir / STACK_FILE
     compose.write_text(render(compose_document(config, plan, image, data_dir, cache_dir),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.local import RUN_FILE, run_status
-from deploy.plan import FEDERATION_FILE, KEYS_DIR, Plan, keys_dir, node_arguments
+from deploy.plan import FEDERATION_FILE, Plan, keys_dir, node_arguments
 from node.config import FederationConfig, memory_bytes
 from node.data_cache import CACHE_ENV
 from node.errors import DeployError
@@ -182,12 +182,12 @@ def container_mounts(plan: Plan, node_id: int, data_dir: Path,
                      cache_dir: Path | None = None) -> list[tuple[str, str, bool]]:
     """(host path, container path, read-only) bind mounts of one node's container.
 
-    A node sees only its own secret key and the public keys; the keys folder inside the
-    results mount is hidden by an empty tmpfs (`hidden_paths`). A dataset cache outside
-    the data folder (`cache_mount`) is mounted read-only at /cache.
+    A node writes only its own folder of the run (`node_folder`: its result file) and sees
+    only its own secret key and the public keys, not another node's results or keys. A
+    dataset cache outside the data folder (`cache_mount`) is mounted read-only at /cache.
     """
     mounts = [(str(plan.federation_file.resolve()), f"{CONFIG_MOUNT}/{FEDERATION_FILE}", True),
-              (str(plan.results_dir.resolve()), RESULTS_MOUNT, False),
+              (str(node_folder(plan, node_id).resolve()), RESULTS_MOUNT, False),
               (str(data_dir.resolve()), DATA_MOUNT, True)]
     cache_home = cache_mount(data_dir, cache_dir)
     if cache_home is not None:
@@ -197,6 +197,25 @@ def container_mounts(plan: Plan, node_id: int, data_dir: Path,
         for name in (PUBLIC_FILE, secret_file(node_id)):
             mounts.append((str((keys / name).resolve()), f"{KEYS_MOUNT}/{name}", True))
     return mounts
+
+
+NODE_FOLDERS = "nodes"
+
+
+def node_folder(plan: Plan, node_id: int) -> Path:
+    """The one folder of the run a node's container may write: nodes/<i>/."""
+    return plan.results_dir / NODE_FOLDERS / str(node_id)
+
+
+def prepare_node_folders(plan: Plan) -> None:
+    """nodes/<i>/ for every node, and node-<i>.json in the run folder as a relative link to
+    the file the node writes there, so the run folder reads as a local run's does."""
+    for spec in plan.nodes:
+        folder = node_folder(plan, spec.node_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        link = plan.results_dir / f"node-{spec.node_id}.json"
+        if not link.is_symlink():
+            link.symlink_to(Path(NODE_FOLDERS) / str(spec.node_id) / link.name)
 
 
 def cache_mount(data_dir: Path, cache_dir: Path | None) -> Path | None:
@@ -215,11 +234,6 @@ def container_environment(data_dir: Path, cache_dir: Path | None = None) -> dict
     return environment
 
 
-def hidden_paths(plan: Plan) -> list[str]:
-    """Container paths covered by an empty tmpfs: every node's secret key under /results."""
-    return [f"{RESULTS_MOUNT}/{KEYS_DIR}"] if keys_dir(plan).is_dir() else []
-
-
 def container_user() -> str:
     """uid:gid a node runs as: the launcher's own, or NODE_UID when the launcher is root."""
     if os.getuid() == 0:
@@ -227,14 +241,15 @@ def container_user() -> str:
     return f"{os.getuid()}:{os.getgid()}"
 
 
-def grant_node_access(plan: Plan) -> None:
-    """Let the node user write the results folder and read its own secret key.
-
-    Only needed when the launcher is root; a non-root launcher's nodes run as itself.
-    """
+def prepare_node_access(plan: Plan) -> None:
+    """Make each node's folder of the run (`prepare_node_folders`) and, when the launcher is
+    root, hand it and the node's secret key to the node user (a non-root launcher's nodes
+    run as itself)."""
+    prepare_node_folders(plan)
     if os.getuid() != 0:
         return
-    os.chown(plan.results_dir, NODE_UID, NODE_UID)
+    for spec in plan.nodes:
+        os.chown(node_folder(plan, spec.node_id), NODE_UID, NODE_UID)
     keys = keys_dir(plan)
     if keys.is_dir():
         for spec in plan.nodes:
@@ -260,7 +275,7 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
         raise DeployError(f"names of run {run_id} are already in use "
                           f"({', '.join(taken) or network_name(run_id)}): pick another "
                           f"--run-id or `protofed down {run_id}`")
-    grant_node_access(plan)
+    prepare_node_access(plan)
     run = DockerRun(plan, client)
     try:
         run.network = client.networks.create(network_name(run_id), driver="bridge",
@@ -275,8 +290,7 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
                 volumes={source: {"bind": target, "mode": "ro" if read_only else "rw"}
                          for source, target, read_only in container_mounts(
                              plan, spec.node_id, data_dir, cache_dir)},
-                tmpfs={SCRATCH: "size=256m",
-                       **{path: "size=64k,mode=0700" for path in hidden_paths(plan)}},
+                tmpfs={SCRATCH: "size=256m"},
                 **hardening(),
                 nano_cpus=int(config.deploy.cpus * 1e9) or None,
                 # the estimate the capacity check counted, unless deploy.memory says
@@ -342,10 +356,11 @@ def save_logs(containers: dict[int, object], folder: Path) -> None:
 
 
 def results_folder(container) -> Path | None:
-    """The host folder a node container writes its results to (its /results mount)."""
+    """The run folder of a node container (its /results mount is nodes/<i>/ in it)."""
     for mount in container.attrs.get("Mounts", []):
         if mount.get("Destination") == RESULTS_MOUNT:
-            return Path(mount["Source"])
+            source = Path(mount["Source"])
+            return source.parent.parent if source.parent.name == NODE_FOLDERS else source
     return None
 
 

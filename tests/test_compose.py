@@ -10,7 +10,6 @@ from deploy.docker_backend import (
     SCRATCH,
     container_command,
     container_mounts,
-    hidden_paths,
     plan_docker,
 )
 from deploy.plan import write_plan
@@ -49,7 +48,7 @@ def test_each_service_runs_its_nodes_container_command_with_its_mounts(planned):
                  for v in service["volumes"] if v["type"] == "bind"]
         assert binds == container_mounts(plan, node_id, data)
         tmpfs = [v["target"] for v in service["volumes"] if v["type"] == "tmpfs"]
-        assert tmpfs == [SCRATCH, *hidden_paths(plan)]
+        assert tmpfs == [SCRATCH]
         assert service["labels"] == {"protofed.run": "run-1", "protofed.node": str(node_id)}
         assert service["networks"] == ["federation"] and service["restart"] == "no"
         assert service["deploy"]["resources"] == {"limits": {"cpus": "1.5", "memory": "1g"}}
@@ -95,3 +94,15 @@ def test_without_keys_a_service_has_none_and_its_memory_is_the_estimate(tmp_path
         assert [v["target"] for v in service["volumes"]] == [
             "/config/federation.json", "/results", "/data", SCRATCH]
         assert service["command"] == container_command(plan, node_id)
+
+
+def test_each_node_writes_its_own_folder_seen_from_the_run_folder_by_a_link(planned):
+    """A container may write only nodes/<i>/; node-<i>.json in the run folder is a relative
+    link to the file it writes there, so the run folder reads like a local run's."""
+    config, plan, data = planned
+    written(config, plan, data)
+    for node in range(3):
+        link = plan.results_dir / f"node-{node}.json"
+        assert link.is_symlink() and str(link.readlink()) == f"nodes/{node}/node-{node}.json"
+        (plan.results_dir / "nodes" / str(node) / f"node-{node}.json").write_text("{}")
+        assert link.read_text() == "{}"

@@ -46,7 +46,9 @@ def test_docker_compose_accepts_the_file(tmp_path):
 @pytest.mark.skipif(os.getuid() != 0, reason="a non-root launcher's nodes run as itself")
 def test_a_root_launcher_hands_the_node_user_what_it_must_write_and_read(tmp_path):
     _, plan = written_plan(tmp_path)
-    docker_backend.grant_node_access(plan)
-    assert plan.results_dir.stat().st_uid == docker_backend.NODE_UID
+    docker_backend.prepare_node_access(plan)
+    for node_id in range(3):
+        assert docker_backend.node_folder(plan, node_id).stat().st_uid == docker_backend.NODE_UID
+    assert plan.results_dir.stat().st_uid == 0  # the run folder itself stays the launcher's
     for node_id in range(3):
         assert (keys_dir(plan) / secret_file(node_id)).stat().st_uid == docker_backend.NODE_UID

@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from deploy.compose import compose_document
-from deploy.docker_backend import container_command, container_mounts, hidden_paths
+from deploy.docker_backend import container_command, container_mounts, node_folder
 from deploy.plan import keys_dir
 from node.config import from_dict
 from node.errors import ConfigError
@@ -136,7 +136,7 @@ def test_a_peer_claiming_another_nodes_id_is_dropped(keys):
         liar.close(0)
 
 
-def test_each_container_mounts_only_its_own_secret_and_hides_the_others(tmp_path):
+def test_each_container_mounts_only_its_own_secret_and_its_own_results_folder(tmp_path):
     config, plan = written_docker_plan(tmp_path)
     assert sorted(p.name for p in keys_dir(plan).iterdir()) == sorted([
         PUBLIC_FILE, secret_file(0), secret_file(1), secret_file(2)])
@@ -144,12 +144,15 @@ def test_each_container_mounts_only_its_own_secret_and_hides_the_others(tmp_path
     key_mounts = [Path(source).name for source, target, _ in mounts if target.startswith("/keys")]
     assert key_mounts == [PUBLIC_FILE, secret_file(1)]
     assert all(read_only for _, target, read_only in mounts if target.startswith("/keys"))
-    assert hidden_paths(plan) == ["/results/keys"]
+    # the only writable mount: its own folder of the run, which holds no key and no other
+    # node's results
+    writable = [(source, target) for source, target, read_only in mounts if not read_only]
+    assert writable == [(str(node_folder(plan, 1).resolve()), "/results")]
+    assert not node_folder(plan, 1).resolve().is_relative_to(keys_dir(plan).resolve())
     assert container_command(plan, 1)[-2:] == ["--keys", "/keys"]
     services = compose_document(config, plan, "img:1", tmp_path)["services"]
-    # per service: a scratch /tmp and the tmpfs over the keys folder
     tmpfs = [v["target"] for s in services.values() for v in s["volumes"] if v["type"] == "tmpfs"]
-    assert sorted(tmpfs) == sorted(["/tmp", "/results/keys"] * 3)
+    assert sorted(tmpfs) == ["/tmp"] * 3
     node_2_secrets = [s for s in services.values()
                       for v in s["volumes"] if v.get("source", "").endswith(secret_file(2))]
     assert len(node_2_secrets) == 1  # only node 2's own service mounts it
@@ -159,7 +162,6 @@ def test_with_security_off_there_are_no_keys(tmp_path):
     _, plan = written_plan(tmp_path, security="none")
     assert not keys_dir(plan).exists()
     assert "--keys" not in container_command(plan, 0)
-    assert hidden_paths(plan) == []
 
 
 def test_security_must_be_curve_or_none():
