@@ -15,8 +15,8 @@ from deploy.docker_backend import (
     container_environment,
     container_mounts,
     container_user,
-    prepare_node_access,
     node_memory,
+    prepare_node_access,
 )
 from deploy.plan import Plan
 from node.config import FederationConfig
