@@ -48,7 +48,7 @@ BASE = {"name": "robustness", "nodes": 10, "rounds": 5, "algorithm": "profe",
         "data": {"dataset": "mnist", "subset": 10000, "partition": "dirichlet", "alpha": 0.5,
                  "download": False},
         "train": {"threads": 1},
-        "timeouts": {"startup": 60, "round": 600, "shutdown": 5}}
+        "timeouts": {"startup": 60, "round": 60, "absent": 10, "shutdown": 5}}
 TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 6},
               "fully-connected": {"kind": "fully_connected"}}
 

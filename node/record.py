@@ -82,6 +82,8 @@ class NodeRecord:
     # CurveZMQ: connections with a key that is not an in-neighbour's, and incoming
     # handshakes that failed (those refusals included); absent without security
     refused_keys: int | None = None
+    # rounds whose aggregated model computed NaN or infinities: the node kept its own
+    kept_own_models: int = 0
     failed_handshakes: int | None = None
     no_goodbye_from: list[int] | None = None
     peak_rss_bytes: int | None = None

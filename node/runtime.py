@@ -330,6 +330,7 @@ class Node:
         result.bytes_sent_by_kind = {k: meter.total(SENT, kind=k) for k in KINDS}
         result.bytes_received_by_kind = {k: meter.total(RECEIVED, kind=k) for k in KINDS}
         result.unreachable_peers = sorted(peers.unreachable_seen)
+        result.kept_own_models = self.algorithm.kept_own_models
         for key, count in peers.transport.security_counts().items():
             setattr(result, key, count)
         # the whole process's peak, so in-process federations share one figure

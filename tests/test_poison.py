@@ -117,3 +117,23 @@ def test_a_step_whose_loss_or_gradient_is_not_finite_is_skipped():
     (3, 0.0, 0), (7, 0.45, 3)])
 def test_a_trimmed_mean_trims_one_from_each_end_from_three_contributions(k, fraction, cut):
     assert trim_count(k, fraction) == cut
+
+
+def test_an_aggregate_that_computes_nan_is_not_adopted():
+    """Finite weights can still overflow a forward pass: such an aggregate is refused and
+    the node keeps its own model for the round, counted."""
+    from types import SimpleNamespace
+
+    from node.algorithms.common import adopt
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    own = {k: v.clone() for k, v in model.state_dict().items()}
+    node = SimpleNamespace(data=SimpleNamespace(train_x=torch.ones(3, 4)), node_id=0,
+                           kept_own_models=0)
+    huge = {k: torch.full_like(v, 1e30) for k, v in own.items()}  # finite, 1e30 * 1e30 is not
+    assert not adopt(node, model, huge)
+    assert all(torch.equal(model.state_dict()[k], own[k]) for k in own)
+    assert node.kept_own_models == 1
+    fine = {k: v * 0.5 for k, v in own.items()}
+    assert adopt(node, model, fine)
+    assert all(torch.equal(model.state_dict()[k], fine[k]) for k in own)

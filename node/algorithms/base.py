@@ -90,6 +90,7 @@ class Algorithm(abc.ABC):
         self.data = data
         self.device = device
         self.node_id = node_id
+        self.kept_own_models = 0  # aggregates not adopted: they computed NaN (common.adopt)
 
     @property
     def settings(self) -> Any:

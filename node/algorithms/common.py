@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from node.aggregation import local_prototypes, nearest_prototype
-from node.algorithms.base import ARGMAX, PROTOTYPE, DataPlan, NodeData, Payload
+from node.algorithms.base import ARGMAX, PROTOTYPE, Algorithm, DataPlan, NodeData, Payload
 from node.custom import build_model as custom_model
 from node.custom import is_import_path
 from node.errors import ProtocolError
@@ -141,6 +141,36 @@ def checked_state(reference: Mapping[str, torch.Tensor], payload: Payload) -> tu
     if not 1 <= samples <= MAX_SAMPLES:
         raise ProtocolError(f"model weight 'samples' must be in 1..{MAX_SAMPLES}, got {samples}")
     return {name: tensors[name].to(ref.dtype) for name, ref in reference.items()}, samples
+
+
+# Inputs a freshly aggregated model is tried on before this node adopts it.
+PROBE_SAMPLES = 32
+
+
+@torch.no_grad()
+def computes_finite(model: nn.Module, x: torch.Tensor) -> bool:
+    """Whether every output of `model` on `x` (logits, embeddings) is finite."""
+    model.eval()
+    outputs = model(x)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    return all(bool(t.isfinite().all()) for t in outputs if isinstance(t, torch.Tensor))
+
+
+def adopt(algorithm: Algorithm, model: nn.Module,
+          aggregated: Mapping[str, torch.Tensor]) -> bool:
+    """Load the aggregated state into `model` unless it computes NaN or infinities on the
+    node's first training inputs (finite weights of 1e4 overflow a few layers on): then the
+    model keeps the node's own state for this round, counted in the algorithm's
+    `kept_own_models`. Whether it was adopted."""
+    own = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    model.load_state_dict(aggregated)
+    if computes_finite(model, algorithm.data.train_x[:PROBE_SAMPLES]):
+        return True
+    model.load_state_dict(own)
+    algorithm.kept_own_models += 1
+    log.warning("node %d: the aggregated model computes NaN or infinite values: this round "
+                "keeps the node's own model", algorithm.node_id)
+    return False
 
 
 def prototype_payload(prototypes: torch.Tensor, counts: torch.Tensor) -> Payload:

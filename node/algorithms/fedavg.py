@@ -28,6 +28,7 @@ import torch
 from node.aggregation import aggregate_states
 from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
+    adopt,
     build_role,
     gather,
     local_sgd,
@@ -67,7 +68,7 @@ class FedAvg(Algorithm):
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, plan=self.data.plan)
         state = aggregate_states(update.states, **self.config.aggregation.kwargs())
-        self.model.load_state_dict(state)
+        adopt(self, self.model, state)
         return update.rejected
 
     @torch.no_grad()

@@ -50,6 +50,7 @@ import torch
 from node.aggregation import aggregate_prototypes, aggregate_states
 from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
+    adopt,
     build_role,
     classify,
     gather,
@@ -134,7 +135,7 @@ class FedPR(Algorithm):
                         plan=self.data.plan)
         if "model" in own:
             state = aggregate_states(update.states, **self.config.aggregation.kwargs())
-            self.model.load_state_dict(state)
+            adopt(self, self.model, state)
             if self.config.exchange.prototypes_from == "aggregated" and len(self.data.train_y):
                 self.local_prototypes, self.local_counts = train_prototypes(
                     self.model, self.data, self.config.train.eval_batch_size)

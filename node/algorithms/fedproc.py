@@ -51,6 +51,7 @@ from torch import nn
 from node.aggregation import aggregate_prototypes, aggregate_states
 from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
+    adopt,
     build_role,
     gather,
     local_sgd,
@@ -193,7 +194,7 @@ class FedProc(Algorithm):
                         self.local_prototypes.shape[1],
                         plan=self.data.plan)
         state = aggregate_states(update.states, **self.config.aggregation.kwargs())
-        self.net.load_state_dict(state)
+        adopt(self, self.net, state)
         global_prototypes, known = aggregate_prototypes(
             update.prototypes, **self.config.aggregation.kwargs())
         self.global_prototypes = global_prototypes.to(self.device)

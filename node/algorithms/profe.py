@@ -67,6 +67,7 @@ import torch
 from node.aggregation import aggregate_prototypes, aggregate_states
 from node.algorithms.base import Algorithm, NodeData, Payload, Updates
 from node.algorithms.common import (
+    adopt,
     build_role,
     classify,
     gather,
@@ -263,7 +264,7 @@ class ProFe(Algorithm):
                         plan=self.data.plan)
         if "model" in own:
             state = aggregate_states(update.states, **self.config.aggregation.kwargs())
-            self.student.load_state_dict(state)
+            adopt(self, self.student, state)
             if self.config.exchange.prototypes_from == "aggregated":
                 self.local_prototypes, self.local_counts = train_prototypes(
                     self.student, self.data, self.config.train.eval_batch_size)
