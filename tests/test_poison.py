@@ -137,3 +137,13 @@ def test_an_aggregate_that_computes_nan_is_not_adopted():
     fine = {k: v * 0.5 for k, v in own.items()}
     assert adopt(node, model, fine)
     assert all(torch.equal(model.state_dict()[k], fine[k]) for k in own)
+
+
+def test_an_update_that_breaks_a_check_in_an_unforeseen_way_is_rejected_not_raised():
+    class Exploding(dict):
+        def __getitem__(self, key):
+            raise RuntimeError("boom")
+
+    own = {"model": Payload({"w": torch.zeros(2)}, {"samples": 10})}
+    odd = {"model": Payload(Exploding(w=torch.zeros(2)), {"samples": 10})}
+    assert gather(own, {1: odd}, 0).rejected == [1]

@@ -307,8 +307,9 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     for peer, update in sorted(received.items()):
         try:
             state, protos = check(peer, update)
-        except ProtocolError as exc:
-            log.warning("node %d: update from peer %d rejected: %s", node_id, peer, exc)
+        except Exception as exc:  # noqa: BLE001 - nothing a peer sends may stop the round
+            why = exc if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
+            log.warning("node %d: update from peer %d rejected: %s", node_id, peer, why)
             rejected.append(peer)
             continue
         if with_model:
