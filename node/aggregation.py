@@ -120,7 +120,12 @@ def local_prototypes(embeddings: torch.Tensor, labels: torch.Tensor,
     """Per-class mean embedding and class counts over local data (Eq. 3).
 
     Returns (prototypes [C, D], counts [C]); rows of absent classes are zero with count 0.
+    An embedding holding NaN or infinities (a model overflowing on that input) is left out,
+    so prototypes are always finite.
     """
+    finite = embeddings.isfinite().all(dim=1)
+    if not bool(finite.all()):
+        embeddings, labels = embeddings[finite], labels[finite]
     dim = embeddings.shape[1]
     sums = torch.zeros(num_classes, dim, dtype=torch.float64)
     sums.index_add_(0, labels, embeddings.to(torch.float64))

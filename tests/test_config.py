@@ -3,7 +3,7 @@
 
 import pytest
 
-from node.config import FederationConfig, from_dict, load
+from node.config import FederationConfig, default_methods, from_dict, load
 from node.errors import ConfigError
 from node.federation import resolve
 from tests.helpers import REPO
@@ -17,7 +17,7 @@ def write(tmp_path, text):
 
 def test_defaults_from_an_empty_file(tmp_path):
     config = load(write(tmp_path, ""))
-    assert config == FederationConfig()
+    assert config == FederationConfig(methods=default_methods())
     assert (config.nodes, config.algorithm, config.topology.kind) == (5, "profe", "fully_connected")
     assert config.exchange.codec == "int16" and config.prototype_codec == "int16"
 

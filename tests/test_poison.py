@@ -147,3 +147,21 @@ def test_an_update_that_breaks_a_check_in_an_unforeseen_way_is_rejected_not_rais
     own = {"model": Payload({"w": torch.zeros(2)}, {"samples": 10})}
     odd = {"model": Payload(Exploding(w=torch.zeros(2)), {"samples": 10})}
     assert gather(own, {1: odd}, 0).rejected == [1]
+
+
+def test_prototypes_leave_out_embeddings_that_overflowed():
+    from node.aggregation import local_prototypes
+
+    embeddings = torch.tensor([[1.0, 2.0], [float("inf"), 0.0], [3.0, 4.0], [5.0, 6.0]])
+    prototypes, counts = local_prototypes(embeddings, torch.tensor([0, 0, 0, 1]), 2)
+    assert prototypes.tolist() == [[2.0, 3.0], [5.0, 6.0]] and counts.tolist() == [2, 1]
+
+
+def test_a_node_whose_own_prototypes_are_not_finite_leaves_them_out_and_goes_on():
+    own = {"prototypes": Payload({"prototypes": torch.tensor([[float("nan"), 0.0]]),
+                                  "classes": torch.tensor([0]), "counts": torch.tensor([5])})}
+    peer = {"prototypes": Payload({"prototypes": torch.tensor([[1.0, 2.0]]),
+                                   "classes": torch.tensor([0]), "counts": torch.tensor([3])})}
+    update = gather(own, {1: peer}, 0, num_classes=1, dim=2)
+    assert update.prototypes[0][1].tolist() == [0]  # its own: no weight
+    assert update.prototypes[1][0].tolist() == [[1.0, 2.0]] and update.rejected == []

@@ -5,13 +5,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-if TYPE_CHECKING:  # config imports the registry, never the other way round
-    from node.config import FederationConfig
-
+from node.settings import FederationConfig
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -22,9 +21,7 @@ from node.models import (
     build_model,
     role_architecture,
 )
-
-if TYPE_CHECKING:  # config imports the registry, never the other way round
-    from node.config import FederationConfig
+from node.settings import FederationConfig
 
 log = logging.getLogger(__name__)
 
@@ -301,8 +298,8 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
         return planned(peer, state, protos, plan, node_id)
 
     states = [(dict(reference), own["model"].meta["samples"])] if with_model else []
-    prototypes = ([checked_prototypes(own["prototypes"], num_classes, dim)]
-                  if with_prototypes else [])
+    prototypes = [own_prototypes(own["prototypes"], num_classes, dim, node_id)
+                  ] if with_prototypes else []
     rejected = []
     for peer, update in sorted(received.items()):
         try:
@@ -317,6 +314,17 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
         if with_prototypes:
             prototypes.append(protos)
     return Contributions(states, prototypes, rejected)
+
+
+def own_prototypes(payload: Payload, num_classes: int, dim: int,
+                   node_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This node's own prototypes as a contribution: none (zero counts) when they do not
+    pass the checks a peer's would, so its own broken state cannot stop the round."""
+    try:
+        return checked_prototypes(payload, num_classes, dim)
+    except ProtocolError as exc:
+        log.warning("node %d: its own prototypes left out of this round: %s", node_id, exc)
+        return (torch.zeros(num_classes, dim), torch.zeros(num_classes, dtype=torch.int64))
 
 
 def planned(peer: int, state: tuple | None, protos: tuple | None, plan: DataPlan | None,

@@ -21,7 +21,6 @@ Deviations:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,9 +35,7 @@ from node.algorithms.common import (
     state_payload,
 )
 from node.losses import cross_entropy
-
-if TYPE_CHECKING:  # config imports the registry, never the other way round
-    from node.config import FederationConfig
+from node.settings import FederationConfig
 
 
 class FedAvg(Algorithm):

@@ -53,7 +53,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -67,9 +66,7 @@ from node.algorithms.common import (
     local_sgd,
     prototype_payload,
 )
-
-if TYPE_CHECKING:  # config imports the registry, never the other way round
-    from node.config import FederationConfig
+from node.settings import FederationConfig
 
 LAMBDA_H = 0.1  # "The parameter lambda in (1) is set to 0.1"
 HYPERSPHERE_STEPS = 1000  # ours: projected gradient steps minimising L_U (Eq. 3)

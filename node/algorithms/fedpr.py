@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -62,9 +61,7 @@ from node.algorithms.common import (
     train_prototypes,
 )
 from node.losses_fedpr import fedpr_loss
-
-if TYPE_CHECKING:  # config imports the registry, never the other way round
-    from node.config import FederationConfig
+from node.settings import FederationConfig
 
 
 def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]],

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -60,9 +59,7 @@ from node.algorithms.common import (
     state_payload,
     train_prototypes,
 )
-
-if TYPE_CHECKING:  # config imports the registry, never the other way round
-    from node.config import FederationConfig
+from node.settings import FederationConfig
 
 PROJECTION_DIM = 256  # "the projection head consists of a 2-layer MLP with an output size of 256"
 GPC_TEMPERATURE = 1.0  # Eq. (4) is exp(sim(z, c)) with no temperature

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -56,9 +55,7 @@ from node.algorithms.common import (
     train_prototypes,
 )
 from node.losses_fedproto import fedproto_loss, paper_lambda
-
-if TYPE_CHECKING:  # config imports the registry, never the other way round
-    from node.config import FederationConfig
+from node.settings import FederationConfig
 
 
 @dataclass(frozen=True)

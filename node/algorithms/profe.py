@@ -60,7 +60,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -85,9 +84,7 @@ from node.losses import (
     student_loss,
     teacher_loss,
 )
-
-if TYPE_CHECKING:  # config imports the registry, never the other way round
-    from node.config import FederationConfig
+from node.settings import FederationConfig
 
 ORDERS = ("teacher_first", "same_batch")
 FEATURE_SPACES = ("raw", "normalized")
