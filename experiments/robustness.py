@@ -148,17 +148,23 @@ def run_cell(topology: str, rule: str, attack: str, seed: int, data_dir: str) ->
     """One federation: every node's final global F1 and its wall time."""
     raw = merge(BASE, {"seed": seed, "topology": TOPOLOGIES[topology],
                        "aggregation": {"rule": rule}, "data": {"dir": data_dir}})
-    config = from_dict(raw, source=f"{topology}/{rule}/{attack}/s{seed}")
+    config = from_dict({**raw, "name": f"{topology}-{rule}-{attack}-s{seed}"},
+                       source=f"{topology}/{rule}/{attack}/s{seed}")
     registry = node.algorithms.ALGORITHMS
     node.algorithms.ALGORITHMS = _WithAttacker(registry, attack)
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory() as results:
             nodes = run_in_memory(memory_federation(config), Path(results), timeout=4 * 3600)
+    except Exception as exc:  # noqa: BLE001 - a node that crashed is this cell's finding
+        log.error("%s: a node crashed: %s: %s", config.name, type(exc).__name__, exc)
+        return {"crashed": f"{type(exc).__name__}: {exc}",
+                "seconds": round(time.monotonic() - started, 1)}
     finally:
         node.algorithms.ALGORITHMS = registry
     return {"f1": [round(n["rounds"][-1]["global_test"]["f1"], 4) for n in nodes],
             "status": [n["status"] for n in nodes],
+            "kept_own_models": sum(n.get("kept_own_models", 0) for n in nodes),
             "seconds": round(time.monotonic() - started, 1)}
 
 
@@ -172,7 +178,7 @@ def honest_effect(results: dict, topology: str, rule: str, attack: str,
     clean run under the same rule), or None while a cell is missing."""
     attacked = results.get(cell_key(topology, rule, attack, seed))
     clean = results.get(cell_key(topology, rule, "none", seed))
-    if attacked is None or clean is None:
+    if attacked is None or clean is None or "crashed" in attacked or "crashed" in clean:
         return None
     honest = [i for i in range(len(attacked["f1"])) if i != ATTACKER]
     hit = sum(attacked["f1"][i] < clean["f1"][i] - HIT for i in honest)
@@ -202,10 +208,13 @@ def render(results: dict, command: str) -> str:
         for rule in AGGREGATION_RULES:
             cells = []
             for attack in ATTACKS:
+                crashed = sum("crashed" in results.get(cell_key(topology, rule, attack, s), {})
+                              for s in seeds)
                 effects = [e for s in seeds
                            if (e := honest_effect(results, topology, rule, attack, s))]
-                if not effects:
-                    cells.append("-")
+                if crashed or not effects:
+                    cells.append(f"a node crashed ({crashed} of {len(seeds)} seeds)"
+                                 if crashed else "-")
                     continue
                 f1s = [f1 for f1, _ in effects]
                 spread = f" ± {statistics.stdev(f1s):.3f}" if len(f1s) > 1 else ""
@@ -252,9 +261,10 @@ def main(argv: list[str] | None = None) -> int:
             results[cell_key(*cell)] = run_cell(*cell, data_dir)
             store.write_text(json.dumps(results, indent=1, sort_keys=True))
             found = results[cell_key(*cell)]
-            print(f"[{done}/{len(todo)}] {cell_key(*cell)}: honest mean F1 "
-                  f"{statistics.fmean(found['f1'][1:]):.4f} ({found['seconds']:.0f} s)",
-                  file=sys.stderr, flush=True)
+            outcome = (f"CRASHED: {found['crashed']}" if "crashed" in found else
+                       f"honest mean F1 {statistics.fmean(found['f1'][1:]):.4f}")
+            print(f"[{done}/{len(todo)}] {cell_key(*cell)}: {outcome} "
+                  f"({found['seconds']:.0f} s)", file=sys.stderr, flush=True)
     (out / "robustness.md").write_text(render(results, command))
     return 0
 
