@@ -16,20 +16,19 @@ from deploy import compose as compose_file
 from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import local
+from deploy.launchers import launcher_for, refuse_user_code
 from deploy.pictures import RunFiles, write_run_files
 from deploy.pictures import preload as preload_pictures
 from deploy.plan import (
     host_data_dir,
     new_run_id,
-    plan_local,
     prepare_data,
-    reserve_listeners,
     write_plan,
 )
 from deploy.progress import progress_for
 from deploy.report import format_table, read_node_results, summarize_records
 from deploy.runner import watch
-from node.config import load, user_code
+from node.config import load
 from node.custom import add_search_path
 from node.errors import ConfigError, ProtofedError
 from node.lifecycle import exit_now
@@ -112,65 +111,60 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    # Ctrl-C and `kill` stop the run, from the first moment: a shell starts background
-    # commands with SIGINT ignored, and Python then never raises Ctrl-C by itself; before
-    # a node starts they end the launcher through main()'s KeyboardInterrupt.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    _stop_on_signals()
     overrides = tuple(args.set) + ((f"deploy.backend={args.backend}",) if args.backend else ())
     add_search_path(Path(args.config).parent)  # where model and data import paths are found
     config = load(args.config, overrides)
     run_id = args.run_id or new_run_id(config)
-    if config.nodes == 1:
-        print("protofed: nodes = 1: a single node trains on its own and exchanges nothing",
-              file=sys.stderr)
-    _warn_if_insecure(config)
-    docker_backend = config.deploy.backend == "docker"
-    listeners = []
-    if docker_backend:
-        refuse_user_code(config)
-    # Once per federation, on this machine, before any node or container exists.
-    cache_dir = prepare_data(config)
-    if docker_backend:
-        data_dir = host_data_dir(config)
-        plan = docker.plan_docker(config, Path(args.config), overrides, run_id)
-        client = docker.connect()
-        info = client.info()
-        docker.check_capacity(config, int(info.get("MemTotal", 0)), int(info.get("NCPU", 0)))
-        if not data_dir.is_dir():
-            raise ConfigError(f"data.dir {data_dir} is not a folder: the containers mount it "
-                              "as their dataset folder (set data.dir or PROTOFED_DATA_DIR)")
-        image = config.deploy.image or docker_image.ensure_image(client, config.deploy.base_image)
-    else:
-        local.check_capacity(config, local.available_memory())
-        local.check_user_models(config)
-        listeners = reserve_listeners(config)
-    try:
-        if not docker_backend:
-            plan = plan_local(config, Path(args.config), overrides, run_id,
-                              [sock.getsockname()[1] for sock in listeners])
-        write_plan(plan)
-    except (ConfigError, FileExistsError) as exc:
-        for sock in listeners:
-            sock.close()
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
-                          "--run-id") from None
+    _say_what_the_config_means(config)
+    launcher = launcher_for(config)  # refuses what its backend cannot run
+    cache_dir = prepare_data(config)  # once per federation, before any node exists
+    plan = launcher.plan(Path(args.config), overrides, run_id, cache_dir)
+    _write_or_release(plan, launcher)
     print(f"protofed: run {run_id}: {config.nodes} {config.algorithm} nodes "
           f"({config.deploy.backend}) on {config.topology.kind} topology, {config.rounds} "
           f"rounds, results in {plan.results_dir}", file=sys.stderr)
     try:
-        if docker_backend:
-            run = docker.start(config, plan, image, client, data_dir, cache_dir)
-        else:
-            local.warm_up(plan.federation.config)
-            run = local.start(plan, listeners, config.deploy.restarts)
+        run = launcher.start(plan)
     except KeyboardInterrupt:  # start() stopped and recorded whatever it had started
-        for sock in listeners:
-            sock.close()
+        launcher.release()
         print("protofed: interrupted while starting the nodes", file=sys.stderr)
         return 130
+    interrupted, out_of_time = _watch(run, config)
+    return _conclude(plan, config, run, args.wide, interrupted, out_of_time)
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C and `kill` stop the run, from the first moment: a shell starts background
+    commands with SIGINT ignored, and Python then never raises Ctrl-C by itself; before a
+    node starts they end the launcher through main()'s KeyboardInterrupt."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+
+
+def _say_what_the_config_means(config) -> None:
+    """One line for a federation that will not federate, one for one that is not secured."""
+    if config.nodes == 1:
+        print("protofed: nodes = 1: a single node trains on its own and exchanges nothing",
+              file=sys.stderr)
+    _warn_if_insecure(config)
+
+
+def _write_or_release(plan, launcher) -> None:
+    """Write the run folder; on failure give back what the launcher reserved."""
+    try:
+        write_plan(plan)
+    except (ConfigError, FileExistsError) as exc:
+        launcher.release()
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
+                          "--run-id") from None
+
+
+def _watch(run, config) -> tuple[bool, bool]:
+    """Show progress until every node ended; (interrupted, out of time). Whatever happens,
+    the run's logs are kept and its nodes removed."""
     progress = progress_for(config.rounds)
     interrupted = out_of_time = False
     try:
@@ -193,15 +187,21 @@ def cmd_up(args: argparse.Namespace) -> int:
         progress.finish()
         run.save_logs()
         run.remove()
+    return interrupted, out_of_time
+
+
+def _conclude(plan, config, run, wide: bool, interrupted: bool, out_of_time: bool) -> int:
+    """The summary, the table, the files, what went wrong; the exit code."""
     records = read_node_results(plan.results_dir, config.nodes)
     summary = _write_summary(plan, config, run, records)
     # the table first, then the pictures
-    print(format_table(summary, table_width(args.wide)), flush=True)
+    print(format_table(summary, table_width(wide)), flush=True)
     files = write_run_files(plan.results_dir, records)
     stopped = [n["node"] for n in summary["nodes"] if n["status"] == "stopped"]
     if stopped and not (interrupted or out_of_time):
-        print(f"protofed: run {run_id}: {len(stopped)} of {config.nodes} nodes were stopped "
-              "from outside (`protofed down`, or a signal sent to them)", file=sys.stderr)
+        print(f"protofed: run {plan.run_id}: {len(stopped)} of {config.nodes} nodes were "
+              "stopped from outside (`protofed down`, or a signal sent to them)",
+              file=sys.stderr)
     # a stopped node was asked to stop (said above): only a failure gets its log's tail
     failed = [n for n in summary["nodes"] if n["status"] not in ("finished", "stopped")]
     for row in [] if interrupted else failed:
@@ -258,13 +258,6 @@ def _warn_if_insecure(config) -> None:
         print('protofed: WARNING: deploy.security = "none": peers are not authenticated and '
               "traffic is plaintext; any process that reaches a node's port can pose as a "
               "node and feed it anything", file=sys.stderr)
-
-
-def refuse_user_code(config) -> None:
-    """Containers run the node image, which holds no module of the user's."""
-    for key, value in user_code(config):
-        raise ConfigError(f"{key} = {value!r} names a Python module of yours, which the node "
-                          "image does not contain: run it with the local backend")
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -93,3 +93,10 @@ def test_follow_prints_the_tail_then_what_is_written_until_the_node_ends(tmp_pat
     threading.Thread(target=node).start()
     local.follow_file(log, 2, lambda: not writing.is_set(), out, poll=0.01)
     assert out.getvalue() == "".join(f"line {i}\n" for i in (3, 4, 5, 6, 7))
+
+
+def test_every_backend_the_config_accepts_has_a_launcher():
+    from deploy.launchers import LAUNCHERS
+    from node.settings import BACKENDS
+
+    assert set(LAUNCHERS) == set(BACKENDS)
