@@ -257,12 +257,17 @@ def _check(ok: bool, source: str, key: str, message: str) -> None:
 
 
 def validate(config: FederationConfig, source: str = "<config>") -> None:
-    """Reject impossible values, naming the key and the file.
+    """Reject impossible values, naming the key and the file: each table's checks in turn.
 
     The graph is not built here: `node.federation.resolve` builds it, once per federation.
     """
+    for check in SECTION_CHECKS:
+        check(config, source)
 
-    c = config
+
+
+def _check_federation(c: FederationConfig, source: str) -> None:
+    """The top-level keys."""
     _check(c.nodes >= 1, source, "nodes", f"must be at least 1, got {c.nodes}")
     _check(c.rounds >= 1, source, "rounds", f"must be at least 1, got {c.rounds}")
     _check(c.seed >= 0, source, "seed", f"must be non-negative, got {c.seed}")
@@ -270,11 +275,19 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
            f"must be letters, digits, '-' or '_', got {c.name!r}")
     _check(c.algorithm in ALGORITHMS, source, "algorithm",
            f"must be one of {', '.join(sorted(ALGORITHMS))}, got {c.algorithm!r}")
+
+
+def _check_topology(c: FederationConfig, source: str) -> None:
+    """[topology]."""
     _one_of(c.topology.kind, TOPOLOGY_KINDS, source, "topology.kind")
     _check(0.0 <= c.topology.p <= 1.0, source, "topology.p", f"must be in [0, 1], got {c.topology.p}")
     _check(c.topology.k >= 1, source, "topology.k", f"must be at least 1, got {c.topology.k}")
     _check(c.topology.kind != "file" or bool(c.topology.path), source, "topology.path",
            "must name a graph file when topology.kind = \"file\"")
+
+
+def _check_data(c: FederationConfig, source: str) -> None:
+    """[data]."""
     d = c.data
     # A loader of the user's ("package.module:function") is checked when the launcher calls it.
     _check(d.dataset in DATASETS or is_import_path(d.dataset), source, "data.dataset",
@@ -289,6 +302,10 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
            f"must be in [0, 1), got {d.global_test_fraction}")
     _check(0.0 < d.local_train_fraction <= 1.0, source, "data.local_train_fraction",
            f"must be in (0, 1], got {d.local_train_fraction}")
+
+
+def _check_model(c: FederationConfig, source: str) -> None:
+    """[model] and its groups, with the widths each node's models get."""
     m = c.model
     architectures = ("auto", *ARCHITECTURES)
     for role in ("teacher", "student"):
@@ -322,6 +339,10 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
                              getattr(node_model, f"{role}_channels") or None, where)
             except ConfigError as exc:
                 raise ConfigError(f"{source}: {exc}") from None
+
+
+def _check_train(c: FederationConfig, source: str) -> None:
+    """[train]."""
     t = c.train
     _check(t.epochs >= 1, source, "train.epochs", f"must be at least 1, got {t.epochs}")
     _check(t.batch_size >= 1, source, "train.batch_size", f"must be at least 1, got {t.batch_size}")
@@ -336,29 +357,49 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
     _one_of(t.device, DEVICES, source, "train.device")
     _one_of(t.optimizer, OPTIMIZERS, source, "train.optimizer")
     _check(t.threads >= 0, source, "train.threads", f"must be 0 (auto) or positive, got {t.threads}")
+
+
+def _check_exchange(c: FederationConfig, source: str) -> None:
+    """[exchange]."""
     _one_of(c.exchange.codec, CODECS, source, "exchange.codec")
     if c.exchange.prototype_codec:
         _one_of(c.exchange.prototype_codec, CODECS, source, "exchange.prototype_codec")
     _one_of(c.exchange.prototypes_from, PROTOTYPE_SOURCES, source, "exchange.prototypes_from")
     _check(c.exchange.max_message_bytes >= 1024, source, "exchange.max_message_bytes",
            f"must be at least 1024, got {c.exchange.max_message_bytes}")
+
+
+def _check_aggregation(c: FederationConfig, source: str) -> None:
+    """[aggregation]."""
     _one_of(c.aggregation.rule, AGGREGATION_RULES, source, "aggregation.rule")
     _check(0.0 <= c.aggregation.trim_fraction < 0.5, source, "aggregation.trim_fraction",
            f"must be in [0, 0.5), got {c.aggregation.trim_fraction}")
+
+
+def _check_timeouts(c: FederationConfig, source: str) -> None:
+    """[timeouts]."""
     for key in ("startup", "round", "shutdown"):
         value = getattr(c.timeouts, key)
         _check(value > 0.0, source, f"timeouts.{key}", f"must be positive seconds, got {value}")
-    _check(c.deploy.restarts >= 0, source, "deploy.restarts",
-           f"must be 0 or more, got {c.deploy.restarts}")
-    _check(c.deploy.restarts == 0 or c.deploy.backend == "local", source, "deploy.restarts",
-           "restarting nodes is supported by the local backend only")
     _check(c.timeouts.run >= 0.0, source, "timeouts.run",
            f"must be 0 (never) or positive seconds, got {c.timeouts.run}")
     _check(0.0 <= c.timeouts.absent <= c.timeouts.round, source, "timeouts.absent",
            f"must be 0 to timeouts.round ({c.timeouts.round}) seconds, got {c.timeouts.absent}")
+
+
+def _check_methods(c: FederationConfig, source: str) -> None:
+    """Each algorithm's own table, judged by the algorithm's settings class."""
     for name, settings in c.methods.items():  # each algorithm judges its own table
         for key, message in getattr(settings, "problems", list)():
             _check(False, source, f"{name}.{key}", message)
+
+
+def _check_deploy(c: FederationConfig, source: str) -> None:
+    """[deploy]."""
+    _check(c.deploy.restarts >= 0, source, "deploy.restarts",
+           f"must be 0 or more, got {c.deploy.restarts}")
+    _check(c.deploy.restarts == 0 or c.deploy.backend == "local", source, "deploy.restarts",
+           "restarting nodes is supported by the local backend only")
     _one_of(c.deploy.backend, BACKENDS, source, "deploy.backend")
     _one_of(c.deploy.security, SECURITY, source, "deploy.security")
     _check(c.deploy.security != "none" or c.deploy.backend != "docker"
@@ -376,6 +417,11 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
            f"must be like \"512m\" or \"2g\" (or empty for no limit), got {c.deploy.memory!r}")
     _check(1 <= c.deploy.port <= 65535, source, "deploy.port",
            f"must be a TCP port, got {c.deploy.port}")
+
+
+SECTION_CHECKS = (_check_federation, _check_topology, _check_data, _check_model,
+                  _check_train, _check_exchange, _check_aggregation, _check_timeouts,
+                  _check_methods, _check_deploy)
 
 
 def _one_of(value: str, allowed: tuple[str, ...], source: str, key: str) -> None:
