@@ -55,3 +55,17 @@ def test_the_algorithms_name_their_settings_without_the_config_loader():
                    for m in ("base", "common", "profe", "fedavg", "fedhp", "fedpr", "fedproc",
                              "fedproto"))
     assert not nx.has_path(graph, "node.settings", "node.algorithms")
+
+
+def test_no_function_in_node_or_deploy_is_longer_than_sixty_lines():
+    long = [f"{path.relative_to(REPO)}:{node.lineno} {node.name}"
+            for package in ("node", "deploy") for path in (REPO / package).rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno - node.lineno + 1 > 60]
+    assert long == []
+
+
+def test_the_command_line_knows_backends_only_through_the_launchers():
+    text = (REPO / "deploy" / "cli.py").read_text()
+    assert "backend ==" not in text and "backend !=" not in text
