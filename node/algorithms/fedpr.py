@@ -41,25 +41,21 @@ Deviations:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-from node.aggregation import aggregate_prototypes, aggregate_states
-from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Updates
+from node.aggregation import aggregate_prototypes
+from node.algorithms.base import PROTOTYPE, NodeData
 from node.algorithms.common import (
-    adopt,
     build_role,
     classify,
-    gather,
     local_sgd,
-    model_then_prototypes,
     new_optimizer,
-    prototype_payload,
-    state_payload,
-    train_prototypes,
 )
+from node.algorithms.prototype_base import ModelAndPrototypes
 from node.losses_fedpr import fedpr_loss
 from node.settings import FederationConfig
 
@@ -86,13 +82,16 @@ class FedPRSettings:
         return [] if self.weight >= 0 else [("weight", f"must be non-negative, got {self.weight}")]
 
 
-class FedPR(Algorithm):
+class FedPR(ModelAndPrototypes):
     """FedPR behind the common algorithm interface: model and prototypes travel."""
 
     name = "fedpr"
-    kinds = ("model", "prototypes")
     reported_rule = PROTOTYPE
     settings_class = FedPRSettings
+
+    @property
+    def shared_model(self) -> nn.Module:
+        return self.model
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
@@ -100,11 +99,7 @@ class FedPR(Algorithm):
         self.model = build_role(config, data, "teacher", node_id).to(device)
         self.optimizer = new_optimizer(self.model, config)
         self.weight = self.settings.weight
-        self.dim = self.model.classifier.in_features
-        self.global_prototypes = torch.zeros(data.num_classes, self.dim, device=device)
-        self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)
-        self.local_prototypes = torch.zeros(data.num_classes, self.dim)
-        self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
+        self.keep_prototypes(self.model.classifier.in_features)
 
     def _loss_terms(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         logits, embeddings = self.model(x)
@@ -115,33 +110,12 @@ class FedPR(Algorithm):
     def train_round(self, round_: int) -> dict[str, float]:
         stats = local_sgd((self.model,), {"loss": (self.optimizer,)}, self.data, self.config,
                           self.node_id, round_, self._loss_terms)
-        if len(self.data.train_y):
-            self.local_prototypes, self.local_counts = train_prototypes(
-                self.model, self.data, self.config.train.eval_batch_size)
+        self.refresh_local_prototypes(self.model)
         return stats
 
-    def payload(self) -> dict[str, Payload]:
-        return {"model": state_payload(self.model, len(self.data.train_y)),
-                "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
-
-    def exchange_steps(self) -> tuple[tuple[str, ...], ...]:
-        return model_then_prototypes(self.config, self.kinds)
-
-    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
-        update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
-                        plan=self.data.plan)
-        if "model" in own:
-            state = aggregate_states(update.states, **self.config.aggregation.kwargs())
-            adopt(self, self.model, state)
-            if self.config.exchange.prototypes_from == "aggregated" and len(self.data.train_y):
-                self.local_prototypes, self.local_counts = train_prototypes(
-                    self.model, self.data, self.config.train.eval_batch_size)
-        if "prototypes" in own:
-            global_prototypes, known = client_mean_prototypes(
-                update.prototypes, **self.config.aggregation.kwargs())
-            self.global_prototypes = global_prototypes.to(self.device)
-            self.known = known.to(self.device)
-        return update.rejected
+    def combine(self, contributions, **rule):
+        """Eq. 3: the unweighted mean over the clients that have each class."""
+        return client_mean_prototypes(contributions, **rule)
 
     def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Nearest global prototype (Algorithm 1, inference; argmax until one exists) and the

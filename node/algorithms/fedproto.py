@@ -43,17 +43,15 @@ from dataclasses import dataclass
 
 import torch
 
-from node.aggregation import aggregate_prototypes
-from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Updates
+from node.algorithms.base import PROTOTYPE, NodeData, Payload, Updates
 from node.algorithms.common import (
     build_role,
     classify,
     gather,
     local_sgd,
     new_optimizer,
-    prototype_payload,
-    train_prototypes,
 )
+from node.algorithms.prototype_base import PrototypeAlgorithm
 from node.losses_fedproto import fedproto_loss, paper_lambda
 from node.settings import FederationConfig
 
@@ -70,7 +68,7 @@ class FedProtoSettings:
         return []
 
 
-class FedProto(Algorithm):
+class FedProto(PrototypeAlgorithm):
     """FedProto behind the common algorithm interface: only prototypes travel."""
 
     name = "fedproto"
@@ -85,11 +83,7 @@ class FedProto(Algorithm):
         self.optimizer = new_optimizer(self.model, config)
         weight = self.settings.weight
         self.lam = paper_lambda(config.data.dataset) if weight is None else weight
-        self.dim = self.model.classifier.in_features
-        self.global_prototypes = torch.zeros(data.num_classes, self.dim, device=device)
-        self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)
-        self.local_prototypes = torch.zeros(data.num_classes, self.dim)
-        self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
+        self.keep_prototypes(self.model.classifier.in_features)
 
     def _loss_terms(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         logits, embeddings = self.model(x)
@@ -100,22 +94,17 @@ class FedProto(Algorithm):
     def train_round(self, round_: int) -> dict[str, float]:
         stats = local_sgd((self.model,), {"loss": (self.optimizer,)}, self.data, self.config,
                           self.node_id, round_, self._loss_terms)
-        if len(self.data.train_y):
-            self.local_prototypes, self.local_counts = train_prototypes(
-                self.model, self.data, self.config.train.eval_batch_size)
+        self.refresh_local_prototypes(self.model)
         stats["lambda"] = self.lam
         return stats
 
     def payload(self) -> dict[str, Payload]:
-        return {"prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
+        return {"prototypes": self.local_prototype_payload()}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
                         plan=self.data.plan)
-        global_prototypes, known = aggregate_prototypes(
-            update.prototypes, **self.config.aggregation.kwargs())
-        self.global_prototypes = global_prototypes.to(self.device)
-        self.known = known.to(self.device)
+        self.combine_prototypes(update.prototypes)
         return update.rejected
 
     def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:

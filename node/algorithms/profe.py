@@ -57,26 +57,20 @@ Deviations and readings, each a choice the paper leaves open or one we changed:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
 import torch
+from torch import nn
 
-from node.aggregation import aggregate_prototypes, aggregate_states
-from node.algorithms.base import Algorithm, NodeData, Payload, Updates
+from node.algorithms.base import NodeData
 from node.algorithms.common import (
-    adopt,
     build_role,
     classify,
-    gather,
     local_sgd,
-    model_then_prototypes,
     new_optimizer,
-    prototype_payload,
-    state_payload,
-    train_prototypes,
 )
+from node.algorithms.prototype_base import ModelAndPrototypes
 from node.losses import (
     decayed_weight,
     prototype_mse,
@@ -152,13 +146,16 @@ PRESETS = {
 }
 
 
-class ProFe(Algorithm):
+class ProFe(ModelAndPrototypes):
     """The ProFe trainer behind the common algorithm interface."""
 
     name = "profe"
-    kinds = ("model", "prototypes")
     settings_class = ProFeSettings
     presets = PRESETS
+
+    @property
+    def shared_model(self) -> nn.Module:
+        return self.student
 
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
@@ -168,11 +165,7 @@ class ProFe(Algorithm):
         self.teacher_optimizer = new_optimizer(self.teacher, config)
         self.student_optimizer = new_optimizer(self.student, config)
         self.alpha_s = self.settings.alpha_s
-        dim = self.student.classifier.in_features
-        self.global_prototypes = torch.zeros(data.num_classes, dim, device=device)
-        self.known = torch.zeros(data.num_classes, dtype=torch.bool, device=device)
-        self.local_prototypes = torch.zeros(data.num_classes, dim)
-        self.local_counts = torch.zeros(data.num_classes, dtype=torch.int64)
+        self.keep_prototypes(self.student.classifier.in_features)
         # the classes this node trains on: what its teacher can speak about (kd_classes)
         self.local_classes = torch.bincount(data.train_y.cpu(), minlength=data.num_classes) > 0
 
@@ -240,37 +233,12 @@ class ProFe(Algorithm):
             stats |= local_sgd((self.student,), teacher_step | student_step, self.data,
                                self.config, self.node_id, round_, self._same_batch_terms)
         self.teacher.train(False)  # a retired teacher is never run again
-        self.local_prototypes, self.local_counts = train_prototypes(
-            self.student, self.data, self.config.train.eval_batch_size)
+        self.refresh_local_prototypes(self.student)
         stats["alpha_s"] = self.alpha_s
         stats["teacher_trained"] = float(use_teacher)
         self.alpha_s = decayed_weight(self.alpha_s, s.alpha_limit, s.alpha_schedule,
                                       s.alpha_s, self.config.rounds)
         return stats
-
-    def payload(self) -> dict[str, Payload]:
-        return {"model": state_payload(self.student, len(self.data.train_y)),
-                "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
-
-    def exchange_steps(self) -> tuple[tuple[str, ...], ...]:
-        return model_then_prototypes(self.config, self.kinds)
-
-    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
-        update = gather(own, received, self.node_id, self.data.num_classes,
-                        self.local_prototypes.shape[1],
-                        plan=self.data.plan)
-        if "model" in own:
-            state = aggregate_states(update.states, **self.config.aggregation.kwargs())
-            adopt(self, self.student, state)
-            if self.config.exchange.prototypes_from == "aggregated":
-                self.local_prototypes, self.local_counts = train_prototypes(
-                    self.student, self.data, self.config.train.eval_batch_size)
-        if "prototypes" in own:
-            global_prototypes, known = aggregate_prototypes(
-                update.prototypes, **self.config.aggregation.kwargs())
-            self.global_prototypes = global_prototypes.to(self.device)
-            self.known = known.to(self.device)
-        return update.rejected
 
     def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """The student's argmax (what the paper reports) and the nearest prototype (Eq. 5)."""

@@ -1,0 +1,92 @@
+"""What ProFe, FedPR and FedProto share: class prototypes, local ones sent and global ones
+combined from the in-neighbours' (Eq. 3 and 4 of ProFe; the same means in the others)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from node.aggregation import aggregate_prototypes, aggregate_states
+from node.algorithms.base import Algorithm, Payload, Updates
+from node.algorithms.common import (
+    adopt,
+    gather,
+    model_then_prototypes,
+    prototype_payload,
+    state_payload,
+    train_prototypes,
+)
+
+# (contributions [(prototypes [C, D], counts [C])], rule keywords) -> (global [C, D], known [C])
+Combine = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+class PrototypeAlgorithm(Algorithm):
+    """An algorithm whose nodes keep local and global class prototypes."""
+
+    def keep_prototypes(self, dim: int) -> None:
+        """Start with prototypes of dimension `dim`: none local, none global known yet."""
+        classes = self.data.num_classes
+        self.dim = dim
+        self.global_prototypes = torch.zeros(classes, dim, device=self.device)
+        self.known = torch.zeros(classes, dtype=torch.bool, device=self.device)
+        self.local_prototypes = torch.zeros(classes, dim)
+        self.local_counts = torch.zeros(classes, dtype=torch.int64)
+
+    def refresh_local_prototypes(self, model: nn.Module) -> None:
+        """The class means of `model`'s embeddings over the local train set (kept as they
+        were on a node without training samples)."""
+        if len(self.data.train_y):
+            self.local_prototypes, self.local_counts = train_prototypes(
+                model, self.data, self.config.train.eval_batch_size)
+
+    def local_prototype_payload(self) -> Payload:
+        """The local prototypes as they travel: the rows of locally seen classes."""
+        return prototype_payload(self.local_prototypes, self.local_counts)
+
+    def combine_prototypes(self, contributions: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                           combine: Combine = aggregate_prototypes) -> None:
+        """The global prototypes from this node's and its in-neighbours' contributions,
+        under the configured aggregation rule."""
+        prototypes, known = combine(contributions, **self.config.aggregation.kwargs())
+        self.global_prototypes = prototypes.to(self.device)
+        self.known = known.to(self.device)
+
+
+class ModelAndPrototypes(PrototypeAlgorithm):
+    """A prototype algorithm whose nodes also share a model: it travels first and the
+    prototypes are recomputed on the aggregate, or both at once (exchange.prototypes_from)."""
+
+    kinds = ("model", "prototypes")
+
+    @property
+    @abc.abstractmethod
+    def shared_model(self) -> nn.Module:
+        """The model that travels and is averaged."""
+
+    def combine(self, contributions: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                **rule: object) -> tuple[torch.Tensor, torch.Tensor]:
+        """How the method combines prototypes into global ones (default: ProFe's Eq. 4)."""
+        return aggregate_prototypes(contributions, **rule)
+
+    def payload(self) -> dict[str, Payload]:
+        return {"model": state_payload(self.shared_model, len(self.data.train_y)),
+                "prototypes": self.local_prototype_payload()}
+
+    def exchange_steps(self) -> tuple[tuple[str, ...], ...]:
+        return model_then_prototypes(self.config, self.kinds)
+
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+        update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
+                        plan=self.data.plan)
+        if "model" in own:
+            state = aggregate_states(update.states, **self.config.aggregation.kwargs())
+            adopt(self, self.shared_model, state)
+            if self.config.exchange.prototypes_from == "aggregated":
+                self.refresh_local_prototypes(self.shared_model)
+        if "prototypes" in own:
+            self.combine_prototypes(update.prototypes, self.combine)
+        return update.rejected
