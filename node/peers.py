@@ -161,6 +161,9 @@ class Peers:
             for peer in self.out_neighbours:
                 self.meter.drop(peer, 0, f"own {kind} not finite", round_)
             return
+        if tensors and kind not in self.codecs:  # a kind the runtime gave no codec: a bug
+            raise ValueError(f"no codec for message kind {kind!r} (codecs for "
+                             f"{sorted(self.codecs)})")
         frames = encode_message(self.node_id, round_, kind, tensors,
                                 self.codecs.get(kind, "fp32"), meta)
         for peer in self.out_neighbours:

@@ -204,9 +204,15 @@ def build_node(federation: Federation, node_id: int, transport: Transport,
     peers = Peers(node_id, transport, in_neighbours=member.in_neighbours,
                   out_neighbours=member.out_neighbours, rounds=config.rounds,
                   max_message_bytes=config.exchange.max_message_bytes,
-                  codecs={"model": config.exchange.codec,
-                          "prototypes": config.prototype_codec})
+                  codecs=kind_codecs(config, algorithm.kinds))
     return Node(config, node_id, algorithm, peers, recorder, previous)
+
+
+def kind_codecs(config: FederationConfig, kinds: tuple[str, ...]) -> dict[str, str]:
+    """The codec of every kind the algorithm sends: exchange.prototype_codec for prototypes
+    (it defaults to the model codec), exchange.codec for everything else."""
+    return {kind: config.prototype_codec if kind == "prototypes" else config.exchange.codec
+            for kind in kinds}
 
 
 class Node:

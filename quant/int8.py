@@ -12,6 +12,7 @@ import math
 import zlib
 
 import numpy as np
+import torch
 
 from node.errors import QuantizationError
 
@@ -95,3 +96,22 @@ def unpack(data: bytes | memoryview, shape: tuple[int, ...]) -> np.ndarray:
         raise QuantizationError("int8 scales must be finite and positive")
     codes = np.frombuffer(raw, dtype=np.int8, offset=rows * SCALE_BYTES).reshape(shape)
     return dequantize_rows(codes, deltas)
+
+
+class Int8:
+    """The int8 codec: a scale per row and a byte per value, DEFLATEd."""
+
+    name = "int8"
+
+    def encode(self, name: str, tensor: torch.Tensor, peak: float) -> tuple[bytes, float]:
+        return pack(tensor.to(torch.float64).numpy()), 1.0
+
+    def decode(self, shape: tuple[int, ...], scale: float,
+               data: bytes | memoryview) -> tuple[np.ndarray, bool]:
+        return unpack(data, shape), False  # finiteness is checked by the caller
+
+    def payload_bounds(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        return 1, max_payload_size(shape)
+
+    def expanded_size(self, shape: tuple[int, ...]) -> int:
+        return raw_size(shape)

@@ -384,3 +384,27 @@ def test_an_ablation_summary_averages_the_nodes_round_by_round():
     assert summary["rounds"] == [[0.2, 0.8], [0.6, 0.3]]
     assert (summary["final_f1"], summary["final_share"]) == (0.6, 0.3)
     assert ablation._cell(0.2, 0.8) == "**0.200 / 0.80**"
+
+
+def test_the_committed_robustness_report_is_what_its_results_regenerate(tmp_path):
+    import shutil
+
+    from experiments import robustness
+    folder = REPO / "experiments" / "reports" / "robustness"
+    out = tmp_path / "robustness"
+    out.mkdir()
+    shutil.copy(folder / "results.json", out / "results.json")
+    assert robustness.main(["--out", str(out), "--report-only"]) == 0
+    assert (out / "robustness.md").read_text() == (folder / "robustness.md").read_text()
+
+
+def test_robustness_counts_the_honest_nodes_an_attack_hit():
+    from experiments import robustness
+    results = {"ring/mean/none/s1": {"f1": [0.5, 0.8, 0.8, 0.8]},
+               "ring/mean/protozero/s1": {"f1": [0.1, 0.79, 0.7, 0.5]},
+               "ring/mean/scaled_model/s1": {"crashed": "ValueError: x"}}
+    f1, hit = robustness.honest_effect(results, "ring", "mean", "protozero", 1)
+    assert f1 == pytest.approx((0.79 + 0.7 + 0.5) / 3) and hit == 2  # 0.79 is within 0.02
+    assert robustness.honest_effect(results, "ring", "mean", "scaled_model", 1) is None
+    table = robustness.render(results, "cmd")
+    assert "a node crashed (1 of 1 seeds)" in table

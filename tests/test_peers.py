@@ -219,3 +219,20 @@ def test_a_peer_that_missed_a_round_is_waited_for_only_the_absent_timeout():
     b.broadcast(3, "model", {"w": torch.randn(4)}, {"samples": 1})
     updates, missing = a.collect(3, ["model"], timeout=0.6, absent_timeout=0.1)
     assert list(updates) == [1] and missing == [] and a.absent == set()
+
+
+def test_a_kind_without_a_codec_is_an_error_not_fp32_in_silence():
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[], outs=[1])
+    with pytest.raises(ValueError, match="no codec for message kind 'logits'"):
+        a.broadcast(1, "logits", {"w": torch.ones(2)})
+
+
+def test_every_kind_an_algorithm_sends_gets_its_codec():
+    from node.config import from_dict
+    from node.runtime import kind_codecs
+
+    config = from_dict({"exchange": {"codec": "int8", "prototype_codec": "fp32"}})
+    assert kind_codecs(config, ("model", "prototypes")) == {"model": "int8",
+                                                            "prototypes": "fp32"}
+    assert kind_codecs(from_dict({}), ("prototypes",)) == {"prototypes": "int16"}

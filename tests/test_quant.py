@@ -18,7 +18,7 @@ from quant import (
     payload_bounds,
     quantize_int16,
 )
-from quant.codecs import BLOCK
+from quant.int16 import BLOCK
 
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INT_DTYPES = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]

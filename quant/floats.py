@@ -1,0 +1,40 @@
+"""fp16 and fp32: the values cast to a float format, no scale."""
+
+import math
+
+import numpy as np
+import torch
+
+from node.errors import QuantizationError
+from quant.arrays import native_bytes, peak, to_float32
+
+
+class Cast:
+    """A codec that casts to one float format: `wire` is its little-endian numpy dtype."""
+
+    def __init__(self, name: str, wire: str, dtype: torch.dtype) -> None:
+        self.name, self.wire, self.dtype = name, wire, dtype
+
+    def encode(self, name: str, tensor: torch.Tensor, peak_value: float) -> tuple[bytes, float]:
+        cast = tensor.to(self.dtype)
+        if not math.isfinite(peak(cast)):
+            raise QuantizationError(
+                f"tensor {name!r} overflows {self.name}; use codec 'int16' or 'fp32' instead"
+            )
+        return native_bytes(cast.numpy(), self.wire), 1.0
+
+    def decode(self, shape: tuple[int, ...], scale: float,
+               data: bytes | memoryview) -> tuple[np.ndarray, bool]:
+        floats = to_float32(np.frombuffer(data, dtype=self.wire).reshape(shape))
+        return floats, math.isfinite(peak(floats))
+
+    def payload_bounds(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        exact = self.expanded_size(shape)
+        return exact, exact
+
+    def expanded_size(self, shape: tuple[int, ...]) -> int:
+        return math.prod(shape) * np.dtype(self.wire).itemsize
+
+
+FP16 = Cast("fp16", "<f2", torch.float16)
+FP32 = Cast("fp32", "<f4", torch.float32)
