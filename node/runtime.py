@@ -368,6 +368,8 @@ def add_counts(current: Any, earlier: Any) -> Any:
     if isinstance(current, int) and isinstance(earlier, int):
         return current + earlier
     if isinstance(current, dict) and isinstance(earlier, dict):
-        return {key: add_counts(current.get(key, 0), earlier.get(key, 0))
+        # a key only one process counted (a peer only the earlier one sent to) is kept whole
+        return {key: add_counts(current[key], earlier[key])
+                if key in current and key in earlier else current.get(key, earlier.get(key))
                 for key in current.keys() | earlier.keys()}
     return current

@@ -1,0 +1,86 @@
+"""The node's record: its file written whole, read back, an unfinished one found again for a
+restart, totals of an earlier process added; and the launcher's watch over a run."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from deploy.runner import watch
+from node.record import Evaluation, NodeRecord, RoundRecord, final_evaluation
+from node.runtime import Recorder, add_counts
+
+
+def record(status="running", digest="abc"):
+    return NodeRecord(node=2, status=status, config_digest=digest, rounds_done=1,
+                      rounds=[RoundRecord(round=0, global_test=Evaluation(f1=0.1)),
+                              RoundRecord(round=1, global_test=Evaluation(f1=0.7))])
+
+
+def test_a_record_survives_the_round_trip_through_its_file(tmp_path):
+    recorder = Recorder(tmp_path / "node-2.json", record())
+    recorder.write()
+    assert not (tmp_path / "node-2.tmp").exists()  # replaced atomically
+    back = NodeRecord.from_dict(json.loads((tmp_path / "node-2.json").read_text()))
+    assert back == record()
+    assert final_evaluation(back, "global_test").f1 == 0.7
+
+
+def test_unknown_keys_of_a_newer_version_are_ignored():
+    raw = record().to_dict() | {"from_the_future": 1}
+    assert NodeRecord.from_dict(raw) == record()
+
+
+def test_only_an_unfinished_record_of_the_same_config_is_taken_up_again(tmp_path):
+    path = tmp_path / "node-2.json"
+    for status, digest, found in (("running", "abc", True), ("finished", "abc", False),
+                                  ("running", "other", False)):
+        Recorder(path, record(status, digest)).write()
+        assert (Recorder(path, NodeRecord()).unfinished("abc") is not None) == found
+    path.write_text("{ half a file")
+    assert Recorder(path, NodeRecord()).unfinished("abc") is None
+
+
+def test_a_failure_is_recorded_with_its_reason(tmp_path):
+    recorder = Recorder(tmp_path / "node-2.json", record())
+    recorder.fail("stopped by signal", status="stopped")
+    back = json.loads((tmp_path / "node-2.json").read_text())
+    assert (back["status"], back["error"]) == ("stopped", "stopped by signal")
+
+
+def test_an_earlier_process_totals_are_added_key_by_key():
+    assert add_counts(5, 3) == 8
+    # a peer only the earlier process sent to keeps its counts (it was 0 before)
+    assert add_counts({"1": {"model": 10}},
+                      {"1": {"model": 5, "control": 2}, "3": {"model": 4}}) == {
+        "1": {"model": 15, "control": 2}, "3": {"model": 4}}
+    assert add_counts("finished", "running") == "finished"
+
+
+class FakeRun:
+    """Nodes that exit one per poll; records every sleep."""
+
+    def __init__(self, tmp_path: Path, nodes: int):
+        self.plan = SimpleNamespace(nodes=list(range(nodes)), results_dir=tmp_path)
+        self.exit_codes = {}
+        self.slept = []
+
+    def poll_exits(self):
+        if len(self.exit_codes) < len(self.plan.nodes):
+            self.exit_codes[len(self.exit_codes)] = 0
+        return dict(self.exit_codes)
+
+    def wait(self, timeout):
+        self.slept.append(timeout)
+
+
+def test_watch_reports_until_every_node_exited_and_once_at_the_end(tmp_path):
+    run = FakeRun(tmp_path, 3)
+    seen = []
+    assert watch(run, lambda results: seen.append(len(results)), interval=0.0)
+    assert seen and seen[-1] == 3 and len(run.exit_codes) == 3
+
+
+def test_watch_gives_up_at_its_deadline_and_leaves_the_nodes_running(tmp_path):
+    run = FakeRun(tmp_path, 3)
+    run.poll_exits = lambda: {}  # nobody ever exits
+    assert not watch(run, lambda results: None, interval=0.0, deadline=0.0)
