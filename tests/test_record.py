@@ -82,5 +82,5 @@ def test_watch_reports_until_every_node_exited_and_once_at_the_end(tmp_path):
 
 def test_watch_gives_up_at_its_deadline_and_leaves_the_nodes_running(tmp_path):
     run = FakeRun(tmp_path, 3)
-    run.poll_exits = lambda: {}  # nobody ever exits
+    run.poll_exits = dict  # nobody ever exits
     assert not watch(run, lambda results: None, interval=0.0, deadline=0.0)
