@@ -213,7 +213,7 @@ def test_a_killed_container_is_named_and_the_others_finish(client, node_image, w
 def test_down_stops_the_nodes_gracefully_keeps_their_logs_and_up_reports_them_stopped(
         client, node_image, workdir, data_dir):
     name = "dk-down"
-    config = write_config(workdir, data_dir, name, rounds=50)
+    config = write_config(workdir, data_dir, name, rounds=1000)  # outlasts the test
     with protofed_up(config, name) as (process, run_dir):
         for i in range(3):
             wait_for_rounds(run_dir / f"node-{i}.json", 1, timeout=300)
@@ -243,7 +243,7 @@ def test_down_stops_the_nodes_gracefully_keeps_their_logs_and_up_reports_them_st
 def test_ctrl_c_stops_every_container_at_once_and_prints_the_table(client, node_image,
                                                                     workdir, data_dir):
     name = "dk-ctrl-c"
-    config = write_config(workdir, data_dir, name, rounds=50)
+    config = write_config(workdir, data_dir, name, rounds=1000)  # outlasts the test
     with protofed_up(config, name) as (process, run_dir):
         for i in range(3):
             wait_for_rounds(run_dir / f"node-{i}.json", 1, timeout=300)
