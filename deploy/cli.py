@@ -16,7 +16,7 @@ from deploy import compose as compose_file
 from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import local
-from deploy.launchers import launcher_for, refuse_user_code
+from deploy.launchers import fleets, launcher_for, refuse_user_code
 from deploy.pictures import RunFiles, write_run_files
 from deploy.pictures import preload as preload_pictures
 from deploy.plan import (
@@ -274,41 +274,23 @@ def _write_summary(plan, config, run, records) -> dict:
     return summary
 
 
-def _docker_client_if_running():
-    """(a Docker client, "") when an engine answers, else (None, why not): local runs
-    need no Docker."""
-    try:
-        return docker.connect(), ""
-    except ProtofedError as exc:
-        return None, str(exc)
-
-
 def cmd_down(args: argparse.Namespace) -> int:
-    local_runs = local.running_runs(Path(args.results_dir))
-    client, no_docker = _docker_client_if_running()
-    docker_runs = list(docker.running_runs(client)) if client is not None else []
+    every = fleets(Path(args.results_dir))
     if args.run_id:
-        local_runs = [r for r in local_runs if r["run_id"] == args.run_id]
-        docker_runs = [args.run_id] if client is not None else []
-    elif local_runs or docker_runs:
-        names = sorted({r["run_id"] for r in local_runs} | set(docker_runs))
-        if not args.all and not _confirm_stop_all(names):
+        wanted = [args.run_id]
+    else:
+        wanted = sorted({run_id for fleet in every for run_id in fleet.runs()})
+        if wanted and not args.all and not _confirm_stop_all(wanted):
             return 2
-    stopped = 0
-    for run in local_runs:
-        local.stop_pids(run["alive"], run.get("start_times"))
-        print(f"protofed: stopped {run['run_id']} ({len(run['alive'])} node processes)")
-        stopped += 1
-    for run_id in docker_runs:
-        containers, networks = docker.down_run(client, run_id)
-        if containers or networks:
-            print(f"protofed: stopped and removed {run_id} ({containers} containers, "
-                  f"{networks} networks; their logs are in its results folder)")
-            stopped += 1
-    if not stopped:
-        why = f" (no local run; {no_docker})" if no_docker else ""
+    done = [message for run_id in wanted for fleet in every
+            if (message := fleet.stop(run_id)) is not None]
+    for message in done:
+        print(f"protofed: {message}")
+    if not done:
+        why = "; ".join(fleet.unavailable for fleet in every if fleet.unavailable)
         print("protofed: no running federation found"
-              + (f" named {args.run_id}" if args.run_id else "") + why, file=sys.stderr)
+              + (f" named {args.run_id}" if args.run_id else "")
+              + (f" (no local run; {why})" if why else ""), file=sys.stderr)
         return 1 if args.run_id else 0
     return 0
 
@@ -332,42 +314,20 @@ def _confirm_stop_all(names: list[str]) -> bool:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    lines = [f"{run['run_id']}  local  nodes alive: {', '.join(sorted(run['alive'], key=int))}"
-             for run in local.running_runs(Path(args.results_dir))]
-    client, _ = _docker_client_if_running()
-    if client is not None:
-        for run_id, states in docker.running_runs(client).items():
-            if docker.ended(states):  # e.g. after `docker-compose up` returned
-                lines.append(f"{run_id}  docker  ended, every container exited "
-                             f"(`protofed down {run_id}` removes them)")
-            else:
-                lines.append(f"{run_id}  docker  "
-                             + "; ".join(f"{node}: {state}" for node, state in states))
+    lines = [line for fleet in fleets(Path(args.results_dir)) for line in fleet.describe()]
     print("\n".join(lines) if lines else "no running federations")
     return 0
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    run_dir = Path(args.results_dir) / args.run_id
-    path = run_dir / "logs" / f"node-{args.node}.log"
-    client, _ = _docker_client_if_running()
     try:
-        if client is not None and docker.running_runs(client).get(args.run_id):
-            for chunk in docker.container_logs(client, args.run_id, args.node, args.tail,
-                                               follow=args.follow):
-                sys.stdout.write(chunk)
-                sys.stdout.flush()
-            return 0
-        if not path.is_file():
-            raise ConfigError(f"no log for node {args.node} of run {args.run_id} ({path})")
-        if not args.follow:
-            print(local.log_tail(run_dir, args.node, args.tail))
-            return 0
-        local.follow_file(path, args.tail, lambda: local.node_alive(
-            Path(args.results_dir), args.run_id, args.node), sys.stdout)
+        for fleet in fleets(Path(args.results_dir)):
+            if fleet.logs(args.run_id, args.node, args.tail, args.follow, sys.stdout):
+                return 0
     except KeyboardInterrupt:  # how one leaves --follow
-        pass
-    return 0
+        return 0
+    path = Path(args.results_dir) / args.run_id / "logs" / f"node-{args.node}.log"
+    raise ConfigError(f"no log for node {args.node} of run {args.run_id} ({path})")
 
 
 def cmd_compose(args: argparse.Namespace) -> int:

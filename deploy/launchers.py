@@ -9,13 +9,14 @@ from __future__ import annotations
 import abc
 import socket
 from pathlib import Path
+from typing import TextIO
 
 from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import local
 from deploy.plan import Plan, host_data_dir, plan_local, reserve_listeners
 from node.config import FederationConfig, user_code
-from node.errors import ConfigError
+from node.errors import ConfigError, ProtofedError
 
 
 class Launcher(abc.ABC):
@@ -106,3 +107,118 @@ LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "docker": Docker
 def launcher_for(config: FederationConfig) -> Launcher:
     """The launcher of `deploy.backend`, having refused what that backend cannot run."""
     return LAUNCHERS[config.deploy.backend](config)
+
+
+class Fleet(abc.ABC):
+    """The runs one backend has going (on this machine, or on its engine): what `status`,
+    `down` and `logs` ask every backend."""
+
+    name: str
+    unavailable = ""  # why this backend could not be asked ("" when it could)
+
+    @abc.abstractmethod
+    def runs(self) -> list[str]:
+        """The ids of its runs that still have nodes."""
+
+    @abc.abstractmethod
+    def describe(self) -> list[str]:
+        """One status line per run."""
+
+    @abc.abstractmethod
+    def stop(self, run_id: str) -> str | None:
+        """Stop a run's nodes; what was done, or None when this backend has no such run."""
+
+    @abc.abstractmethod
+    def logs(self, run_id: str, node: int, tail: int, follow: bool,
+             out: TextIO) -> bool:
+        """Write a node's output to `out` (and, with `follow`, what it writes until it ends);
+        False when this backend cannot show it."""
+
+
+class LocalFleet(Fleet):
+    """Local runs: the run.json files under the results folder whose processes live."""
+
+    name = "local"
+
+    def __init__(self, results_root: Path) -> None:
+        self.results_root = results_root
+
+    def _running(self) -> list[dict]:
+        return local.running_runs(self.results_root)
+
+    def runs(self) -> list[str]:
+        return [run["run_id"] for run in self._running()]
+
+    def describe(self) -> list[str]:
+        return [f"{run['run_id']}  local  nodes alive: "
+                f"{', '.join(sorted(run['alive'], key=int))}" for run in self._running()]
+
+    def stop(self, run_id: str) -> str | None:
+        for run in self._running():
+            if run["run_id"] == run_id:
+                local.stop_pids(run["alive"], run.get("start_times"))
+                return f"stopped {run_id} ({len(run['alive'])} node processes)"
+        return None
+
+    def logs(self, run_id: str, node: int, tail: int, follow: bool, out: TextIO) -> bool:
+        run_dir = self.results_root / run_id
+        if not (run_dir / "logs" / f"node-{node}.log").is_file():
+            return False
+        if not follow:
+            out.write(local.log_tail(run_dir, node, tail) + "\n")
+            return True
+        local.follow_file(run_dir / "logs" / f"node-{node}.log", tail,
+                          lambda: local.node_alive(self.results_root, run_id, node), out)
+        return True
+
+
+class DockerFleet(Fleet):
+    """Container runs on the Docker engine, found by their labels (Compose and Swarm too);
+    no engine is no error: local runs need none."""
+
+    name = "docker"
+
+    def __init__(self) -> None:
+        try:
+            self.client = docker.connect()
+        except ProtofedError as exc:
+            self.client, self.unavailable = None, str(exc)
+
+    def _running(self) -> dict[str, list[tuple[str, str]]]:
+        return docker.running_runs(self.client) if self.client is not None else {}
+
+    def runs(self) -> list[str]:
+        return list(self._running())
+
+    def describe(self) -> list[str]:
+        lines = []
+        for run_id, states in self._running().items():
+            if docker.ended(states):  # e.g. after `docker-compose up` returned
+                lines.append(f"{run_id}  docker  ended, every container exited "
+                             f"(`protofed down {run_id}` removes them)")
+            else:
+                lines.append(f"{run_id}  docker  "
+                             + "; ".join(f"{node}: {state}" for node, state in states))
+        return lines
+
+    def stop(self, run_id: str) -> str | None:
+        if self.client is None:
+            return None
+        containers, networks = docker.down_run(self.client, run_id)
+        if not (containers or networks):
+            return None
+        return (f"stopped and removed {run_id} ({containers} containers, {networks} "
+                "networks; their logs are in its results folder)")
+
+    def logs(self, run_id: str, node: int, tail: int, follow: bool, out: TextIO) -> bool:
+        if not self._running().get(run_id):
+            return False
+        for chunk in docker.container_logs(self.client, run_id, node, tail, follow=follow):
+            out.write(chunk)
+            out.flush()
+        return True
+
+
+def fleets(results_root: Path) -> list[Fleet]:
+    """Every backend's runs, containers first (a container's output is the fuller log)."""
+    return [DockerFleet(), LocalFleet(results_root)]
