@@ -22,7 +22,7 @@ from node.config import FederationConfig, memory_bytes
 from node.data_cache import CACHE_ENV
 from node.errors import DeployError
 from node.federation import resolve
-from node.security import PUBLIC_FILE, secret_file
+from node.net.security import PUBLIC_FILE, secret_file
 
 log = logging.getLogger(__name__)
 

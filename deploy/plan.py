@@ -12,7 +12,7 @@ from node.config import FederationConfig
 from node.data import default_data_dir, ensure_dataset
 from node.errors import ConfigError
 from node.federation import Federation, Member, resolve
-from node.security import generate_keys, write_keys
+from node.net.security import generate_keys, write_keys
 
 FEDERATION_FILE = "federation.json"
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from node.message import encode_message
-from node.security import generate_keys, load_keyring, write_keys
-from node.transport import ZmqTransport
+from node.net.message import encode_message
+from node.net.security import generate_keys, load_keyring, write_keys
+from node.net.transport import ZmqTransport
 
 # ProFe's MNIST student (CNN 8/16, 105,194 parameters) at int16, and one prototype message.
 SIZES = {"model (105,194 int16 values)": {"w": torch.randn(105_194)},

@@ -12,10 +12,10 @@ from node.config import FederationConfig
 from node.errors import ConfigError, ProtofedError
 from node.federation import read as read_federation
 from node.lifecycle import MISSED_EXIT, exit_now
+from node.net.security import Keyring, load_keyring
+from node.net.transport import ZmqTransport
 from node.record import NodeRecord
 from node.runtime import Recorder, build_node
-from node.security import Keyring, load_keyring
-from node.transport import ZmqTransport
 
 log = logging.getLogger("node")
 

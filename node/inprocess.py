@@ -13,9 +13,9 @@ from typing import Any
 from node.config import FederationConfig
 from node.data import default_data_dir, ensure_dataset
 from node.federation import Federation, resolve
+from node.net.transport import MemoryHub
 from node.record import NodeRecord
 from node.runtime import Recorder, build_node
-from node.transport import MemoryHub
 
 
 def memory_federation(config: FederationConfig) -> Federation:

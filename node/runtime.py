@@ -25,10 +25,10 @@ from node.config import FederationConfig
 from node.data import Dataset, default_data_dir, load_dataset
 from node.federation import Federation
 from node.metrics import prediction_metrics
+from node.net.peers import RECEIVED, SENT, Peers
+from node.net.transport import Transport
 from node.partition import FederatedSplit, federated_split
-from node.peers import RECEIVED, SENT, Peers
 from node.record import Evaluation, NodeRecord, RoundRecord
-from node.transport import Transport
 
 log = logging.getLogger(__name__)
 

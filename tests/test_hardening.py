@@ -9,7 +9,7 @@ import pytest
 from deploy import docker_backend
 from deploy.compose import compose_document, render
 from deploy.plan import keys_dir
-from node.security import secret_file
+from node.net.security import secret_file
 from tests.helpers import written_docker_plan, written_plan
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from node.errors import ProtocolError, QuantizationError
-from node.message import decode_message, encode_message
+from node.net.message import decode_message, encode_message
 from quant import TensorSpec, decode, encode, expanded_size, payload_bounds
 from quant.int8 import dequantize_rows, quantize_rows, raw_size, rows_of
 

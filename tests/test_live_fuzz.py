@@ -13,8 +13,8 @@ import pytest
 import torch
 import zmq
 
-from node.message import encode_message
-from node.security import load_keyring
+from node.net.message import encode_message
+from node.net.security import load_keyring
 from tests.helpers import protofed_up, wait_until, write_config
 
 pytestmark = pytest.mark.integration

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from node.errors import ProtocolError
-from node.message import decode_message, encode_message, frame_bytes
+from node.net.message import decode_message, encode_message, frame_bytes
 
 CAP = 1 << 20
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from node.errors import ProtocolError
-from node.message import decode_message, encode_message
+from node.net.message import decode_message, encode_message
 
 MAX_BYTES = 1 << 20
 FUZZ = settings(max_examples=250, deadline=None,

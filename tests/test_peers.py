@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from node.errors import PeerTimeout
-from node.message import encode_message
-from node.peers import RECEIVED, ROUNDS_AHEAD, SENT, Peers
-from node.transport import MemoryHub
+from node.net.message import encode_message
+from node.net.peers import RECEIVED, ROUNDS_AHEAD, SENT, Peers
+from node.net.transport import MemoryHub
 
 CODECS = {"model": "int16", "prototypes": "fp32"}
 

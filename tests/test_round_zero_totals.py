@@ -35,7 +35,7 @@ def test_a_node_back_after_the_last_round_is_missed_not_finished(data_dir, tmp_p
     from deploy import local
     from deploy.report import summarize
     from node.lifecycle import MISSED_EXIT
-    from node.peers import Peers
+    from node.net.peers import Peers
 
     real = Peers.handshake
 

@@ -13,10 +13,10 @@ from deploy.docker_backend import container_command, container_mounts, node_fold
 from deploy.plan import keys_dir
 from node.config import from_dict
 from node.errors import ConfigError
-from node.message import encode_message
-from node.peers import Peers
-from node.security import PUBLIC_FILE, generate_keys, load_keyring, secret_file, write_keys
-from node.transport import ZmqTransport
+from node.net.message import encode_message
+from node.net.peers import Peers
+from node.net.security import PUBLIC_FILE, generate_keys, load_keyring, secret_file, write_keys
+from node.net.transport import ZmqTransport
 from tests.helpers import free_address, written_docker_plan, written_plan
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from deploy.plan import reserve_listeners
 from node.config import from_dict
-from node.transport import ZmqTransport
+from node.net.transport import ZmqTransport
 from tests.helpers import free_address
 
 
@@ -65,7 +65,7 @@ def test_a_node_listens_on_the_socket_the_launcher_holds_so_its_port_cannot_be_t
 def test_received_frames_are_read_in_place_and_decode_to_what_was_sent():
     import torch
 
-    from node.message import decode_message, encode_message
+    from node.net.message import decode_message, encode_message
 
     address = free_address()
     sender = ZmqTransport(0, free_address(), {1: address}, 1 << 24).open()
@@ -93,7 +93,7 @@ def test_a_peer_closing_after_this_nodes_goodbye_is_no_warning(caplog, leaving):
     try:
         if leaving:
             sender.farewell()
-        caplog.set_level("INFO", logger="node.transport")
+        caplog.set_level("INFO", logger="node.net.transport")
         peer.close(0)
         assert until(lambda: sender.unreachable() == {1}, sender)
     finally:

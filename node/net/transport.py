@@ -5,7 +5,7 @@ binds one ROUTER socket and connects one DEALER (identity = its own id) to every
 out-neighbour, so a receiver learns which connection a message came in on, and can answer
 a hello on the same connection.
 
-With a keyring (the default; see node.security) every connection is CurveZMQ: encrypted,
+With a keyring (the default; see node.net.security) every connection is CurveZMQ: encrypted,
 the ROUTER admits only its in-neighbours' keys through a ZAP handler, each DEALER checks
 its out-neighbour's server key, and a message's peer is the node its key belongs to.
 Without one, the peer is the integer the connection claims as its identity.
@@ -24,7 +24,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import recv_monitor_message
 
 from node.errors import TransportError
-from node.security import Keyring
+from node.net.security import Keyring
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import torch
 
 from node.errors import PeerTimeout, ProtocolError
-from node.message import CONTROL_KINDS, Message, decode_message, encode_message, frame_bytes
-from node.transport import Transport
+from node.net.message import CONTROL_KINDS, Message, decode_message, encode_message, frame_bytes
+from node.net.transport import Transport
 
 log = logging.getLogger(__name__)
 
