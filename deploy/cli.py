@@ -15,7 +15,6 @@ from pathlib import Path
 from deploy import compose as compose_file
 from deploy import docker_backend as docker
 from deploy import image as docker_image
-from deploy import local
 from deploy.launchers import fleets, launcher_for, refuse_user_code
 from deploy.pictures import RunFiles, write_run_files
 from deploy.pictures import preload as preload_pictures
@@ -27,7 +26,7 @@ from deploy.plan import (
 )
 from deploy.progress import progress_for
 from deploy.report import format_table, read_node_results, summarize_records
-from deploy.runner import watch
+from deploy.runner import log_tail, watch
 from node.config import load
 from node.custom import add_search_path
 from node.errors import ConfigError, ProtofedError
@@ -209,7 +208,7 @@ def _conclude(plan, config, run, wide: bool, interrupted: bool, out_of_time: boo
         why = " (killed: out of memory)" if node_id in getattr(run, "oom_killed", ()) else ""
         print(f"\nnode {node_id} did not finish (exit code {run.exit_codes.get(node_id)}"
               f"{why}, status {row['status']}); last lines of its log:", file=sys.stderr)
-        print(local.log_tail(plan.results_dir, node_id), file=sys.stderr)
+        print(log_tail(plan.results_dir, node_id), file=sys.stderr)
     print(f"\nresults: {plan.results_dir}", file=sys.stderr)
     _say_files(files)
     if interrupted:

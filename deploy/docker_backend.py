@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.local import RUN_FILE, run_status
 from deploy.plan import FEDERATION_FILE, Plan, keys_dir, node_arguments
+from deploy.runner import RUN_FILE, run_status
 from node.config import FederationConfig, memory_bytes
 from node.data_cache import CACHE_ENV
 from node.errors import DeployError

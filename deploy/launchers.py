@@ -15,6 +15,7 @@ from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import local
 from deploy.plan import Plan, host_data_dir, plan_local, reserve_listeners
+from deploy.runner import Run, log_tail
 from node.config import FederationConfig, user_code
 from node.errors import ConfigError, ProtofedError
 
@@ -35,7 +36,7 @@ class Launcher(abc.ABC):
         """Check this machine can hold the federation, then where every node will run."""
 
     @abc.abstractmethod
-    def start(self, plan: Plan) -> local.LocalRun | docker.DockerRun:
+    def start(self, plan: Plan) -> Run:
         """Start every node of the written plan; the run to watch, stop and remove."""
 
     def release(self) -> None:
@@ -165,7 +166,7 @@ class LocalFleet(Fleet):
         if not (run_dir / "logs" / f"node-{node}.log").is_file():
             return False
         if not follow:
-            out.write(local.log_tail(run_dir, node, tail) + "\n")
+            out.write(log_tail(run_dir, node, tail) + "\n")
             return True
         local.follow_file(run_dir / "logs" / f"node-{node}.log", tail,
                           lambda: local.node_alive(self.results_root, run_id, node), out)

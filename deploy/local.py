@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from deploy.plan import Plan, host_data_dir, keys_dir, node_arguments
+from deploy.runner import RUN_FILE, run_status
 from node.config import FederationConfig, memory_bytes, user_code
 from node.custom import check_models
 from node.errors import DeployError
@@ -25,7 +26,6 @@ from node.lifecycle import MISSED_EXIT, exit_now
 
 log = logging.getLogger(__name__)
 
-RUN_FILE = "run.json"
 # Exits a restart cannot help or was not wanted for: success, a config error (2), a node
 # back after the last round (MISSED_EXIT), and a
 # stop asked for with SIGINT or SIGTERM (the node exits 128 + signal; -signal if it could not).
@@ -133,21 +133,6 @@ class LocalRun:
         write_run_file(self, run_status(self.exit_codes, len(self.processes), self.stopping))
         for listener in self.listeners:
             listener.close()
-
-
-STOP_EXITS = frozenset({128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT,
-                        -signal.SIGTERM})
-
-
-def run_status(exit_codes: dict[int, int], nodes: int, stopping: bool) -> str:
-    """"finished" when every node exited 0; "stopped" when the launcher stopped them or
-    they were asked to stop (`protofed down`, a signal); "failed" otherwise."""
-    unfinished = [code for code in exit_codes.values() if code != 0]
-    if not unfinished and len(exit_codes) == nodes:
-        return "finished"
-    if stopping or (unfinished and all(code in STOP_EXITS for code in unfinished)):
-        return "stopped"
-    return "failed"
 
 
 # What one local node process needs (measured: 475 MB average RSS over the 20 nodes of a
@@ -344,15 +329,6 @@ def _signal_group(pid: int, signum: int) -> None:
         os.killpg(pid, signum)
     except ProcessLookupError:
         pass
-
-
-def log_tail(results_dir: Path, node_id: int, lines: int = 15) -> str:
-    """The last lines of a node's log, for reporting a failure."""
-    path = results_dir / "logs" / f"node-{node_id}.log"
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"
 
 
 def follow_file(path: Path, tail: int, running: Callable[[], bool], out: TextIO,

@@ -1,13 +1,20 @@
-"""Backend-neutral watching of a started federation."""
+"""What every backend shares about a started federation: watching it, how it ended, its
+run.json and its nodes' logs."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 from deploy.plan import Plan
 from deploy.report import read_node_results
+
+RUN_FILE = "run.json"
+STOP_EXITS = frozenset({128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT,
+                        -signal.SIGTERM})
 
 
 class Run(Protocol):
@@ -46,3 +53,23 @@ def watch(run: Run, on_progress: Callable[[list[dict]], None], interval: float =
         if ends is not None and time.monotonic() >= ends:
             return False
         run.wait(max(0.0, reported + interval - time.monotonic()))  # early when one exits
+
+
+def run_status(exit_codes: dict[int, int], nodes: int, stopping: bool) -> str:
+    """"finished" when every node exited 0; "stopped" when the launcher stopped them or
+    they were asked to stop (`protofed down`, a signal); "failed" otherwise."""
+    unfinished = [code for code in exit_codes.values() if code != 0]
+    if not unfinished and len(exit_codes) == nodes:
+        return "finished"
+    if stopping or (unfinished and all(code in STOP_EXITS for code in unfinished)):
+        return "stopped"
+    return "failed"
+
+
+def log_tail(results_dir: Path, node_id: int, lines: int = 15) -> str:
+    """The last lines of a node's log, for reporting a failure."""
+    path = results_dir / "logs" / f"node-{node_id}.log"
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"

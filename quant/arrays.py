@@ -42,3 +42,16 @@ def to_float32(wire: np.ndarray) -> np.ndarray:
     else:
         out[...] = wire
     return out
+
+
+class FixedWidth:
+    """A codec whose payload is one `wire` value per element (int16, fp16, fp32)."""
+
+    wire: str  # the little-endian numpy dtype of one value
+
+    def expanded_size(self, shape: tuple[int, ...]) -> int:
+        return math.prod(shape) * np.dtype(self.wire).itemsize
+
+    def payload_bounds(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        exact = self.expanded_size(shape)
+        return exact, exact

@@ -6,10 +6,10 @@ import numpy as np
 import torch
 
 from node.errors import QuantizationError
-from quant.arrays import native_bytes, peak, to_float32
+from quant.arrays import FixedWidth, native_bytes, peak, to_float32
 
 
-class Cast:
+class Cast(FixedWidth):
     """A codec that casts to one float format: `wire` is its little-endian numpy dtype."""
 
     def __init__(self, name: str, wire: str, dtype: torch.dtype) -> None:
@@ -27,13 +27,6 @@ class Cast:
                data: bytes | memoryview) -> tuple[np.ndarray, bool]:
         floats = to_float32(np.frombuffer(data, dtype=self.wire).reshape(shape))
         return floats, math.isfinite(peak(floats))
-
-    def payload_bounds(self, shape: tuple[int, ...]) -> tuple[int, int]:
-        exact = self.expanded_size(shape)
-        return exact, exact
-
-    def expanded_size(self, shape: tuple[int, ...]) -> int:
-        return math.prod(shape) * np.dtype(self.wire).itemsize
 
 
 FP16 = Cast("fp16", "<f2", torch.float16)

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from node.errors import QuantizationError
+from quant.arrays import FixedWidth
 from quant.arrays import peak as peak_of
 
 INT16_MAX = 32767
@@ -70,10 +71,11 @@ def dequantize_int16(codes: np.ndarray, delta: float) -> np.ndarray:
     return out.reshape(wire.shape)
 
 
-class Int16:
+class Int16(FixedWidth):
     """The int16 codec: 2 bytes per value, one float64 scale in the spec."""
 
     name = "int16"
+    wire = WIRE
 
     def encode(self, name: str, tensor: torch.Tensor, peak: float) -> tuple[bytes, float]:
         exact = tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()
@@ -88,9 +90,3 @@ class Int16:
         finite = math.isfinite(float(np.float32(largest * scale)))
         return dequantize_int16(wire, scale), finite
 
-    def payload_bounds(self, shape: tuple[int, ...]) -> tuple[int, int]:
-        exact = self.expanded_size(shape)
-        return exact, exact
-
-    def expanded_size(self, shape: tuple[int, ...]) -> int:
-        return math.prod(shape) * np.dtype(WIRE).itemsize

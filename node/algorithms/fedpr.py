@@ -89,10 +89,6 @@ class FedPR(ModelAndPrototypes):
     reported_rule = PROTOTYPE
     settings_class = FedPRSettings
 
-    @property
-    def shared_model(self) -> nn.Module:
-        return self.model
-
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
@@ -100,6 +96,10 @@ class FedPR(ModelAndPrototypes):
         self.optimizer = new_optimizer(self.model, config)
         self.weight = self.settings.weight
         self.keep_prototypes(self.model.classifier.in_features)
+
+    @property
+    def shared_model(self) -> nn.Module:
+        return self.model
 
     def _loss_terms(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         logits, embeddings = self.model(x)

@@ -153,10 +153,6 @@ class ProFe(ModelAndPrototypes):
     settings_class = ProFeSettings
     presets = PRESETS
 
-    @property
-    def shared_model(self) -> nn.Module:
-        return self.student
-
     def __init__(self, config: FederationConfig, data: NodeData, device: torch.device,
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
@@ -168,6 +164,10 @@ class ProFe(ModelAndPrototypes):
         self.keep_prototypes(self.student.classifier.in_features)
         # the classes this node trains on: what its teacher can speak about (kd_classes)
         self.local_classes = torch.bincount(data.train_y.cpu(), minlength=data.num_classes) > 0
+
+    @property
+    def shared_model(self) -> nn.Module:
+        return self.student
 
     def _prototype_term(self):
         s = self.settings

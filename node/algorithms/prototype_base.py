@@ -4,7 +4,7 @@ combined from the in-neighbours' (Eq. 3 and 4 of ProFe; the same means in the ot
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -19,9 +19,6 @@ from node.algorithms.common import (
     state_payload,
     train_prototypes,
 )
-
-# (contributions [(prototypes [C, D], counts [C])], rule keywords) -> (global [C, D], known [C])
-Combine = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
 class PrototypeAlgorithm(Algorithm):
@@ -47,11 +44,16 @@ class PrototypeAlgorithm(Algorithm):
         """The local prototypes as they travel: the rows of locally seen classes."""
         return prototype_payload(self.local_prototypes, self.local_counts)
 
-    def combine_prototypes(self, contributions: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                           combine: Combine = aggregate_prototypes) -> None:
+    def combine(self, contributions: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                **rule: object) -> tuple[torch.Tensor, torch.Tensor]:
+        """How the method combines prototypes into global ones (default: ProFe's Eq. 4)."""
+        return aggregate_prototypes(contributions, **rule)
+
+    def combine_prototypes(self, contributions: Sequence[tuple[torch.Tensor, torch.Tensor]]
+                           ) -> None:
         """The global prototypes from this node's and its in-neighbours' contributions,
         under the configured aggregation rule."""
-        prototypes, known = combine(contributions, **self.config.aggregation.kwargs())
+        prototypes, known = self.combine(contributions, **self.config.aggregation.kwargs())
         self.global_prototypes = prototypes.to(self.device)
         self.known = known.to(self.device)
 
@@ -66,11 +68,6 @@ class ModelAndPrototypes(PrototypeAlgorithm):
     @abc.abstractmethod
     def shared_model(self) -> nn.Module:
         """The model that travels and is averaged."""
-
-    def combine(self, contributions: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                **rule: object) -> tuple[torch.Tensor, torch.Tensor]:
-        """How the method combines prototypes into global ones (default: ProFe's Eq. 4)."""
-        return aggregate_prototypes(contributions, **rule)
 
     def payload(self) -> dict[str, Payload]:
         return {"model": state_payload(self.shared_model, len(self.data.train_y)),
@@ -88,5 +85,5 @@ class ModelAndPrototypes(PrototypeAlgorithm):
             if self.config.exchange.prototypes_from == "aggregated":
                 self.refresh_local_prototypes(self.shared_model)
         if "prototypes" in own:
-            self.combine_prototypes(update.prototypes, self.combine)
+            self.combine_prototypes(update.prototypes)
         return update.rejected
