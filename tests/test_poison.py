@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import node.algorithms
+from experiments.robustness import attacker_class
 from node.aggregation import AGGREGATION_RULES, trim_count
 from node.algorithms import Payload
 from node.algorithms.base import DataPlan
@@ -17,28 +18,9 @@ from node.algorithms.profe import ProFe
 from node.errors import ProtocolError
 from tests.helpers import PerNode, mnist_config, run_in_process
 
-POISON = 1e4
-
-
-def poisoned(payloads: dict[str, Payload]) -> dict[str, Payload]:
-    """Every float tensor set to POISON; every weight and class count claimed at the maximum."""
-    out = {}
-    for kind, payload in payloads.items():
-        tensors = {k: torch.full_like(v, POISON) if v.is_floating_point() else v
-                   for k, v in payload.tensors.items()}
-        if "counts" in tensors:
-            tensors["counts"] = torch.full_like(tensors["counts"], MAX_SAMPLES)
-        meta = {**payload.meta, **({"samples": MAX_SAMPLES} if "samples" in payload.meta
-                                   else {})}
-        out[kind] = Payload(tensors=tensors, meta=meta)
-    return out
-
-
-class PoisonedProFe(ProFe):
-    """A ProFe node whose key was stolen: it trains honestly and sends poison."""
-
-    def payload(self):
-        return poisoned(super().payload())
+# A ProFe node whose key was stolen: it trains honestly and sends the experiment's bounded
+# poison (every float 1e4, every sample and class count 2^31 - 1).
+PoisonedProFe = attacker_class(ProFe, "bounded_poison")
 
 
 def ring(data_dir, rule):
