@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from deploy import cli, docker_backend
+from deploy import cli, docker_backend, launchers
 from deploy.plan import prepare_data
 from node import data, data_cache
 from node.config import from_dict
@@ -777,8 +777,8 @@ def test_up_downloads_before_any_node_starts(
         seen_at_start.append(len(downloads))
         raise KeyboardInterrupt  # stands in for the nodes; the test ends here
 
-    monkeypatch.setattr(cli.local, "warm_up", warm_up)
-    monkeypatch.setattr(cli.local, "start", start)
+    monkeypatch.setattr(launchers.local, "warm_up", warm_up)
+    monkeypatch.setattr(launchers.local, "start", start)
     assert cli.main(["up", "-c", str(_config_file(tmp_path, root))]) == 130
     assert seen_at_start == [4, 4]
     assert (root / "MNIST" / "protofed-cache" / "cache.json").is_file()
