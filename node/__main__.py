@@ -65,13 +65,18 @@ def main(argv: list[str] | None = None) -> int:
         config, member = federation.config, federation.member(args.node_id)
         recorder = Recorder(Path(args.results) / f"node-{args.node_id}.json",
                             NodeRecord(node=args.node_id))
-        transport = ZmqTransport(args.node_id, member.bind,
-                                 federation.addresses(member.out_neighbours),
-                                 config.exchange.max_message_bytes,
-                                 keyring=node_keyring(config, args),
-                                 in_neighbours=member.in_neighbours,
-                                 listen_fd=args.listen_fd).open()
-        result = build_node(federation, args.node_id, transport, recorder).run()
+        keyring = node_keyring(config, args)
+
+        def connect(max_message_bytes: int) -> ZmqTransport:
+            nonlocal transport
+            transport = ZmqTransport(args.node_id, member.bind,
+                                     federation.addresses(member.out_neighbours),
+                                     max_message_bytes, keyring=keyring,
+                                     in_neighbours=member.in_neighbours,
+                                     listen_fd=args.listen_fd).open()
+            return transport
+
+        result = build_node(federation, args.node_id, connect, recorder).run()
         return 0 if result.status == "finished" else MISSED_EXIT
     except ProtofedError as exc:
         log.error("%s", exc)

@@ -365,8 +365,9 @@ def _check_exchange(c: FederationConfig, source: str) -> None:
     if c.exchange.prototype_codec:
         _one_of(c.exchange.prototype_codec, CODECS, source, "exchange.prototype_codec")
     _one_of(c.exchange.prototypes_from, PROTOTYPE_SOURCES, source, "exchange.prototypes_from")
-    _check(c.exchange.max_message_bytes >= 1024, source, "exchange.max_message_bytes",
-           f"must be at least 1024, got {c.exchange.max_message_bytes}")
+    _check(c.exchange.max_message_bytes == 0 or c.exchange.max_message_bytes >= 1024, source,
+           "exchange.max_message_bytes", "must be 0 (from the model) or at least 1024, got "
+           f"{c.exchange.max_message_bytes}")
 
 
 def _check_aggregation(c: FederationConfig, source: str) -> None:

@@ -41,7 +41,8 @@ def run_in_memory(federation: Federation, results_dir: Path,
         transport = hub.transport(node_id, list(member.out_neighbours))
         recorder = Recorder(Path(results_dir) / f"node-{node_id}.json", NodeRecord(node=node_id))
         try:
-            results[node_id] = build_node(federation, node_id, transport, recorder).run().to_dict()
+            node = build_node(federation, node_id, lambda _bound: transport, recorder)
+            results[node_id] = node.run().to_dict()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread below
             recorder.fail(f"{type(exc).__name__}: {exc}")
             transport.close(0)

@@ -79,11 +79,15 @@ class NodeRecord:
     dropped_by_peer: dict[str, int] = field(default_factory=dict)
     dropped_messages: list[dict[str, Any]] = field(default_factory=list)  # a bounded sample
     unreachable_peers: list[int] = field(default_factory=list)
-    # CurveZMQ: connections with a key that is not an in-neighbour's, and incoming
-    # handshakes that failed (those refusals included); absent without security
+    # CurveZMQ (node.net.gate): connections refused for a key that is not an in-neighbour's,
+    # for a key opening too many connections, addresses banned for refused handshakes, and
+    # incoming handshakes that failed (refusals included); absent without security
     refused_keys: int | None = None
+    refused_repeats: int | None = None
+    banned_addresses: int | None = None
     # rounds whose aggregated model computed NaN or infinities: the node kept its own
     kept_own_models: int = 0
+    max_message_bytes: int | None = None  # the largest message accepted from a neighbour
     failed_handshakes: int | None = None
     no_goodbye_from: list[int] | None = None
     peak_rss_bytes: int | None = None

@@ -13,6 +13,7 @@ import random
 import resource
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,9 +183,25 @@ def prepare_process(config: FederationConfig, node_id: int) -> tuple[int, torch.
     return threads, pick_device(config)
 
 
-def build_node(federation: Federation, node_id: int, transport: Transport,
+MESSAGE_MARGIN = 1024 * 1024  # headers and prototypes on top of the model (see message_bound)
+
+
+def message_bound(config: FederationConfig, algorithm: Algorithm) -> int:
+    """exchange.max_message_bytes, or for 0 twice the largest message the algorithm sends
+    now at fp32 (the widest codec) plus MESSAGE_MARGIN: every node of a federation runs the
+    same models, so an honest neighbour's message stays far below it, and it bounds what one
+    connection can make this node hold (transport.RECEIVE_HWM messages)."""
+    if config.exchange.max_message_bytes:
+        return config.exchange.max_message_bytes
+    largest = max((sum(4 * tensor.numel() for tensor in payload.tensors.values())
+                   for payload in algorithm.payload().values()), default=0)
+    return 2 * largest + MESSAGE_MARGIN
+
+
+def build_node(federation: Federation, node_id: int, connect: Callable[[int], Transport],
                recorder: Recorder) -> Node:
-    """Compose one node from its parts: process settings, data, algorithm and peers."""
+    """Compose one node from its parts: process settings, data, algorithm, then the network
+    (`connect(max_message_bytes)` opens it) and peers."""
     config = federation.config
     member = federation.member(node_id)
     previous = recorder.unfinished(config.digest())  # before this start overwrites it
@@ -201,9 +218,10 @@ def build_node(federation: Federation, node_id: int, transport: Transport,
     result.train_samples, result.test_samples = len(data.train_y), len(data.test_y)
     result.global_test_samples = len(data.global_y)
     result.setup_seconds = time.monotonic() - recorder.started
-    peers = Peers(node_id, transport, in_neighbours=member.in_neighbours,
+    result.max_message_bytes = message_bound(config, algorithm)
+    peers = Peers(node_id, connect(result.max_message_bytes), in_neighbours=member.in_neighbours,
                   out_neighbours=member.out_neighbours, rounds=config.rounds,
-                  max_message_bytes=config.exchange.max_message_bytes,
+                  max_message_bytes=result.max_message_bytes,
                   codecs=kind_codecs(config, algorithm.kinds))
     return Node(config, node_id, algorithm, peers, recorder, previous)
 

@@ -115,7 +115,7 @@ class ExchangeConfig:
     codec: str = "int16"
     prototype_codec: str = ""
     prototypes_from: str = "aggregated"
-    max_message_bytes: int = 256 * 1024 * 1024
+    max_message_bytes: int = 0  # 0: from the model (node.runtime.message_bound)
 
 
 @dataclass(frozen=True)

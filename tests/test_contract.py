@@ -63,6 +63,19 @@ def test_bytes_sent_to_a_peer_are_the_bytes_it_received_kind_by_kind(runs):
         assert sender["dropped_count"] == 0
 
 
+def test_the_message_bound_from_the_model_holds_every_message_with_room(runs):
+    """exchange.max_message_bytes = 0: the bound each node computes before its first round
+    is larger than all the bytes of one kind it received from one peer in any round (one
+    message, or two for a kind sent in two exchange steps), so no message came near it."""
+    algorithm, (nodes, _) = runs
+    for node in nodes:
+        largest = max(n for record in node["rounds"]
+                      for kinds in record["bytes_received_by_peer"].values()
+                      for kind, n in kinds.items() if kind != "control")
+        assert node["max_message_bytes"] >= largest > 0, (algorithm, node["max_message_bytes"])
+        assert node["max_message_bytes"] < 64 * 1024 * 1024, algorithm  # not a blanket cap
+
+
 def test_the_reported_rule_is_recorded_beside_every_other(runs):
     algorithm, (nodes, _) = runs
     reported = ALGORITHMS[algorithm].reported_rule

@@ -96,7 +96,7 @@ def test_malformed_flood_is_dropped_counted_and_changes_nothing(tmp_path, data_d
         runs = {}
         for name in ("fuzz-clean", "fuzz-flood"):
             # enough rounds that the victim is still running when the last malformed message
-            # arrives (ZeroMQ makes the flooder wait while 64 are unread)
+            # arrives (ZeroMQ makes the flooder wait while 16 are unread)
             config = write_config(tmp_path, data_dir, name, nodes=2, rounds=30)
             runs[name], _ = stack.enter_context(protofed_up(config, name))
         context, dealer, sent = flood(tmp_path / "results" / "fuzz-flood", families)

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import collections
 import logging
+import socket
 import threading
 import time
 from typing import Protocol
 
 import zmq
-from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import recv_monitor_message
 
 from node.errors import TransportError
+from node.net.gate import AdmissionPolicy, ZapHandler
 from node.net.security import Keyring
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,12 @@ class Transport(Protocol):
         """Deliver what is queued for up to `linger` seconds, then release everything."""
 
 
-RECEIVE_HWM = 64  # messages queued per incoming connection before it is read
+# Messages queued per incoming connection before it is read. A peer sends a few messages a
+# round and at most ROUNDS_AHEAD rounds ahead; when the queue is full ZeroMQ stops reading
+# that connection (back-pressure, nothing is lost), so what one connection can make this
+# node hold is RECEIVE_HWM messages of at most max_message_bytes.
+RECEIVE_HWM = 16
+RECONNECT_MAX_MS = 1000  # back-off ceiling for a refused or failed connection attempt
 
 
 class ZmqTransport:
@@ -74,11 +80,11 @@ class ZmqTransport:
         self.keyring = keyring
         self.in_neighbours = tuple(in_neighbours)
         self.listen_fd = listen_fd  # an already listening socket for bind_address, if any
-        self.refused_keys = 0  # connections refused by the ZAP handler
         self.failed_handshakes = 0  # incoming handshakes that failed (ZAP refusals included)
+        self.policy = AdmissionPolicy(frozenset(self.in_neighbours))
         self._router_monitor: zmq.Socket | None = None
         self._context: zmq.Context | None = None
-        self._authenticator: ThreadAuthenticator | None = None
+        self._gate: ZapHandler | None = None
         self._router: zmq.Socket | None = None
         self._dealers: dict[int, zmq.Socket] = {}
         self._poller = zmq.Poller()
@@ -88,24 +94,16 @@ class ZmqTransport:
         self._down: set[int] = set()
         self._leaving = False  # set by farewell(): disconnects from now on are expected
 
-    def callback(self, domain: str, key: bytes) -> bool:
-        """ZAP hook (pyzmq's credentials provider): admit only in-neighbours' keys."""
-        assert self.keyring is not None
-        peer = self.keyring.node_of(key)
-        if peer is None or peer not in self.in_neighbours:
-            self.refused_keys += 1
-            if self.refused_keys <= 10 or self.refused_keys % 1000 == 0:  # rate-limited
-                log.warning("node %d: refused a connection with %s (%d refused so far)",
-                            self.node_id, "an unknown key" if peer is None
-                            else f"node {peer}'s key (not an in-neighbour)", self.refused_keys)
-            return False
-        return True
+    @property
+    def refused_keys(self) -> int:
+        """Connections refused for a key that is not an in-neighbour's."""
+        return self.policy.counts["refused_keys"]
 
-    def _secure_router(self, router: zmq.Socket) -> None:
+    def _secure_router(self, router: zmq.Socket, listener_fd: int | None) -> None:
         assert self.keyring is not None and self._context is not None
-        self._authenticator = ThreadAuthenticator(self._context, log=log)
-        self._authenticator.start()
-        self._authenticator.configure_curve_callback("*", credentials_provider=self)
+        self._gate = ZapHandler(self._context, self.node_id, self.keyring.node_of, self.policy,
+                                listener_fd)
+        self._gate.start()
         router.curve_secretkey = self.keyring.secret
         router.curve_publickey = self.keyring.public
         router.curve_server = True
@@ -118,62 +116,69 @@ class ZmqTransport:
     def open(self) -> ZmqTransport:
         """Bind the ROUTER and connect the DEALERs; raise TransportError if the bind fails."""
         self._context = zmq.Context()
+        self._router = self._bind_router()
+        self._poller.register(self._router, zmq.POLLIN)
+        if self._router_monitor is not None:
+            self._poller.register(self._router_monitor, zmq.POLLIN)
+        for peer, address in sorted(self.out_addresses.items()):
+            self._connect(peer, address)
+        return self
+
+    def _bind_router(self) -> zmq.Socket:
+        assert self._context is not None
         router = self._context.socket(zmq.ROUTER)
-        router.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
-        # A peer sends at most a few messages a round and ROUNDS_AHEAD rounds ahead: what a
-        # flooding connection can make us hold is RECEIVE_HWM messages of at most
-        # max_message_bytes; beyond that ZeroMQ stops reading it.
+        router.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)  # per frame
         router.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         router.setsockopt(zmq.LINGER, 0)
-        if self.keyring is not None:
-            self._secure_router(router)
-        else:  # the claimed identity names the sender: a restarted peer takes its name back
-            router.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        if self.listen_fd is not None:
-            router.setsockopt(zmq.USE_FD, self.listen_fd)
         try:
+            listener_fd = self.listen_fd if self.listen_fd is not None else _listen(
+                self.bind_address)
+            if self.keyring is not None:
+                self._secure_router(router, listener_fd)
+            else:  # the claimed identity names the sender: a restarted peer takes its name
+                router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            if listener_fd is not None:
+                router.setsockopt(zmq.USE_FD, listener_fd)
             router.bind(self.bind_address)
-        except zmq.ZMQError as exc:
+        except (zmq.ZMQError, OSError) as exc:
             router.close(0)
-            self._stop_authenticator()
+            self._stop_gate()
             self._context.term()
             raise TransportError(f"node {self.node_id}: cannot bind {self.bind_address}: "
                                  f"{exc}") from exc
-        self._router = router
-        self._poller.register(router, zmq.POLLIN)
-        if self._router_monitor is not None:
-            self._poller.register(self._router_monitor, zmq.POLLIN)
-        identity = str(self.node_id).encode()
-        for peer, address in sorted(self.out_addresses.items()):
-            dealer = self._context.socket(zmq.DEALER)
-            if self.keyring is None:
-                # Under CurveZMQ the key names the sender and the ROUTER picks a fresh
-                # routing id per connection, so a peer restarted before its old connection
-                # was noticed gone is not refused as a duplicate.
-                dealer.setsockopt(zmq.IDENTITY, identity)
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.setsockopt(zmq.SNDHWM, 10_000)
-            if self.keyring is not None:
-                dealer.curve_secretkey = self.keyring.secret
-                dealer.curve_publickey = self.keyring.public
-                dealer.curve_serverkey = self.keyring.publics[peer]
-            try:
-                dealer.connect(address)
-            except zmq.ZMQError as exc:
-                self.close(0)
-                raise TransportError(f"node {self.node_id}: bad address {address!r} for peer "
-                                     f"{peer}: {exc}") from exc
-            self._dealers[peer] = dealer
-            self._socket_peer[dealer] = peer
-            self._poller.register(dealer, zmq.POLLIN)
-            # A killed peer's kernel closes its sockets, so our connection reports the
-            # disconnect at once; ZeroMQ keeps retrying. Back means a completed ZMTP
-            # handshake: a TCP connect alone may reach a socket no process reads.
-            monitor = dealer.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED
-                                                | zmq.EVENT_DISCONNECTED)
-            self._monitors[monitor] = peer
-            self._poller.register(monitor, zmq.POLLIN)
-        return self
+        return router
+
+    def _connect(self, peer: int, address: str) -> None:
+        assert self._context is not None
+        dealer = self._context.socket(zmq.DEALER)
+        if self.keyring is None:
+            # Under CurveZMQ the key names the sender and the ROUTER picks a fresh routing
+            # id per connection, so a peer restarted before its old connection was noticed
+            # gone is not refused as a duplicate (and cannot take another's routing id).
+            dealer.setsockopt(zmq.IDENTITY, str(self.node_id).encode())
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.SNDHWM, 10_000)
+        dealer.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
+        if self.keyring is not None:
+            dealer.curve_secretkey = self.keyring.secret
+            dealer.curve_publickey = self.keyring.public
+            dealer.curve_serverkey = self.keyring.publics[peer]
+        try:
+            dealer.connect(address)
+        except zmq.ZMQError as exc:
+            self.close(0)
+            raise TransportError(f"node {self.node_id}: bad address {address!r} for peer "
+                                 f"{peer}: {exc}") from exc
+        self._dealers[peer] = dealer
+        self._socket_peer[dealer] = peer
+        self._poller.register(dealer, zmq.POLLIN)
+        # A killed peer's kernel closes its sockets, so our connection reports the
+        # disconnect at once; ZeroMQ keeps retrying. Back means a completed ZMTP
+        # handshake: a TCP connect alone may reach a socket no process reads.
+        monitor = dealer.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED
+                                            | zmq.EVENT_DISCONNECTED)
+        self._monitors[monitor] = peer
+        self._poller.register(monitor, zmq.POLLIN)
 
     def __enter__(self) -> ZmqTransport:  # noqa: PYI034
         return self.open()
@@ -224,7 +229,7 @@ class ZmqTransport:
         self._leaving = True
 
     def security_counts(self) -> dict[str, int]:
-        return {"refused_keys": self.refused_keys, "failed_handshakes": self.failed_handshakes}
+        return {**self.policy.counts, "failed_handshakes": self.failed_handshakes}
 
     def _connection_event(self, monitor: zmq.Socket) -> None:
         peer = self._monitors[monitor]
@@ -276,15 +281,27 @@ class ZmqTransport:
             self._router.setsockopt(zmq.LINGER, linger_ms)
             self._router.close()
             self._router = None
-        self._stop_authenticator()
+        self._stop_gate()
         if self._context is not None:
             self._context.term()
             self._context = None
 
-    def _stop_authenticator(self) -> None:
-        if self._authenticator is not None:
-            self._authenticator.stop()
-            self._authenticator = None
+    def _stop_gate(self) -> None:
+        if self._gate is not None:
+            self._gate.stop()
+            self._gate = None
+
+
+def _listen(bind_address: str) -> int | None:
+    """A listening TCP socket for `bind_address`, handed to ZeroMQ (which closes it), so the
+    gate can filter it; None for an address that ZeroMQ must bind itself."""
+    if not bind_address.startswith("tcp://"):
+        return None
+    host, _, port = bind_address.removeprefix("tcp://").rpartition(":")
+    if not port.isdigit() or host.startswith("["):
+        return None
+    listener = socket.create_server(("" if host == "*" else host, int(port)), backlog=100)
+    return listener.detach()
 
 
 def _peer_from_identity(identity: bytes) -> int | None:
