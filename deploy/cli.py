@@ -28,7 +28,7 @@ from deploy.progress import progress_for
 from deploy.report import format_table, read_node_results, summarize_records
 from deploy.runner import log_tail, watch
 from node.config import load
-from node.custom import add_search_path
+from node.data.custom import add_search_path
 from node.errors import ConfigError, ProtofedError
 from node.lifecycle import exit_now
 

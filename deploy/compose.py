@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from deploy.capacity import node_memory
 from deploy.docker_backend import (
     LABEL,
     SCRATCH,
@@ -15,7 +16,6 @@ from deploy.docker_backend import (
     container_environment,
     container_mounts,
     container_user,
-    node_memory,
     prepare_node_access,
 )
 from deploy.plan import Plan
@@ -49,7 +49,7 @@ def _service(config: FederationConfig, plan: Plan, node_id: int, image: str, dat
     if swarm:
         deploy["endpoint_mode"] = "dnsrr"  # peers connect to the task itself, not a VIP
     # the estimate the Docker backend's capacity check counts, unless deploy.memory says
-    limits = {"memory": config.deploy.memory or f"{node_memory(config) // 2**20}m"}
+    limits = {"memory": config.deploy.memory or f"{node_memory(config, container=True) // 2**20}m"}
     if config.deploy.cpus:
         limits["cpus"] = str(config.deploy.cpus)
     deploy["resources"] = {"limits": limits}

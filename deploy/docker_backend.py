@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploy.capacity import check_memory, node_memory
 from deploy.plan import FEDERATION_FILE, Plan, keys_dir, node_arguments
 from deploy.runner import RUN_FILE, run_status
-from node.config import FederationConfig, memory_bytes
-from node.data_cache import CACHE_ENV
+from node.config import FederationConfig
+from node.data.cache import CACHE_ENV
 from node.errors import DeployError
 from node.federation import resolve
 from node.net.security import PUBLIC_FILE, secret_file
@@ -42,8 +43,6 @@ PIDS_LIMIT = 512
 SCRATCH = "/tmp"
 # The exit code of a node stopped by SIGTERM (128 + 15), recorded for one removed by `down`.
 STOPPED_EXIT = 143
-# What one MNIST node needs when no memory limit is set (measured peak RSS ~0.8 GB).
-DEFAULT_NODE_MEMORY = 1024**3
 
 
 def connect():
@@ -86,20 +85,9 @@ def plan_docker(config: FederationConfig, source: Path, overrides: tuple[str, ..
                 federation=federation)
 
 
-def node_memory(config: FederationConfig) -> int:
-    """Bytes one node is given, or the estimate used to check the machine can hold them."""
-    return memory_bytes(config.deploy.memory) if config.deploy.memory else DEFAULT_NODE_MEMORY
-
-
 def check_capacity(config: FederationConfig, host_memory: int, host_cpus: int) -> None:
     """Refuse a federation that cannot fit this Docker host, before anything starts."""
-    needed = config.nodes * node_memory(config)
-    if needed > host_memory:
-        raise DeployError(
-            f"{config.nodes} nodes need about {needed / 1024**3:.1f} GiB "
-            f"({'deploy.memory' if config.deploy.memory else 'estimated'} per node "
-            f"{node_memory(config) / 1024**3:.2f} GiB) but the Docker host has "
-            f"{host_memory / 1024**3:.1f} GiB: use fewer nodes or a smaller deploy.memory")
+    check_memory(config, host_memory, container=True, where="the Docker host")
     if config.deploy.cpus > host_cpus:
         raise DeployError(f"deploy.cpus = {config.deploy.cpus} exceeds the Docker host's "
                           f"{host_cpus} CPUs")
@@ -294,7 +282,7 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
                 **hardening(),
                 nano_cpus=int(config.deploy.cpus * 1e9) or None,
                 # the estimate the capacity check counted, unless deploy.memory says
-                mem_limit=node_memory(config))
+                mem_limit=node_memory(config, container=True))
     except docker.errors.APIError as exc:
         remove_run(client, run_id)
         raise DeployError(f"starting run {run_id} failed: {exc.explanation or exc}") from None

@@ -14,6 +14,7 @@ from typing import TextIO
 from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import local
+from deploy.capacity import available_memory, check_memory
 from deploy.plan import Plan, host_data_dir, plan_local, reserve_listeners
 from deploy.runner import Run, log_tail
 from node.config import FederationConfig, user_code
@@ -50,7 +51,7 @@ class LocalLauncher(Launcher):
 
     def plan(self, source: Path, overrides: tuple[str, ...], run_id: str,
              cache_dir: Path | None) -> Plan:
-        local.check_capacity(self.config, local.available_memory())
+        check_memory(self.config, available_memory(), container=False, where="this machine")
         local.check_user_models(self.config)
         self.listeners = reserve_listeners(self.config)
         try:

@@ -19,9 +19,8 @@ from typing import TextIO
 
 from deploy.plan import Plan, host_data_dir, keys_dir, node_arguments
 from deploy.runner import RUN_FILE, run_status
-from node.config import FederationConfig, memory_bytes, user_code
-from node.custom import check_models
-from node.errors import DeployError
+from node.config import FederationConfig, user_code
+from node.data.custom import check_models
 from node.lifecycle import MISSED_EXIT, exit_now
 
 log = logging.getLogger(__name__)
@@ -133,36 +132,6 @@ class LocalRun:
         write_run_file(self, run_status(self.exit_codes, len(self.processes), self.stopping))
         for listener in self.listeners:
             listener.close()
-
-
-# What one local node process needs (measured: 475 MB average RSS over the 20 nodes of a
-# full-MNIST ProFe run); deploy.memory overrides it.
-LOCAL_NODE_MEMORY = 450 * 1024**2
-MEMORY_HEADROOM = 0.9  # leave a tenth of the available memory to everything else
-
-
-def available_memory() -> int:
-    """MemAvailable of this machine in bytes (0 when /proc/meminfo cannot be read)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def check_capacity(config: FederationConfig, available: int) -> None:
-    """Refuse a local federation whose nodes would not fit in the available memory."""
-    per_node = memory_bytes(config.deploy.memory) if config.deploy.memory else LOCAL_NODE_MEMORY
-    needed = config.nodes * per_node
-    if available and needed > MEMORY_HEADROOM * available:
-        raise DeployError(
-            f"{config.nodes} local nodes need about {needed / 1024**3:.1f} GiB "
-            f"({'deploy.memory' if config.deploy.memory else 'measured'} "
-            f"{per_node / 1024**2:.0f} MiB per node) but this machine has "
-            f"{available / 1024**3:.1f} GiB available: use fewer nodes, or the docker "
-            "backend on a larger host")
 
 
 def wait_for_exit(processes: list[subprocess.Popen], timeout: float) -> None:
@@ -309,19 +278,26 @@ def write_run_file(run: LocalRun, status: str) -> None:
 
 
 def stop(run: LocalRun, grace: float = 5.0) -> None:
-    """SIGTERM every live node, then SIGKILL whatever is left after `grace` seconds."""
-    live = [p for p in run.processes.values() if p.poll() is None]
-    for process in live:
-        _signal_group(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for process in live:
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _signal_group(process.pid, signal.SIGKILL)
-            process.wait()
+    """Stop this launcher's node processes and record their exit codes."""
+    by_pid = {process.pid: process for process in run.processes.values()}
+    terminate_groups(list(by_pid), lambda pid: by_pid[pid].poll() is None, grace)
     for node_id, process in run.processes.items():
+        process.wait()
         run.exit_codes.setdefault(node_id, process.returncode)
+
+
+def terminate_groups(pids: list[int], alive: Callable[[int], bool], grace: float) -> None:
+    """The one stop routine: SIGTERM each live node's process group, then SIGKILL the
+    groups of those still alive after `grace` seconds."""
+    live = [pid for pid in pids if alive(pid)]
+    for pid in live:
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(alive(pid) for pid in live):
+        time.sleep(0.05)
+    for pid in live:
+        if alive(pid):
+            _signal_group(pid, signal.SIGKILL)
 
 
 def _signal_group(pid: int, signum: int) -> None:
@@ -397,13 +373,5 @@ def _alive(pid: int, started: int | None) -> bool:
 def stop_pids(pids: dict[str, int], start_times: dict[str, int] | None = None,
               grace: float = 5.0) -> None:
     """Stop the node processes of a run found on disk (used by `protofed down`)."""
-    starts = start_times or {}
-    live = {i: pid for i, pid in pids.items() if _alive(pid, starts.get(i))}
-    for pid in live.values():
-        _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(p, starts.get(i)) for i, p in live.items()):
-        time.sleep(0.1)
-    for i, pid in live.items():
-        if _alive(pid, starts.get(i)):
-            _signal_group(pid, signal.SIGKILL)
+    starts = {pid: (start_times or {}).get(i) for i, pid in pids.items()}
+    terminate_groups(list(starts), lambda pid: _alive(pid, starts[pid]), grace)

@@ -12,11 +12,11 @@ from typing import Any
 
 from node.aggregation import AGGREGATION_RULES
 from node.algorithms import ALGORITHMS
-from node.custom import is_import_path
 from node.data import DATASETS
+from node.data.custom import is_import_path
+from node.data.partition import PARTITIONS
 from node.errors import ConfigError
 from node.models import ARCHITECTURES, check_widths, role_architecture
-from node.partition import PARTITIONS
 from node.settings import (
     BACKENDS,
     DEVICES,
@@ -27,6 +27,7 @@ from node.settings import (
     FederationConfig,
 )
 from quant.codecs import CODECS
+from topology import TopologyError
 from topology import build as build_topology
 
 # Keys that moved to an algorithm's own table: a file using the old place is told where.
@@ -442,10 +443,13 @@ def memory_bytes(text: str) -> int:
 
 
 def build_graph(config: FederationConfig):
-    """The federation's communication graph, built from [topology] and validated."""
-
+    """The federation's communication graph, built from [topology] and validated; a graph
+    that cannot carry the federation is a ConfigError naming the topology."""
     t = config.topology
     seed = config.seed if t.seed is None else t.seed
-    return build_topology(t.kind, config.nodes, p=t.p, k=t.k, seed=seed, path=t.path or None,
-                          directed=t.directed)
+    try:
+        return build_topology(t.kind, config.nodes, p=t.p, k=t.k, seed=seed,
+                              path=t.path or None, directed=t.directed)
+    except TopologyError as exc:
+        raise ConfigError(f"topology ({t.kind}{': ' + t.path if t.path else ''}): {exc}") from exc
 

@@ -1,4 +1,9 @@
-"""The exception tree every protofed component raises; the CLI catches only the base."""
+"""The exception tree of the node and the launcher; the CLI catches only the base.
+
+quant and topology raise their own (quant.errors.QuantizationError,
+topology.TopologyError), which the node maps where it calls them: the message boundary
+turns a codec's error into a ProtocolError, the config entrance a topology's into a
+ConfigError."""
 
 
 class ProtofedError(Exception):
@@ -9,16 +14,8 @@ class ConfigError(ProtofedError):
     """A config file, key or value the user must fix."""
 
 
-class TopologyError(ConfigError):
-    """A graph that cannot carry the federation (disconnected, self-loops, wrong size)."""
-
-
 class DataError(ProtofedError):
     """Dataset files missing, corrupt or unsuitable for the requested partition."""
-
-
-class QuantizationError(ProtofedError):
-    """A tensor that a codec cannot encode or bytes it cannot decode."""
 
 
 class TransportError(ProtofedError):

@@ -24,11 +24,11 @@ import torch
 from node.algorithms import Algorithm, DataPlan, NodeData, Payload, create
 from node.config import FederationConfig
 from node.data import Dataset, default_data_dir, load_dataset
+from node.data.partition import FederatedSplit, federated_split
 from node.federation import Federation
 from node.metrics import prediction_metrics
 from node.net.peers import RECEIVED, SENT, Peers
 from node.net.transport import Transport
-from node.partition import FederatedSplit, federated_split
 from node.record import Evaluation, NodeRecord, RoundRecord
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from node.errors import QuantizationError
 from quant.arrays import peak
+from quant.errors import QuantizationError
 from quant.floats import FP16, FP32
 from quant.int8 import Int8
 from quant.int16 import Int16

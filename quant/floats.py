@@ -5,8 +5,8 @@ import math
 import numpy as np
 import torch
 
-from node.errors import QuantizationError
 from quant.arrays import FixedWidth, native_bytes, peak, to_float32
+from quant.errors import QuantizationError
 
 
 class Cast(FixedWidth):

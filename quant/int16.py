@@ -6,9 +6,9 @@ import math
 import numpy as np
 import torch
 
-from node.errors import QuantizationError
 from quant.arrays import FixedWidth
 from quant.arrays import peak as peak_of
+from quant.errors import QuantizationError
 
 INT16_MAX = 32767
 WIRE = "<i2"

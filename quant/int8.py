@@ -14,7 +14,7 @@ import zlib
 import numpy as np
 import torch
 
-from node.errors import QuantizationError
+from quant.errors import QuantizationError
 
 INT8_MAX = 127
 SCALE_BYTES = 8  # float64: the same precision as int16's Delta, no overflow or rounding cases

@@ -9,8 +9,9 @@ import pytest
 from torch import nn
 
 from deploy.cli import refuse_user_code
-from node import custom, data
+from node import data
 from node.config import from_dict, user_code
+from node.data import custom
 from node.errors import ConfigError
 from tests.helpers import REPO, mnist_config, protofed, run_in_process
 

@@ -26,10 +26,11 @@ import torch
 
 from deploy import cli, docker_backend, launchers
 from deploy.plan import prepare_data
-from node import data, data_cache
+from node import data
 from node.config import from_dict
 from node.config import load as load_config
 from node.data import Dataset, load_dataset, read_idx
+from node.data import cache as data_cache
 from node.errors import ConfigError, DataError
 from node.runtime import load_node_data
 
@@ -570,7 +571,7 @@ def test_cache_is_rebuilt_when_a_source_changes(tmp_path: Path, monkeypatch: pyt
                    gz=True)
     labels = root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz"
     os.utime(labels, ns=(labels.stat().st_atime_ns, labels.stat().st_mtime_ns + 10**9))
-    with caplog.at_level("WARNING", logger="node.data_cache"):
+    with caplog.at_level("WARNING", logger="node.data.cache"):
         dataset = _fresh_load(monkeypatch, root)
     assert len(decodes) == 8
     assert dataset.labels.tolist()[6:] == [3, 3, 3, 3]
@@ -614,7 +615,7 @@ def test_damaged_cache_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     expected = _fresh_load(monkeypatch, root)
     images, labels = np.array(expected.images), np.array(expected.labels)
     damage(root / "MNIST" / "protofed-cache")
-    with caplog.at_level("WARNING", logger="node.data_cache"):
+    with caplog.at_level("WARNING", logger="node.data.cache"):
         dataset = _fresh_load(monkeypatch, root)
     assert len(decodes) == 8
     assert "damaged" in caplog.text or "format 0" in caplog.text
@@ -659,7 +660,7 @@ def test_no_writable_cache_folder_decodes_into_memory(
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("PROTOFED_CACHE_DIR", str(blocker / "cache"))  # cannot be a folder
-    with _read_only(root / "MNIST"), caplog.at_level("WARNING", logger="node.data_cache"):
+    with _read_only(root / "MNIST"), caplog.at_level("WARNING", logger="node.data.cache"):
         dataset = _fresh_load(monkeypatch, root)
     assert dataset.labels.tolist() == [5, 0, 4, 1, 9, 2, 7, 2, 1, 0]
     assert "decoded into memory" in caplog.text and "PROTOFED_CACHE_DIR" in caplog.text

@@ -9,7 +9,7 @@ from node.algorithms import create
 from node.algorithms.base import Payload
 from node.algorithms.common import local_sgd
 from node.algorithms.fedavg import FedAvg
-from node.losses import cross_entropy
+from node.algorithms.losses import cross_entropy
 from tests.helpers import CPU, snapshot, tiny_config, tiny_data
 
 

@@ -9,7 +9,7 @@ from node.aggregation import nearest_prototype
 from node.algorithms import create
 from node.algorithms.base import Payload
 from node.algorithms.fedpr import FedPR, client_mean_prototypes
-from node.losses_fedpr import PROTOTYPE_WEIGHT, fedpr_loss, prototype_l2
+from node.algorithms.fedpr_losses import PROTOTYPE_WEIGHT, fedpr_loss, prototype_l2
 from tests.helpers import CPU, hand_prototypes, snapshot, tiny_config, tiny_data
 
 

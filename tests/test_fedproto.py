@@ -9,7 +9,7 @@ from node.aggregation import nearest_prototype
 from node.algorithms import create
 from node.algorithms.base import Payload
 from node.algorithms.fedproto import FedProto
-from node.losses_fedproto import fedproto_loss, paper_lambda
+from node.algorithms.fedproto_losses import fedproto_loss, paper_lambda
 from node.runtime import load_node_data
 from tests.helpers import CPU, as_received, hand_prototypes, mnist_config, tiny_config, tiny_data
 

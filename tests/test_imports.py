@@ -46,6 +46,16 @@ def test_the_package_has_no_import_cycle():
     assert list(nx.simple_cycles(graph)) == []
 
 
+def test_quant_and_topology_stand_alone():
+    """The codecs and the graph builders import nothing of the node or the launcher; their
+    errors are their own, mapped where the node calls them."""
+    graph = import_graph()
+    upward = [(source, target) for source, target in graph.edges
+              if source.split(".")[0] in ("quant", "topology")
+              and target.split(".")[0] not in ("quant", "topology")]
+    assert upward == []
+
+
 def test_the_algorithms_name_their_settings_without_the_config_loader():
     """The loader (node.config) asks the algorithm registry for each algorithm's table; the
     algorithms know only the settings dataclasses (node.settings)."""

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from node.errors import ProtocolError, QuantizationError
+from node.errors import ProtocolError
 from node.net.message import decode_message, encode_message
 from quant import TensorSpec, decode, encode, expanded_size, payload_bounds
+from quant.errors import QuantizationError
 from quant.int8 import dequantize_rows, quantize_rows, raw_size, rows_of
 
 

@@ -10,6 +10,13 @@ import sys
 import pytest
 
 from deploy import local
+from deploy.capacity import (
+    CONTAINER_NODE_MEMORY,
+    LOCAL_NODE_MEMORY,
+    available_memory,
+    check_memory,
+    node_memory,
+)
 from deploy.plan import write_plan
 from node.config import from_dict
 from node.errors import DeployError
@@ -18,17 +25,23 @@ from tests.helpers import REPO, deploy_config, local_plan, protofed, run_federat
 
 def test_capacity_is_nodes_times_the_measured_footprint():
     config = from_dict({"nodes": 20})
-    local.check_capacity(config, 20 * local.LOCAL_NODE_MEMORY * 2)  # fits
-    with pytest.raises(DeployError, match=r"20 local nodes need about 8.8 GiB"):
-        local.check_capacity(config, 8 * 1024**3)
-    # deploy.memory replaces the estimate; unknown availability refuses nothing
+    check_memory(config, 20 * LOCAL_NODE_MEMORY * 2, container=False, where="here")  # fits
+    with pytest.raises(DeployError, match=r"20 local nodes need about 8.8 GiB \(measured "
+                                          r"450 MiB per node\) but here has 8.0 GiB"):
+        check_memory(config, 8 * 1024**3, container=False, where="here")
+    # a container's figure is its limit, which covers the peak: the same rule, 1 GiB each
+    assert node_memory(config, container=True) == CONTAINER_NODE_MEMORY == 1024**3
+    with pytest.raises(DeployError, match=r"20 nodes need about 20.0 GiB .* the Docker host"):
+        check_memory(config, 16 * 1024**3, container=True, where="the Docker host")
+    # deploy.memory replaces both; unknown availability refuses nothing
     small = from_dict({"nodes": 20, "deploy": {"memory": "100m"}})
-    local.check_capacity(small, 3 * 1024**3)
-    local.check_capacity(config, 0)
+    assert node_memory(small, container=False) == node_memory(small, container=True) == 100 << 20
+    check_memory(small, 3 * 1024**3, container=False, where="here")
+    check_memory(config, 0, container=False, where="here")
 
 
 def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(tmp_path):
-    nodes = int(local.available_memory() / local.LOCAL_NODE_MEMORY) + 10
+    nodes = int(available_memory() / LOCAL_NODE_MEMORY) + 10
     done = protofed("up", "-c", REPO / "examples" / "quick.toml", "--set", f"nodes={nodes}",
                     "--set", f"deploy.results_dir={tmp_path}", timeout=120)
     assert done.returncode == 1, done.stderr

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from node import losses
+from node.algorithms import losses
 
 
 def test_cross_entropy_uniform_logits_is_log_of_class_count():

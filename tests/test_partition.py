@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from node.data import load_dataset
-from node.errors import ConfigError, DataError
-from node.partition import (
+from node.data.partition import (
     PARTITIONS,
     FederatedSplit,
     assign_classes,
@@ -22,6 +21,7 @@ from node.partition import (
     split_local,
     subsample,
 )
+from node.errors import ConfigError, DataError
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +208,7 @@ def test_by_classes_splits_shared_class_evenly() -> None:
 
 def test_by_classes_warns_about_unheld_classes(caplog: pytest.LogCaptureFixture) -> None:
     labels = _balanced(10, 40)
-    with caplog.at_level(logging.WARNING, logger="node.partition"):
+    with caplog.at_level(logging.WARNING, logger="node.data.partition"):
         parts = by_classes(np.arange(400), labels, 2, 0.2, 10, _rng())
     assert "6 of 10 classes are held by no node" in caplog.text
     assert sum(len(part) for part in parts) == 4 * 40

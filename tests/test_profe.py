@@ -6,8 +6,7 @@ import math
 import pytest
 import torch
 
-from node import losses
-from node.algorithms import create
+from node.algorithms import create, losses
 from node.algorithms.profe import PRESETS, ProFe
 from node.config import from_dict
 from tests.helpers import CPU, as_received, snapshot, tiny_data

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from node.errors import QuantizationError
 from quant import (
     ALLOWED_DTYPES,
     CODECS,
@@ -18,6 +17,7 @@ from quant import (
     payload_bounds,
     quantize_int16,
 )
+from quant.errors import QuantizationError
 from quant.int16 import BLOCK
 
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]

@@ -6,9 +6,11 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from node.errors import ConfigError, TopologyError
+from node.config import build_graph, from_dict
+from node.errors import ConfigError
 from topology import (
     BUILDERS,
+    TopologyError,
     build,
     from_file,
     fully_connected,
@@ -200,8 +202,11 @@ def test_build_checks_file_size_against_n(tmp_path: Path) -> None:
         build("file", 4, path=str(tmp_path / "g.txt"))
 
 
-def test_topology_error_is_a_config_error() -> None:
-    assert issubclass(TopologyError, ConfigError)
+def test_the_config_entrance_reports_a_topology_error_as_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"topology \(k_regular\): .*n\*k even") as caught:
+        build_graph(from_dict({"name": "t", "nodes": 5, "topology": {"kind": "k_regular",
+                                                                     "k": 3}}))
+    assert isinstance(caught.value.__cause__, TopologyError)
 
 
 def test_validate_turns_undirected_into_both_ways() -> None:

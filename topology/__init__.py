@@ -2,6 +2,7 @@
 
 from topology.graphs import (
     BUILDERS,
+    TopologyError,
     build,
     from_file,
     fully_connected,
@@ -18,6 +19,7 @@ from topology.graphs import (
 
 __all__ = [
     "BUILDERS",
+    "TopologyError",
     "build",
     "from_file",
     "fully_connected",

@@ -12,7 +12,11 @@ from pathlib import Path
 
 import networkx as nx
 
-from node.errors import TopologyError
+
+class TopologyError(ValueError):
+    """A graph that cannot carry the federation (disconnected, self-loops, wrong size); the
+    config entrance (node.config) reports it as a ConfigError naming the topology."""
+
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from torch import nn
 
 from node.aggregation import local_prototypes, nearest_prototype
 from node.algorithms.base import ARGMAX, PROTOTYPE, Algorithm, DataPlan, NodeData, Payload
-from node.custom import build_model as custom_model
-from node.custom import is_import_path
+from node.data.custom import build_model as custom_model
+from node.data.custom import is_import_path
 from node.errors import ProtocolError
 from node.models import (
     DEFAULT_EMBEDDING_DIM,

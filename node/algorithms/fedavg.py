@@ -34,7 +34,7 @@ from node.algorithms.common import (
     new_optimizer,
     state_payload,
 )
-from node.losses import cross_entropy
+from node.algorithms.losses import cross_entropy
 from node.settings import FederationConfig
 
 

@@ -14,7 +14,7 @@ Regularization". Both the model weights and the class prototypes travel every ro
   class j (``client_mean_prototypes``; N read as the number of those clients, since
   dividing by all clients would shrink prototypes of classes some clients lack);
 - Eq. (4): L_i = CE(F(w; x), y) + l2(f_e(w_e; x) - y_bar_y), the Euclidean distance to the
-  global prototype of the label, unweighted (``node.losses_fedpr.fedpr_loss``, weight
+  global prototype of the label, unweighted (``node.algorithms.fedpr_losses.fedpr_loss``, weight
   PROTOTYPE_WEIGHT = 1), over samples whose class has a global prototype;
 - Algorithm 1, inference: the class of the nearest global prototype in l2 distance.
 
@@ -55,8 +55,8 @@ from node.algorithms.common import (
     local_sgd,
     new_optimizer,
 )
+from node.algorithms.fedpr_losses import fedpr_loss
 from node.algorithms.prototype_base import ModelAndPrototypes
-from node.losses_fedpr import fedpr_loss
 from node.settings import FederationConfig
 
 

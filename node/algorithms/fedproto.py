@@ -12,7 +12,7 @@ Paper: Tan et al., "FedProto: Federated Prototype Learning across Heterogeneous 
 - local loss (Local Model Update): L = L_S(F_i(w_i; x), y) + lambda * L_R, with L_S the
   cross-entropy and L_R the distance between f_i(phi_i; x) and C_bar^(y) ("we use L2
   distance"; lambda * ||f_i(phi_i; x) - C_bar||_2^2 in the appendix). We use the MSE form
-  (``node.losses_fedproto.fedproto_loss``) over samples whose class has a global
+  (``node.algorithms.fedproto_losses.fedproto_loss``) over samples whose class has a global
   prototype, with the paper's lambda for the dataset: 1 for MNIST/FEMNIST, 0.1 for CIFAR-10
   (see LAMBDA_BY_DATASET);
 - inference (Prototype-based model inference): y_hat = argmin_j ||f(phi; x) - C^(j)||_2 over
@@ -51,8 +51,8 @@ from node.algorithms.common import (
     local_sgd,
     new_optimizer,
 )
+from node.algorithms.fedproto_losses import fedproto_loss, paper_lambda
 from node.algorithms.prototype_base import PrototypeAlgorithm
-from node.losses_fedproto import fedproto_loss, paper_lambda
 from node.settings import FederationConfig
 
 

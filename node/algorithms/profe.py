@@ -2,7 +2,7 @@
 
 Each node trains a large local teacher and a small student. Only the student's weights and
 the student's class prototypes (with class counts) travel; the teacher never leaves the
-node. Equations used (``node.losses``, ``node.aggregation``):
+node. Equations used (``node.algorithms.losses``, ``node.aggregation``):
 
 - Eq. (8), student: CE + beta_s * MSE(f_s1(x), C_bar(y)) + alpha_s * [KD(y_s, y_t) +
   MSE(f_s1(x), f_t1(x))]; Eq. (9), teacher: CE + beta_t * MSE(f_t1(x), C_bar(y)).
@@ -70,14 +70,14 @@ from node.algorithms.common import (
     local_sgd,
     new_optimizer,
 )
-from node.algorithms.prototype_base import ModelAndPrototypes
-from node.losses import (
+from node.algorithms.losses import (
     decayed_weight,
     prototype_mse,
     prototype_softmax_ce,
     student_loss,
     teacher_loss,
 )
+from node.algorithms.prototype_base import ModelAndPrototypes
 from node.settings import FederationConfig
 
 ORDERS = ("teacher_first", "same_batch")
@@ -100,7 +100,7 @@ class ProFeSettings:
     temperature: float = 2.0
     kd_weight: float = 1.0  # the KD term's weight inside Eq. 8's bracket
     feature_weight: float = 1.0  # the feature MSE's weight inside Eq. 8's bracket
-    kd_logits: str = "capped"  # the logits KD compares (see node.losses.kd_loss)
+    kd_logits: str = "capped"  # the logits KD compares (see node.algorithms.losses.kd_loss)
     features: str = "normalized"  # the feature term between unit-length embeddings, or "raw"
     order: str = "teacher_first"  # the teacher's epoch, then the student's; or "same_batch"
     kd_classes: str = "all"  # or "local": KD over the classes this node holds

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import msgpack
 import torch
 
-from node.errors import ProtocolError, QuantizationError
+from node.errors import ProtocolError
 from quant import TensorSpec, decode, encode, expanded_size
+from quant.errors import QuantizationError
 
 PROTOCOL_VERSION = 1
 CONTROL_KINDS = ("hello", "ack", "bye")

@@ -9,7 +9,7 @@ with L_S the cross-entropy and L_R "the distance (we use L2 distance)" between t
 embedding f_i(phi_i; x) and the global prototype of its label; the convergence appendix
 writes the per-sample term as lambda * ||f_i(phi_i; x) - C_bar||_2^2. We use the mean
 squared error (the squared L2 distance divided by the embedding dimension, averaged over
-the samples whose class has a global prototype), i.e. ``node.losses.prototype_mse``; the
+the samples whose class has a global prototype), i.e. ``node.algorithms.losses.prototype_mse``; the
 value of lambda the paper reports was tuned for an MSE-style term.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from node.losses import cross_entropy, prototype_mse
+from node.algorithms.losses import cross_entropy, prototype_mse
 
 # lambda, "the importance weight" (Appendix, implementation details): "The best lambda values
 # for MNIST, FEMNIST and CIFAR10 are 1, 1 and 0.1". Fashion-MNIST (not in the paper) takes

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from node.losses import cross_entropy
+from node.algorithms.losses import cross_entropy
 
 PROTOTYPE_WEIGHT = 1.0  # Eq. (4): the distance term enters unweighted
 

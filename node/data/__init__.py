@@ -1,9 +1,9 @@
 """Load MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 from their standard files as uint8 arrays,
-or a dataset of the user's own from its loader (`node.custom`).
+or a dataset of the user's own from its loader (`node.data.custom`).
 
 Each dataset is the standard train split followed by the standard test split, pooled: the
-federation carves its own global test set out of the pool (see `node.partition`). It is
-decoded once into a memory-mapped cache beside the data (`node.data_cache`); the launcher
+federation carves its own global test set out of the pool (see `node.data.partition`). It is
+decoded once into a memory-mapped cache beside the data (`node.data.cache`); the launcher
 fetches missing files and builds that cache before any node starts (`ensure_dataset`).
 """
 
@@ -27,8 +27,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from node.custom import is_import_path, load_user_dataset
-from node.data_cache import atomic_write, cached_arrays, make_dirs, remove_empty
+from node.data.cache import atomic_write, cached_arrays, make_dirs, remove_empty
+from node.data.custom import is_import_path, load_user_dataset
 from node.errors import ConfigError, DataError
 
 try:
