@@ -22,7 +22,9 @@ from node.settings import (
     DEVICES,
     OPTIMIZERS,
     PROTOTYPE_SOURCES,
+    RESTARTING_BACKENDS,
     SECURITY,
+    SHARED_NETWORK_BACKENDS,
     TOPOLOGY_KINDS,
     FederationConfig,
 )
@@ -400,14 +402,15 @@ def _check_deploy(c: FederationConfig, source: str) -> None:
     """[deploy]."""
     _check(c.deploy.restarts >= 0, source, "deploy.restarts",
            f"must be 0 or more, got {c.deploy.restarts}")
-    _check(c.deploy.restarts == 0 or c.deploy.backend == "local", source, "deploy.restarts",
-           "restarting nodes is supported by the local backend only")
+    _check(c.deploy.restarts == 0 or c.deploy.backend in RESTARTING_BACKENDS, source,
+           "deploy.restarts", "restarting nodes is supported by the "
+           f"{', '.join(RESTARTING_BACKENDS)} backend only")
     _one_of(c.deploy.backend, BACKENDS, source, "deploy.backend")
     _one_of(c.deploy.security, SECURITY, source, "deploy.security")
-    _check(c.deploy.security != "none" or c.deploy.backend != "docker"
+    _check(c.deploy.security != "none" or c.deploy.backend not in SHARED_NETWORK_BACKENDS
            or c.deploy.allow_insecure, source, "deploy.security",
-           '"none" on the Docker backend lets anything on the Docker network pose as a node: '
-           'use "curve", or also set deploy.allow_insecure = true')
+           f'"none" on the {c.deploy.backend} backend lets anything on its network pose as a '
+           'node: use "curve", or also set deploy.allow_insecure = true')
     _check(0 <= c.deploy.base_port <= 65535 - c.nodes, source, "deploy.base_port",
            f"must leave room for {c.nodes} ports below 65536 (0 picks free ports), "
            f"got {c.deploy.base_port}")

@@ -20,6 +20,8 @@ TOPOLOGY_KINDS = (*BUILDERS, "file")
 # aggregation rules, algorithms) are read from those modules; these are the config's own.
 PROTOTYPE_SOURCES = ("aggregated", "local")
 BACKENDS = ("local", "docker")
+RESTARTING_BACKENDS = ("local",)  # the launcher restarts a failed node (deploy.restarts)
+SHARED_NETWORK_BACKENDS = ("docker",)  # nodes on a network others may join
 SECURITY = ("curve", "none")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
