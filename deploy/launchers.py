@@ -13,7 +13,7 @@ from typing import TextIO
 
 from deploy import docker_backend as docker
 from deploy import image as docker_image
-from deploy import local
+from deploy import local, shaping
 from deploy.capacity import available_memory, check_memory
 from deploy.plan import Plan, host_data_dir, plan_local, reserve_listeners
 from deploy.runner import Run, log_tail
@@ -52,6 +52,7 @@ class LocalLauncher(Launcher):
     def plan(self, source: Path, overrides: tuple[str, ...], run_id: str,
              cache_dir: Path | None) -> Plan:
         check_memory(self.config, available_memory(), container=False, where="this machine")
+        shaping.preflight(shaping.federation_links(self.config))
         local.check_user_models(self.config)
         self.listeners = reserve_listeners(self.config)
         try:
@@ -84,6 +85,7 @@ class DockerLauncher(Launcher):
         self.client = docker.connect()
         info = self.client.info()
         docker.check_capacity(config, int(info.get("MemTotal", 0)), int(info.get("NCPU", 0)))
+        shaping.preflight(shaping.federation_links(config), tools=("tc", "nsenter"))
         if not self.data_dir.is_dir():
             raise ConfigError(f"data.dir {self.data_dir} is not a folder: the containers mount "
                               "it as their dataset folder (set data.dir or PROTOFED_DATA_DIR)")
@@ -159,6 +161,8 @@ class LocalFleet(Fleet):
         for run in self._running():
             if run["run_id"] == run_id:
                 local.stop_pids(run["alive"], run.get("start_times"))
+                if run.get("shaped_device"):  # the launcher did not live to remove it
+                    shaping.clear(run["shaped_device"])
                 return f"stopped {run_id} ({len(run['alive'])} node processes)"
         return None
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from deploy import shaping
 from deploy.plan import Plan, host_data_dir, keys_dir, node_arguments
 from deploy.runner import RUN_FILE, run_status
 from node.config import FederationConfig, user_code
@@ -88,6 +89,7 @@ class LocalRun:
     listeners: list[socket.socket] = field(default_factory=list)  # kept for restarts
     start_times: dict[int, int | None] = field(default_factory=dict)  # a pid's identity
     stopping: bool = False
+    shaped_device: str = ""  # where [links] rules were installed (removed with the run)
 
     def poll_exits(self) -> dict[int, int]:
         """Exit codes of the node processes that have ended for good so far; a node that
@@ -132,6 +134,9 @@ class LocalRun:
         write_run_file(self, run_status(self.exit_codes, len(self.processes), self.stopping))
         for listener in self.listeners:
             listener.close()
+        if self.shaped_device:
+            shaping.clear(self.shaped_device)
+            self.shaped_device = ""
 
 
 def wait_for_exit(processes: list[subprocess.Popen], timeout: float) -> None:
@@ -255,6 +260,7 @@ def start(plan: Plan, listeners: list[socket.socket], restarts: int = 0) -> Loca
 
     run = LocalRun(plan, restarts_left=restarts, launch=launch, listeners=list(listeners))
     try:
+        run.shaped_device = shaping.shape_loopback(plan.federation)
         for spec in plan.nodes:
             run.started(spec.node_id)
     except BaseException:  # a failed fork, or Ctrl-C halfway: stop the nodes already started
@@ -273,7 +279,7 @@ def write_run_file(run: LocalRun, status: str) -> None:
                 "start_times": {str(i): t for i, t in run.start_times.items()},
                 "exit_codes": {str(i): c for i, c in run.exit_codes.items()},
                 "restarts": {str(i): n for i, n in run.restarts.items()},
-                "nodes": len(run.plan.nodes)}
+                "nodes": len(run.plan.nodes), "shaped_device": run.shaped_device}
     (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
 
 

@@ -49,9 +49,18 @@ def plan_local(config: FederationConfig, source: Path, overrides: tuple[str, ...
     if len(ports) != config.nodes:
         raise ConfigError(f"need {config.nodes} ports, got {len(ports)}")
     addresses = [f"tcp://{config.deploy.host}:{port}" for port in ports]
-    federation = resolve(config, addresses, addresses, str(source))
+    # shaped links are told apart by the sender's address: each node leaves from its own
+    sources = [loopback_source(i) for i in range(config.nodes)] if config.links.configured else ()
+    federation = resolve(config, addresses, addresses, str(source), sources)
     return Plan(run_id=run_id, source=source.resolve(), overrides=overrides,
                 results_dir=Path(config.deploy.results_dir) / run_id, federation=federation)
+
+
+def loopback_source(node_id: int) -> str:
+    """Node `node_id`'s own loopback address (127.1.0.1, 127.1.0.2, ...; all of 127/8 is
+    this machine's)."""
+    number = node_id + 1
+    return f"127.1.{number // 256}.{number % 256}"
 
 
 def host_data_dir(config: FederationConfig) -> Path:

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                                      federation.addresses(member.out_neighbours),
                                      max_message_bytes, keyring=keyring,
                                      in_neighbours=member.in_neighbours,
-                                     listen_fd=args.listen_fd).open()
+                                     listen_fd=args.listen_fd, source=member.source).open()
             return transport
 
         result = build_node(federation, args.node_id, connect, recorder).run()

@@ -31,6 +31,8 @@ from node.settings import (
 from quant.codecs import CODECS
 from topology import TopologyError
 from topology import build as build_topology
+from topology.links import PROFILES as LINK_PROFILES
+from topology.links import edge_links
 
 # Keys that moved to an algorithm's own table: a file using the old place is told where.
 MOVED = {f"train.{key}": f"profe.{key}"
@@ -424,9 +426,23 @@ def _check_deploy(c: FederationConfig, source: str) -> None:
            f"must be a TCP port, got {c.deploy.port}")
 
 
+def _check_links(c: FederationConfig, source: str) -> None:
+    """[links]: every edge's conditions parse, and every edge named is in the topology."""
+    _check(not c.links.profile or c.links.profile in LINK_PROFILES, source, "links.profile",
+           f"must be one of {', '.join(LINK_PROFILES)} (or empty), got {c.links.profile!r}")
+    for index, edge in enumerate(c.links.edges):
+        _check(len(edge.nodes) == 2 and edge.nodes[0] != edge.nodes[1], source,
+               f"links.edges[{index}].nodes", f"must be [sender, receiver], got {edge.nodes}")
+    if c.links.configured:
+        try:
+            edge_links(build_graph(c), c.links.default(), c.links.overrides())
+        except (TopologyError, ConfigError) as exc:
+            raise ConfigError(f"{source}: links: {exc}") from exc
+
+
 SECTION_CHECKS = (_check_federation, _check_topology, _check_data, _check_model,
                   _check_train, _check_exchange, _check_aggregation, _check_timeouts,
-                  _check_methods, _check_deploy)
+                  _check_methods, _check_deploy, _check_links)
 
 
 def _one_of(value: str, allowed: tuple[str, ...], source: str, key: str) -> None:

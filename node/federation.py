@@ -29,6 +29,7 @@ class Member:
     address: str
     in_neighbours: tuple[int, ...]
     out_neighbours: tuple[int, ...]
+    source: str = ""  # the IPv4 address its connections leave from ("" = the system's)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class Federation:
         return {"format": FORMAT, "digest": self.config.digest(),
                 "config": self.config.to_dict(),
                 "nodes": [{"id": m.node_id, "bind": m.bind, "address": m.address,
-                           "in": list(m.in_neighbours), "out": list(m.out_neighbours)}
+                           "in": list(m.in_neighbours), "out": list(m.out_neighbours),
+                           **({"source": m.source} if m.source else {})}
                           for m in self.members]}
 
     def write(self, path: Path) -> Path:
@@ -61,9 +63,10 @@ class Federation:
 
 
 def resolve(config: FederationConfig, binds: Sequence[str], addresses: Sequence[str],
-            source: str = "<config>") -> Federation:
+            source: str = "<config>", sources: Sequence[str] = ()) -> Federation:
     """Build the graph (once) and give node i the bind and reach addresses binds[i],
-    addresses[i]; a graph that cannot be built is a ConfigError naming [topology]."""
+    addresses[i] (and the address its connections leave from, sources[i], if given); a
+    graph that cannot be built is a ConfigError naming [topology]."""
     if not len(binds) == len(addresses) == config.nodes:
         raise ConfigError(f"need {config.nodes} addresses, got {len(binds)} and "
                           f"{len(addresses)}")
@@ -72,7 +75,8 @@ def resolve(config: FederationConfig, binds: Sequence[str], addresses: Sequence[
     except ProtofedError as exc:
         raise ConfigError(f"{source}: [topology] {exc}") from None
     members = tuple(Member(i, binds[i], addresses[i], tuple(in_neighbours(graph, i)),
-                           tuple(out_neighbours(graph, i))) for i in range(config.nodes))
+                           tuple(out_neighbours(graph, i)), sources[i] if sources else "")
+                    for i in range(config.nodes))
     return Federation(config, members)
 
 
@@ -111,4 +115,13 @@ def _member(entry: Any, index: int, nodes: int, source: str) -> Member:
             raise ConfigError(f"{where}.{key}: must list node ids in 0..{nodes - 1} other "
                               f"than {index}, got {ids!r}")
         neighbours[key] = tuple(sorted(set(ids)))
-    return Member(index, entry["bind"], entry["address"], neighbours["in"], neighbours["out"])
+    origin = entry.get("source", "")
+    if not isinstance(origin, str) or (origin and not _is_ipv4(origin)):
+        raise ConfigError(f"{where}.source: must be an IPv4 address, got {origin!r}")
+    return Member(index, entry["bind"], entry["address"], neighbours["in"], neighbours["out"],
+                  origin)
+
+
+def _is_ipv4(text: str) -> bool:
+    parts = text.split(".")
+    return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)

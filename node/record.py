@@ -40,6 +40,8 @@ class RoundRecord:
     bytes_received: int = 0
     bytes_sent_by_peer: PeerKindBytes = field(default_factory=dict)
     bytes_received_by_peer: PeerKindBytes = field(default_factory=dict)
+    # shaped links: {peer: {kind: seconds}} from each message's sending to its arrival
+    transfer_seconds_by_peer: dict[str, dict[str, float]] | None = None
 
 
 @dataclass

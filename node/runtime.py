@@ -222,7 +222,7 @@ def build_node(federation: Federation, node_id: int, connect: Callable[[int], Tr
     peers = Peers(node_id, connect(result.max_message_bytes), in_neighbours=member.in_neighbours,
                   out_neighbours=member.out_neighbours, rounds=config.rounds,
                   max_message_bytes=result.max_message_bytes,
-                  codecs=kind_codecs(config, algorithm.kinds))
+                  codecs=kind_codecs(config, algorithm.kinds), stamp=config.links.configured)
     return Node(config, node_id, algorithm, peers, recorder, previous)
 
 
@@ -274,6 +274,7 @@ class Node:
             log.info("node %d: round %d/%d done: global F1 %.4f, missing %s", node_id, round_,
                      config.rounds, record.global_test.f1, record.missing_peers)
         result.no_goodbye_from = peers.goodbye(config.timeouts.shutdown)
+        peers.settle_transfers()
         peers.transport.close(config.timeouts.shutdown)
         interface = os.environ.get("PROTOFED_INTERFACE")
         if interface:  # set by the docker backend: this container's own interface
@@ -372,6 +373,8 @@ def _count_round_bytes(record: RoundRecord, peers: Peers) -> None:
     record.bytes_received = meter.total(RECEIVED, round_=round_)
     record.bytes_sent_by_peer = meter.breakdown(SENT, round_)
     record.bytes_received_by_peer = meter.breakdown(RECEIVED, round_)
+    if peers.stamp:
+        record.transfer_seconds_by_peer = meter.transfers(round_)
 
 
 KINDS = ("model", "prototypes", "control")

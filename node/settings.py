@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topology import BUILDERS
+from topology.links import PROFILES as LINK_PROFILES
 
 TOPOLOGY_KINDS = (*BUILDERS, "file")
 
@@ -166,6 +167,46 @@ class DeployConfig:
 
 
 @dataclass(frozen=True)
+class LinkEdge:
+    """Conditions for one directed edge (nodes = [sender, receiver]), or both ways."""
+
+    nodes: list[int] = field(default_factory=list)
+    both_ways: bool = False
+    bandwidth: str = ""
+    delay: str = ""
+    jitter: str = ""
+    loss: str = ""
+
+
+@dataclass(frozen=True)
+class LinksConfig:
+    """Link conditions (topology.links): a profile and defaults for every edge, then the
+    graph's edge attributes, then `edges`; empty values leave a condition off."""
+
+    profile: str = ""
+    bandwidth: str = ""
+    delay: str = ""
+    jitter: str = ""
+    loss: str = ""
+    edges: list[LinkEdge] = field(default_factory=list)
+
+    def default(self) -> dict[str, str]:
+        """The conditions every edge starts from: the profile's, then this table's."""
+        own = {k: getattr(self, k) for k in ("bandwidth", "delay", "jitter", "loss")
+               if getattr(self, k)}
+        return {**LINK_PROFILES.get(self.profile, {}), **own}
+
+    def overrides(self) -> list[tuple[int, int, bool, dict[str, str]]]:
+        return [(e.nodes[0], e.nodes[1], e.both_ways,
+                 {k: getattr(e, k) for k in ("bandwidth", "delay", "jitter", "loss")})
+                for e in self.edges if len(e.nodes) == 2]
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.default()) or bool(self.edges)
+
+
+@dataclass(frozen=True)
 class FederationConfig:
     """A whole federation, as one TOML file describes it."""
 
@@ -182,6 +223,7 @@ class FederationConfig:
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
+    links: LinksConfig = field(default_factory=LinksConfig)
     # each algorithm's own table ([fedhp], ...) by algorithm name, as its module declares it
     # (node.config fills in every registered algorithm's table)
     methods: dict[str, Any] = field(default_factory=dict)

@@ -47,9 +47,22 @@ class Meter:
     dropped_bytes: int = 0
     dropped_by_reason: collections.Counter = field(default_factory=collections.Counter)
     dropped_by_peer: collections.Counter = field(default_factory=collections.Counter)
+    # (round, peer, kind) -> seconds from the sender's stamp to arrival, summed (shaped runs)
+    transfer_seconds: collections.Counter = field(default_factory=collections.Counter)
 
     def add(self, direction: str, round_: int, peer: int, kind: str, nbytes: int) -> None:
         self.counts[(direction, round_, peer, metered_kind(kind))] += nbytes
+
+    def transfer(self, round_: int, peer: int, kind: str, seconds: float) -> None:
+        self.transfer_seconds[(round_, peer, metered_kind(kind))] += seconds
+
+    def transfers(self, round_: int | None = None) -> dict[str, dict[str, float]]:
+        """{peer: {kind: seconds}} of the stamped messages received, optionally one round."""
+        out: dict[str, dict[str, float]] = collections.defaultdict(dict)
+        for (r, p, k), seconds in sorted(self.transfer_seconds.items()):
+            if round_ is None or r == round_:
+                out[str(p)][k] = round(out[str(p)].get(k, 0.0) + seconds, 6)
+        return dict(out)
 
     def drop(self, peer: int | None, nbytes: int, reason: str, round_: int | None = None) -> bool:
         """Count one dropped message; True when it should be logged (rate-limited)."""
@@ -117,6 +130,12 @@ class Inbox:
         return [self._messages.pop(key) for key in stale]
 
 
+# Meta key of the sending time (ms since the epoch, the sender's clock) in shaped runs; a
+# stamp in the future or more than a day old is ignored (a peer's clock, or a lie).
+SENT_AT = "sent_ms"
+MAX_TRANSFER_MS = 86_400_000
+SAME_ARRIVAL = 0.002  # seconds: two messages the kernel saw arrive at once
+
 # Seconds a node in its goodbye still reads from neighbours whose connection has dropped.
 LOST_GOODBYE_GRACE = 1.0
 
@@ -126,7 +145,7 @@ class Peers:
 
     def __init__(self, node_id: int, transport: Transport, *, in_neighbours: Iterable[int],
                  out_neighbours: Iterable[int], rounds: int, max_message_bytes: int,
-                 codecs: Mapping[str, str]) -> None:
+                 codecs: Mapping[str, str], stamp: bool = False) -> None:
         self.node_id = node_id
         self.transport = transport
         self.in_neighbours = sorted(in_neighbours)
@@ -134,6 +153,8 @@ class Peers:
         self.rounds = rounds
         self.max_message_bytes = max_message_bytes
         self.codecs = dict(codecs)
+        self.stamp = stamp  # put the sending time in every payload message (shaped links)
+        self._untimed: dict[int, tuple] = {}  # peer -> its last stamped message, not yet timed
         self.meter = Meter()
         self.inbox = Inbox()
         self.current_round = 0
@@ -164,6 +185,8 @@ class Peers:
         if tensors and kind not in self.codecs:  # a kind the runtime gave no codec: a bug
             raise ValueError(f"no codec for message kind {kind!r} (codecs for "
                              f"{sorted(self.codecs)})")
+        if self.stamp and tensors:
+            meta = {**(meta or {}), SENT_AT: int(time.time() * 1000)}
         frames = encode_message(self.node_id, round_, kind, tensors,
                                 self.codecs.get(kind, "fp32"), meta)
         for peer in self.out_neighbours:
@@ -204,8 +227,29 @@ class Peers:
                               "unknown peer" if peer is None else f"peer {peer}")
             return True
         self.meter.add(RECEIVED, message.round, message.sender, message.kind, nbytes)
+        self._time_transfer(message)
         self._file(message)
         return True
+
+    def _time_transfer(self, message: Message) -> None:
+        """Seconds from a stamped message's sending to its arrival. The arrival is when its
+        connection last received data: if the next message of that peer shows the same
+        time, data came after this one before it was read, so this one is left untimed."""
+        arrival, sender = self.transport.last_arrival, message.sender
+        pending = self._untimed.pop(sender, None)
+        if pending is not None and abs(pending[0] - arrival) > SAME_ARRIVAL:
+            self.meter.transfer(*pending[1:])
+        sent_at = message.meta.pop(SENT_AT, None)
+        took_ms = arrival * 1000 - sent_at if sent_at is not None else -1
+        if 0 <= took_ms <= MAX_TRANSFER_MS:
+            self._untimed[sender] = (arrival, message.round, sender, message.kind,
+                                     took_ms / 1000)
+
+    def settle_transfers(self) -> None:
+        """Count the last timed message of every peer (nothing came after it)."""
+        for pending in self._untimed.values():
+            self.meter.transfer(*pending[1:])
+        self._untimed.clear()
 
     def _check_envelope(self, peer: int | None, message: Message) -> None:
         if peer is None or message.sender != peer:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import socket
 import threading
 import time
@@ -35,6 +36,9 @@ Received = tuple[int | None, list[bytes] | list[memoryview]]  # frames, read in 
 
 class Transport(Protocol):
     """What the node needs from a network: send, reply, receive with a timeout, close."""
+
+    # wall-clock time (time.time()) the message `receive` returned last finished arriving
+    last_arrival: float
 
     def send(self, peer: int, frames: list[bytes]) -> bool:
         """Queue frames for an out-neighbour; False if they could not be queued."""
@@ -72,7 +76,7 @@ class ZmqTransport:
     def __init__(self, node_id: int, bind_address: str, out_addresses: dict[int, str],
                  max_message_bytes: int, keyring: Keyring | None = None,
                  in_neighbours: tuple[int, ...] | list[int] = (),
-                 listen_fd: int | None = None) -> None:
+                 listen_fd: int | None = None, source: str = "") -> None:
         self.node_id = node_id
         self.bind_address = bind_address
         self.out_addresses = dict(out_addresses)
@@ -80,6 +84,7 @@ class ZmqTransport:
         self.keyring = keyring
         self.in_neighbours = tuple(in_neighbours)
         self.listen_fd = listen_fd  # an already listening socket for bind_address, if any
+        self.source = source  # the IPv4 address connections leave from ("" = the system's)
         self.failed_handshakes = 0  # incoming handshakes that failed (ZAP refusals included)
         self.policy = AdmissionPolicy(frozenset(self.in_neighbours))
         self._router_monitor: zmq.Socket | None = None
@@ -93,6 +98,7 @@ class ZmqTransport:
         self._monitors: dict[zmq.Socket, int] = {}  # DEALER monitor socket -> its peer
         self._down: set[int] = set()
         self._leaving = False  # set by farewell(): disconnects from now on are expected
+        self.last_arrival = 0.0
 
     @property
     def refused_keys(self) -> int:
@@ -163,6 +169,8 @@ class ZmqTransport:
             dealer.curve_secretkey = self.keyring.secret
             dealer.curve_publickey = self.keyring.public
             dealer.curve_serverkey = self.keyring.publics[peer]
+        if self.source:  # ZeroMQ's "tcp://source:port;destination" form
+            address = address.replace("tcp://", f"tcp://{self.source}:0;", 1)
         try:
             dealer.connect(address)
         except zmq.ZMQError as exc:
@@ -256,6 +264,7 @@ class ZmqTransport:
         parts = socket.recv_multipart(copy=False)
         # the frames are read in place (decoding copies what it keeps): no copy of a model
         identity, frames = parts[0].bytes, [part.buffer for part in parts[1:]]
+        self.last_arrival = time.time() - _quiet_seconds(parts[0].get(zmq.SRCFD))
         if self.keyring is None:
             return _peer_from_identity(identity), frames
         # the sender is whoever holds the key the ZAP handler admitted, whatever it claims
@@ -302,6 +311,23 @@ def _listen(bind_address: str) -> int | None:
         return None
     listener = socket.create_server(("" if host == "*" else host, int(port)), backlog=100)
     return listener.detach()
+
+
+TCP_INFO_LAST_DATA_RECV = 52  # byte offset of tcpi_last_data_recv (ms) in struct tcp_info
+
+
+def _quiet_seconds(fd: int) -> float:
+    """How long connection `fd` has received nothing (the kernel's tcpi_last_data_recv): a
+    message read late, because the node was training, still gets its real arrival time."""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as view:
+            info = view.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except (OSError, ValueError):
+        return 0.0
+    if len(info) < TCP_INFO_LAST_DATA_RECV + 4:
+        return 0.0
+    return int.from_bytes(info[TCP_INFO_LAST_DATA_RECV:TCP_INFO_LAST_DATA_RECV + 4],
+                          "little") / 1000
 
 
 def _peer_from_identity(identity: bytes) -> int | None:
@@ -356,6 +382,7 @@ class MemoryTransport:
         self.hub = hub
         self.node_id = node_id
         self.out_neighbours = set(out_neighbours)
+        self.last_arrival = 0.0
 
     def send(self, peer: int, frames: list[bytes]) -> bool:
         if peer not in self.out_neighbours:
@@ -368,7 +395,9 @@ class MemoryTransport:
         return True
 
     def receive(self, timeout: float) -> Received | None:
-        return self.hub.take(self.node_id, timeout)
+        received = self.hub.take(self.node_id, timeout)
+        self.last_arrival = time.time()
+        return received
 
     def unreachable(self) -> set[int]:
         return self.out_neighbours & self.hub.gone

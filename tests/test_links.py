@@ -1,0 +1,130 @@
+"""Link conditions: parsing, per-edge resolution, the tc rules, and a real shaped loopback."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import networkx as nx
+import pytest
+
+from deploy import shaping
+from deploy.shaping import Rule, netem_arguments, tc_commands
+from node.config import from_dict
+from node.errors import ConfigError, DeployError
+from tests.helpers import run_federation
+from topology import TopologyError
+from topology.links import Link, edge_links, link, parse_loss, parse_rate, parse_time
+
+
+def test_units_parse_to_bits_seconds_and_fractions():
+    assert parse_rate("5mbit") == 5_000_000 and parse_rate("1gbit/s") == 10**9
+    assert parse_rate("800kbit") == 800_000 and parse_rate("2.5 Mbit") == 2_500_000
+    assert parse_time("50ms", "delay") == pytest.approx(0.05)
+    assert parse_time("200us", "jitter") == pytest.approx(2e-4)
+    assert parse_loss("1%") == pytest.approx(0.01) and parse_loss("0.5 %") == 0.005
+    for bad, call in (("5mbps", parse_rate), ("fast", parse_rate), ("100bit", parse_rate)):
+        with pytest.raises(ValueError, match="bandwidth"):
+            call(bad)
+    with pytest.raises(ValueError, match="delay '5 parsecs'"):
+        parse_time("5 parsecs", "delay")
+    with pytest.raises(ValueError, match="below 100%"):
+        parse_loss("100%")
+    with pytest.raises(ValueError, match="jitter needs a delay"):
+        link({"jitter": "5ms"})
+
+
+def test_each_edge_takes_default_then_graph_attributes_then_overrides():
+    graph = nx.DiGraph([(0, 1), (1, 0), (1, 2), (2, 1)])
+    graph.edges[1, 2]["bandwidth"] = "50mbit"  # as a GraphML edge attribute would carry it
+    links = edge_links(graph, {"bandwidth": "1gbit"},
+                       [(0, 1, False, {"bandwidth": "5mbit", "delay": ""}),
+                        (2, 1, True, {"loss": "1%"})])
+    assert links[(0, 1)] == Link(5_000_000)
+    assert links[(1, 0)] == Link(10**9)  # the other way keeps the default
+    assert links[(1, 2)] == Link(50_000_000, loss=0.01)  # attribute, then the both-ways loss
+    assert links[(2, 1)] == Link(10**9, loss=0.01)
+    with pytest.raises(TopologyError, match="link 0->2: the topology has no such edge"):
+        edge_links(graph, {}, [(0, 2, False, {"bandwidth": "5mbit"})])
+    graph.edges[1, 0]["delay"] = "soon"
+    with pytest.raises(TopologyError, match="link 1->0: delay 'soon'"):
+        edge_links(graph, {}, [])
+
+
+def test_the_config_refuses_bad_links_naming_the_edge_or_key():
+    base = {"nodes": 3, "topology": {"kind": "ring"}}
+    with pytest.raises(ConfigError, match=r"links: link 0->1: bandwidth '5mbps'"):
+        from_dict({**base, "links": {"edges": [{"nodes": [0, 1], "bandwidth": "5mbps"}]}})
+    with pytest.raises(ConfigError, match="links.profile must be one of lan, wan, edge"):
+        from_dict({**base, "links": {"profile": "moon"}})
+    with pytest.raises(ConfigError, match=r"links.edges\[0\].nodes must be \[sender, receiver\]"):
+        from_dict({**base, "links": {"edges": [{"nodes": [2]}]}})
+    config = from_dict({**base, "links": {"profile": "edge", "delay": "20ms"}})
+    assert config.links.default() == {"bandwidth": "5mbit", "delay": "20ms"}
+
+
+def test_the_rules_are_one_htb_class_and_u32_filter_per_edge_with_netem_below():
+    rules = [Rule(2, Link(5_000_000), src="127.1.0.1", dport=6001),
+             Rule(3, Link(None, delay_s=0.05, jitter_s=0.005, loss=0.01), dst="10.0.0.3",
+                  dport=5555)]
+    assert tc_commands("lo", rules) == [
+        ["tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "1"],
+        ["tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:1", "htb", "rate", "100gbit"],
+        ["tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:2", "htb", "rate", "5000000bit", "burst", "16384", "cburst", "16384"],
+        ["tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "src", "127.1.0.1/32", "match", "ip", "dport", "6001", "0xffff", "flowid", "1:2"],
+        ["tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:3", "htb", "rate", "100gbit"],
+        ["tc", "qdisc", "add", "dev", "lo", "parent", "1:3", "handle", "3:", "netem", "delay", "50ms", "5ms", "distribution", "normal", "loss", "1%"],
+        ["tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "dst", "10.0.0.3/32", "match", "ip", "dport", "5555", "0xffff", "flowid", "1:3"]]
+    assert netem_arguments(Link(None, 0.05, 0.005, 0.01)) == [
+        "delay", "50ms", "5ms", "distribution", "normal", "loss", "1%"]
+    # a fast link may send 10 ms worth at once
+    assert tc_commands("eth0", [Rule(2, Link(10**9))])[2][-3:] == ["1250000", "cburst",
+                                                                   "1250000"]
+
+
+def test_delay_on_a_kernel_without_netem_is_refused_naming_the_module(monkeypatch):
+    monkeypatch.setattr(shaping, "netem_available", lambda: False)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/sbin/{tool}")
+    with pytest.raises(DeployError, match=r"links 0->1\), which need the kernel module "
+                                          r"sch_netem \(CONFIG_NET_SCH_NETEM\)"):
+        shaping.preflight({(0, 1): Link(None, delay_s=0.05), (1, 0): Link(5_000_000)})
+    shaping.preflight({(0, 1): Link(5_000_000)})  # bandwidth alone needs no netem
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(DeployError, match="needs root"):
+        shaping.preflight({(0, 1): Link(5_000_000)})
+
+
+def _can_shape():
+    return os.geteuid() == 0 and shutil.which("tc") is not None
+
+
+def lo_qdisc():
+    return subprocess.run(["tc", "qdisc", "show", "dev", "lo"], capture_output=True,
+                          text=True, check=True).stdout
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _can_shape(), reason="shaping needs root and tc")
+def test_a_shaped_edge_carries_its_bandwidth_and_the_others_are_untouched(tmp_path, data_dir):
+    """3 local FedAvg nodes; only 0->1 is limited to 5 Mbit/s. The model is 2.9 MB at fp32:
+    a transfer after an idle spell passes HTB's burst and its last loopback packet (64 KB)
+    at once, which reads 9% fast on a 0.86 MB model and under 3% on this one."""
+    extra = ('[model]\nteacher_channels = [48, 96]\n'
+             '[[links.edges]]\nnodes = [0, 1]\nbandwidth = "5mbit"\n')
+    done, _, nodes = run_federation(tmp_path, data_dir, "shaped", algorithm="fedavg",
+                                    codec="fp32", rounds=2, extra=extra)
+    assert done.returncode == 0, done.stderr[-2000:]
+    receiver = nodes[1]
+    rates = {}
+    for peer in ("0", "2"):
+        # a transfer is timed unless data came after it before it was read (then untimed)
+        rates[peer] = [8 * r["bytes_received_by_peer"][peer]["model"]
+                       / r["transfer_seconds_by_peer"][peer]["model"]
+                       for r in receiver["rounds"][1:]
+                       if "model" in r["transfer_seconds_by_peer"].get(peer, {})]
+    assert rates["0"] and all(4.5e6 <= rate <= 5.5e6 for rate in rates["0"]), rates  # ±10%
+    assert rates["2"] and all(rate > 50e6 for rate in rates["2"]), rates  # unshaped
+    run = json.loads((tmp_path / "results" / "shaped" / "run.json").read_text())
+    assert run["shaped_device"] == "lo"
+    assert "htb" not in lo_qdisc()  # removed when the run ended
