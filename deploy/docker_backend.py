@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploy import shaping
 from deploy.capacity import check_memory, node_memory
 from deploy.plan import FEDERATION_FILE, Plan, keys_dir, node_arguments
 from deploy.runner import RUN_FILE, run_status
@@ -283,6 +284,8 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
                 nano_cpus=int(config.deploy.cpus * 1e9) or None,
                 # the estimate the capacity check counted, unless deploy.memory says
                 mem_limit=node_memory(config, container=True))
+        shaping.shape_containers(plan.federation, run.containers, network_name(run_id),
+                                 INTERFACE)
     except docker.errors.APIError as exc:
         remove_run(client, run_id)
         raise DeployError(f"starting run {run_id} failed: {exc.explanation or exc}") from None

@@ -200,3 +200,28 @@ def shape_loopback(federation: Federation) -> str:
         clear(LOOPBACK)
     apply(LOOPBACK, rules)
     return LOOPBACK
+
+
+def shape_containers(federation: Federation, containers: dict, network: str,
+                     device: str) -> int:
+    """Shape each started container's `device`, from the host inside its network
+    namespace (the containers keep every capability dropped); the rules go with the
+    container. The number of shaped edges."""
+    shaped = {edge: link for edge, link in federation_links(federation.config).items()
+              if link.shaped}
+    if not shaped:
+        return 0
+    for container in containers.values():
+        container.reload()
+    address = {i: c.attrs["NetworkSettings"]["Networks"][network]["IPAddress"]
+               for i, c in containers.items()}
+    members = federation.members
+    for sender in sorted({u for u, _ in shaped}):
+        pid = containers[sender].attrs["State"]["Pid"]
+        if not pid:
+            raise DeployError(f"link shaping: node {sender}'s container is not running")
+        rules = [Rule(minor=index + 2, link=link, dst=address[v],
+                      dport=port_of(members[v].address), edge=(u, v))
+                 for index, ((u, v), link) in enumerate(sorted(shaped.items())) if u == sender]
+        apply(device, rules, netns_pid=pid)
+    return len(shaped)

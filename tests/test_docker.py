@@ -392,3 +392,24 @@ def test_no_engine_gives_one_clear_message_and_starts_nothing(tmp_path, data_dir
     assert done.returncode == 1
     assert "Docker is not available" in done.stderr and "start dockerd" in done.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_a_shaped_edge_between_containers_carries_its_bandwidth(client, node_image, workdir,
+                                                                data_dir):
+    """The local shaping test's federation on the Docker backend: only 0->1 at 5 Mbit/s,
+    shaped inside node 0's container (whose capabilities stay dropped)."""
+    extra = ('[model]\nteacher_channels = [48, 96]\n'
+             '[[links.edges]]\nnodes = [0, 1]\nbandwidth = "5mbit"\n')
+    config = write_config(workdir, data_dir, "docker-shaped", algorithm="fedavg", codec="fp32",
+                          rounds=2, extra=extra)
+    done = protofed("up", "-c", config, "--run-id", "docker-shaped")
+    assert done.returncode == 0, done.stderr[-2000:]
+    _, nodes = helpers.read_results(workdir / "results" / "docker-shaped")
+    rates = {}
+    for peer in ("0", "2"):
+        rates[peer] = [8 * r["bytes_received_by_peer"][peer]["model"]
+                       / r["transfer_seconds_by_peer"][peer]["model"]
+                       for r in nodes[1]["rounds"][1:]
+                       if "model" in r["transfer_seconds_by_peer"].get(peer, {})]
+    assert rates["0"] and all(4.5e6 <= rate <= 5.5e6 for rate in rates["0"]), rates
+    assert rates["2"] and all(rate > 50e6 for rate in rates["2"]), rates

@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 
 import networkx as nx
@@ -12,7 +13,14 @@ from deploy import shaping
 from deploy.shaping import Rule, netem_arguments, tc_commands
 from node.config import from_dict
 from node.errors import ConfigError, DeployError
-from tests.helpers import run_federation
+from tests.helpers import (
+    protofed,
+    protofed_up,
+    read_json,
+    run_federation,
+    wait_until,
+    write_config,
+)
 from topology import TopologyError
 from topology.links import Link, edge_links, link, parse_loss, parse_rate, parse_time
 
@@ -128,3 +136,29 @@ def test_a_shaped_edge_carries_its_bandwidth_and_the_others_are_untouched(tmp_pa
     run = json.loads((tmp_path / "results" / "shaped" / "run.json").read_text())
     assert run["shaped_device"] == "lo"
     assert "htb" not in lo_qdisc()  # removed when the run ended
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _can_shape(), reason="shaping needs root and tc")
+@pytest.mark.parametrize("how", ["ctrl-c", "down", "launcher killed"])
+def test_no_shaping_is_left_on_lo_however_the_run_ends(tmp_path, data_dir, how):
+    config = write_config(tmp_path, data_dir, "ended", rounds=1000,
+                          extra='[links]\nprofile = "lan"\n')
+    with protofed_up(config, "ended") as (process, run_dir):
+        wait_until(lambda: (read_json(run_dir / "run.json") or {}).get("status") == "running",
+                   "the shaped run running")
+        assert "htb" in lo_qdisc()
+        if how == "ctrl-c":
+            process.send_signal(signal.SIGINT)
+            process.wait(60)
+        elif how == "down":
+            done = protofed("down", "ended", "--results-dir", tmp_path / "results")
+            assert done.returncode == 0, done.stderr
+            process.wait(60)
+        else:  # nothing removes it now: `down` does, or the next shaped run
+            process.kill()
+            process.wait(60)
+            assert "htb" in lo_qdisc()
+            done = protofed("down", "ended", "--results-dir", tmp_path / "results")
+            assert done.returncode == 0, done.stderr
+    assert "htb" not in lo_qdisc()

@@ -155,6 +155,7 @@ class Peers:
         self.codecs = dict(codecs)
         self.stamp = stamp  # put the sending time in every payload message (shaped links)
         self._untimed: dict[int, tuple] = {}  # peer -> its last stamped message, not yet timed
+        self._arrivals: dict[int, float] = {}  # peer -> when its latest message arrived
         self.meter = Meter()
         self.inbox = Inbox()
         self.current_round = 0
@@ -232,18 +233,22 @@ class Peers:
         return True
 
     def _time_transfer(self, message: Message) -> None:
-        """Seconds from a stamped message's sending to its arrival. The arrival is when its
-        connection last received data: if the next message of that peer shows the same
-        time, data came after this one before it was read, so this one is left untimed."""
+        """Seconds a stamped message spent on its link: from its sending, or from the
+        arrival of the message before it on that link if that came later (it waited behind
+        it), to its own arrival. The arrival is when its connection last received data: if
+        the next message of that peer shows the same time, data came after this one before
+        it was read, so this one is left untimed."""
         arrival, sender = self.transport.last_arrival, message.sender
         pending = self._untimed.pop(sender, None)
         if pending is not None and abs(pending[0] - arrival) > SAME_ARRIVAL:
             self.meter.transfer(*pending[1:])
+        previous, self._arrivals[sender] = self._arrivals.get(sender, 0.0), arrival
         sent_at = message.meta.pop(SENT_AT, None)
-        took_ms = arrival * 1000 - sent_at if sent_at is not None else -1
-        if 0 <= took_ms <= MAX_TRANSFER_MS:
-            self._untimed[sender] = (arrival, message.round, sender, message.kind,
-                                     took_ms / 1000)
+        if sent_at is None or not 0 <= arrival * 1000 - sent_at <= MAX_TRANSFER_MS:
+            return
+        took = arrival - max(sent_at / 1000, previous)
+        if took >= 0:
+            self._untimed[sender] = (arrival, message.round, sender, message.kind, took)
 
     def settle_transfers(self) -> None:
         """Count the last timed message of every peer (nothing came after it)."""
