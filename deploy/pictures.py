@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 CSV_NAME = "rounds.csv"
 CSV_COLUMNS = ("node", "round", "kind", "peer", "bytes_sent", "bytes_received", "f1",
-               "accuracy", "seconds")
+               "accuracy", "seconds", "transfer_seconds")
 PICTURES = ("topology", "bytes_per_round", "f1_per_round")
 PICTURE_SIZES = {"bytes_per_round": (10.0, 4.4)}  # two panels side by side
 FORMATS = ("png", "svg")
@@ -45,7 +45,9 @@ def round_seconds(record: RoundRecord) -> float:
 def round_rows(records: list[NodeRecord]) -> list[dict]:
     """One CSV row per node, round, message kind and peer (bytes each way); a round with no
     traffic (round 0) gets one row with empty kind and peer. F1, accuracy (global test,
-    the method's rule) and seconds are the round's, repeated on each of its rows."""
+    the method's rule) and seconds are the round's, repeated on each of its rows;
+    transfer_seconds, in runs with [links], is how long what came from that peer took on
+    its link (empty when not timed)."""
     rows = []
     for node in records:
         for record in node.rounds:
@@ -57,11 +59,13 @@ def round_rows(records: list[NodeRecord]) -> list[dict]:
                                             record.bytes_received_by_peer)
                             for peer, kinds in by_peer.items() for kind in kinds},
                            key=lambda pair: (int(pair[0]), pair[1]))
+            timed = record.transfer_seconds_by_peer or {}
             if not pairs:
                 rows.append({**common, "kind": "", "peer": "", "bytes_sent": 0,
-                             "bytes_received": 0})
+                             "bytes_received": 0, "transfer_seconds": ""})
             for peer, kind in pairs:
                 rows.append({**common, "kind": kind, "peer": int(peer),
+                             "transfer_seconds": timed.get(peer, {}).get(kind, ""),
                              "bytes_sent": record.bytes_sent_by_peer.get(peer, {}).get(kind, 0),
                              "bytes_received":
                                  record.bytes_received_by_peer.get(peer, {}).get(kind, 0)})
@@ -291,9 +295,14 @@ def _topology(figure, records: list[NodeRecord]) -> None:
         nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
                                arrows=True, arrowsize=10, connectionstyle="arc3,rad=0.08",
                                node_size=500, alpha=alpha)
+    limits = link_labels(records, symmetric)
     if edges and len(edges) <= EDGE_LABELS_UP_TO:
-        nx.draw_networkx_edge_labels(graph, layout, ax=axes, font_size=7,
-                                     edge_labels={e: bytes_text(b) for e, b in edges.items()},
+        nx.draw_networkx_edge_labels(
+            graph, layout, ax=axes, font_size=7, label_pos=0.5 if symmetric else 0.35,
+            edge_labels={e: bytes_text(b) + (f"\n{limits[e]}" if e in limits else "")
+                         for e, b in edges.items()})
+    elif limits:  # too many edges for byte labels: the limited links still say their limit
+        nx.draw_networkx_edge_labels(graph, layout, ax=axes, font_size=7, edge_labels=limits,
                                      label_pos=0.5 if symmetric else 0.35)
     scale = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0, 1),
                                          cmap=colour_map)
@@ -302,6 +311,23 @@ def _topology(figure, records: list[NodeRecord]) -> None:
                     + (f" ({rule} rule)" if rule else ""))
     axes.set_title(topology_title(edges, symmetric))
     axes.set_axis_off()
+
+
+def link_labels(records: list[NodeRecord], symmetric: bool) -> dict[tuple[int, int], str]:
+    """[links]: '5 Mbit/s' on every edge whose bandwidth was limited (a pair drawn as one
+    line shows both directions, sender's first, when they differ)."""
+    limits = {(int(peer), node.node): bits for node in records
+              for peer, bits in (node.in_link_bandwidth or {}).items() if bits}
+    text = {edge: f"{bits / 1e6:g} Mbit/s" for edge, bits in limits.items()}
+    if not symmetric:
+        return text
+    pairs = {}
+    for low, high in sorted({(min(a, b), max(a, b)) for a, b in text}):
+        forward, backward = text.get((low, high)), text.get((high, low))
+        pairs[(low, high)] = forward if forward == backward else " ".join(
+            f"{a}→{b} {label}" for a, b, label in ((low, high, forward), (high, low, backward))
+            if label)
+    return pairs
 
 
 def topology_title(edges: dict[tuple[int, int], int], symmetric: bool) -> str:

@@ -63,6 +63,7 @@ def summarize_records(records: list[NodeRecord], run_id: str,
             "elapsed_seconds": result.elapsed_seconds,
             "dropped_messages": result.dropped_count or len(result.dropped_messages),
             "interface_bytes": result.interface_bytes,
+            "in_links": in_link_rates(result),
             "error": result.error,
         })
     finished = [r for r in rows if r["global_f1"] is not None and r["status"] == "finished"]
@@ -76,6 +77,35 @@ def summarize_records(records: list[NodeRecord], run_id: str,
     }
     summary.update(extra or {})
     return summary
+
+
+def in_link_rates(result: NodeRecord) -> dict[str, dict[str, float]] | None:
+    """[links] runs: per in-neighbour, the configured bandwidth and the achieved one (bits/s
+    over the timed transfers of models and prototypes), None where not shaped."""
+    if result.in_link_bandwidth is None:
+        return None
+    bits: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for record in result.rounds:
+        for peer, kinds in (record.transfer_seconds_by_peer or {}).items():
+            for kind, took in kinds.items():
+                size = record.bytes_received_by_peer.get(peer, {}).get(kind, 0)
+                bits[peer] = bits.get(peer, 0.0) + 8 * size
+                seconds[peer] = seconds.get(peer, 0.0) + took
+    return {peer: {"configured": float(configured),
+                   "achieved": bits[peer] / seconds[peer] if seconds.get(peer) else 0.0}
+            for peer, configured in result.in_link_bandwidth.items()}
+
+
+def slowest_in_link(links: dict[str, dict[str, float]] | None) -> str:
+    """'4.81 of 5 Mbit/s (from 0)': the achieved rate of the in-link set slowest."""
+    if not links:
+        return "-"
+    peer, rates = min(links.items(), key=lambda item: (item[1]["configured"] or float("inf"),
+                                                       int(item[0])))
+    achieved = f"{rates['achieved'] / 1e6:.2f}" if rates["achieved"] else "untimed"
+    configured = f"{rates['configured'] / 1e6:g}" if rates["configured"] else "unlimited"
+    return f"{achieved} of {configured} (from {peer})"
 
 
 def _mean(values: list[float]) -> float | None:
@@ -124,6 +154,9 @@ def table_columns(summary: dict[str, Any]) -> list[Column]:
         for key, header in (("tx_bytes", "iface sent"), ("rx_bytes", "iface received")):
             columns.append(Column(header, [f"{w[key]:,}" if w else "-" for w in wire],
                                   f"{sum(w.get(key, 0) for w in wire):,}", RANK_WIRE))
+    if any(r.get("in_links") for r in nodes):  # [links]: achieved beside configured
+        columns.append(Column("in-link Mbit/s", [slowest_in_link(r.get("in_links"))
+                                                for r in nodes], "", RANK_LOCAL))
     columns += [
         Column("F1 global", [_fmt(r["global_f1"]) for r in nodes],
                _fmt(summary["mean_global_f1"]), RANK_KEEP),

@@ -90,6 +90,8 @@ class NodeRecord:
     # rounds whose aggregated model computed NaN or infinities: the node kept its own
     kept_own_models: int = 0
     max_message_bytes: int | None = None  # the largest message accepted from a neighbour
+    # [links]: each in-neighbour's link bandwidth in bits/s as configured (0: not limited)
+    in_link_bandwidth: dict[str, int] | None = None
     failed_handshakes: int | None = None
     no_goodbye_from: list[int] | None = None
     peak_rss_bytes: int | None = None

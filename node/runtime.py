@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from node.algorithms import Algorithm, DataPlan, NodeData, Payload, create
-from node.config import FederationConfig
+from node.config import FederationConfig, build_graph
 from node.data import Dataset, default_data_dir, load_dataset
 from node.data.partition import FederatedSplit, federated_split
 from node.federation import Federation
@@ -30,6 +30,7 @@ from node.metrics import prediction_metrics
 from node.net.peers import RECEIVED, SENT, Peers
 from node.net.transport import Transport
 from node.record import Evaluation, NodeRecord, RoundRecord
+from topology.links import edge_links
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +220,10 @@ def build_node(federation: Federation, node_id: int, connect: Callable[[int], Tr
     result.global_test_samples = len(data.global_y)
     result.setup_seconds = time.monotonic() - recorder.started
     result.max_message_bytes = message_bound(config, algorithm)
+    if config.links.configured:
+        links = edge_links(build_graph(config), config.links.default(), config.links.overrides())
+        result.in_link_bandwidth = {str(peer): links[(peer, node_id)].bandwidth_bps or 0
+                                    for peer in member.in_neighbours}
     peers = Peers(node_id, connect(result.max_message_bytes), in_neighbours=member.in_neighbours,
                   out_neighbours=member.out_neighbours, rounds=config.rounds,
                   max_message_bytes=result.max_message_bytes,

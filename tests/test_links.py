@@ -133,6 +133,9 @@ def test_a_shaped_edge_carries_its_bandwidth_and_the_others_are_untouched(tmp_pa
                        if "model" in r["transfer_seconds_by_peer"].get(peer, {})]
     assert rates["0"] and all(4.5e6 <= rate <= 5.5e6 for rate in rates["0"]), rates  # ±10%
     assert rates["2"] and all(rate > 50e6 for rate in rates["2"]), rates  # unshaped
+    assert receiver["in_link_bandwidth"] == {"0": 5_000_000, "2": 0}
+    table = protofed("report", tmp_path / "results" / "shaped", "--wide")
+    assert " of 5 (from 0)" in table.stdout, table.stdout  # achieved beside configured
     run = json.loads((tmp_path / "results" / "shaped" / "run.json").read_text())
     assert run["shaped_device"] == "lo"
     assert "htb" not in lo_qdisc()  # removed when the run ended
@@ -162,3 +165,21 @@ def test_no_shaping_is_left_on_lo_however_the_run_ends(tmp_path, data_dir, how):
             done = protofed("down", "ended", "--results-dir", tmp_path / "results")
             assert done.returncode == 0, done.stderr
     assert "htb" not in lo_qdisc()
+
+
+def test_the_table_shows_the_slowest_in_links_achieved_rate_beside_its_setting():
+    from deploy.report import in_link_rates, slowest_in_link
+    from node.record import NodeRecord, RoundRecord
+
+    rounds = [RoundRecord(round=r, bytes_received_by_peer={"0": {"model": 625_000},
+                                                           "2": {"model": 625_000}},
+                          transfer_seconds_by_peer={"0": {"model": 1.0}, "2": {"model": 0.01}})
+              for r in (1, 2)]
+    record = NodeRecord(node=1, rounds=rounds, in_link_bandwidth={"0": 5_000_000, "2": 0})
+    rates = in_link_rates(record)
+    assert rates == {"0": {"configured": 5e6, "achieved": 5e6},
+                     "2": {"configured": 0.0, "achieved": 5e8}}
+    assert slowest_in_link(rates) == "5.00 of 5 (from 0)"
+    assert slowest_in_link({"3": {"configured": 0.0, "achieved": 0.0}}) == \
+        "untimed of unlimited (from 3)"
+    assert in_link_rates(NodeRecord(node=1)) is None

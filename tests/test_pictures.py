@@ -45,13 +45,13 @@ def test_rows_per_node_round_kind_and_peer():
     assert list(rows[0]) == list(pictures.CSV_COLUMNS)
     assert rows[:4] == [
         {"node": 0, "round": 0, "kind": "", "peer": "", "bytes_sent": 0, "bytes_received": 0,
-         "f1": 0.1, "accuracy": 0.11, "seconds": 2.0},
+         "f1": 0.1, "accuracy": 0.11, "seconds": 2.0, "transfer_seconds": ""},
         {"node": 0, "round": 1, "kind": "model", "peer": 1, "bytes_sent": 100,
-         "bytes_received": 0, "f1": 0.8, "accuracy": 0.81, "seconds": 2.0},
+         "bytes_received": 0, "f1": 0.8, "accuracy": 0.81, "seconds": 2.0, "transfer_seconds": ""},
         {"node": 0, "round": 1, "kind": "prototypes", "peer": 1, "bytes_sent": 10,
-         "bytes_received": 7, "f1": 0.8, "accuracy": 0.81, "seconds": 2.0},
+         "bytes_received": 7, "f1": 0.8, "accuracy": 0.81, "seconds": 2.0, "transfer_seconds": ""},
         {"node": 0, "round": 1, "kind": "model", "peer": 2, "bytes_sent": 100,
-         "bytes_received": 0, "f1": 0.8, "accuracy": 0.81, "seconds": 2.0},
+         "bytes_received": 0, "f1": 0.8, "accuracy": 0.81, "seconds": 2.0, "transfer_seconds": ""},
     ]
     assert [(r["node"], r["round"]) for r in rows[4:]] == [(1, 0), (1, 1)]
 
@@ -293,3 +293,16 @@ def test_few_edges_get_their_bytes_written_on_them():
     pictures._topology(figure, two_nodes())
     texts = {t.get_text() for t in figure.axes[0].texts}
     assert {"110 B", "100 B", "10 B"} <= texts
+
+
+def test_limited_links_are_labelled_with_their_bandwidth():
+    records = [NodeRecord(node=0, in_link_bandwidth={"1": 0}),
+               NodeRecord(node=1, in_link_bandwidth={"0": 5_000_000, "2": 50_000_000}),
+               NodeRecord(node=2, in_link_bandwidth={"1": 50_000_000})]
+    assert pictures.link_labels(records, symmetric=False) == {
+        (0, 1): "5 Mbit/s", (2, 1): "50 Mbit/s", (1, 2): "50 Mbit/s"}
+    assert pictures.link_labels(records, symmetric=True) == {
+        (0, 1): "0→1 5 Mbit/s", (1, 2): "50 Mbit/s"}
+    records[1].in_link_bandwidth["2"] = 1_000_000  # 2->1 now differs from 1->2
+    assert pictures.link_labels(records, symmetric=True)[(1, 2)] == "1→2 50 Mbit/s 2→1 1 Mbit/s"
+    assert pictures.link_labels([NodeRecord(node=0)], symmetric=True) == {}
