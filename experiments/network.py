@@ -1,0 +1,253 @@
+"""Time to accuracy on shaped networks: each method on links of a given bandwidth.
+
+    python -m experiments.network [--out experiments/reports/network] [--seeds 1 2 3]
+        [--methods ...] [--profiles ...] [--topologies ...] [--report-only]
+
+Every cell is a real local federation (`protofed up`, one process per node) whose links
+the kernel shapes ([links]; needs root). From each node's record the report takes, per
+round, the node's global macro-F1 and its cumulative seconds of training, communication
+and aggregation (evaluation, the tool's own measurement, is left out); the federation's
+curve is the mean over its nodes. Results go to OUT/results.json, one entry per cell, kept
+across invocations so finished cells are not run again; OUT/network.md is rebuilt from that
+file alone (`--report-only`), byte for byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from experiments.run import merge
+
+TARGET_F1 = 0.80  # macro-F1 on the global test set
+BUDGET_S = 60.0  # seconds of a node's training, communication and aggregation
+BASE = {"nodes": 10, "rounds": 8,
+        "data": {"dataset": "mnist", "subset": 10000, "partition": "dirichlet", "alpha": 0.5,
+                 "download": False},
+        "timeouts": {"startup": 120, "round": 120, "shutdown": 10}}
+METHODS = {
+    "profe-int16": {"algorithm": "profe", "exchange": {"codec": "int16"}},
+    "profe-int8": {"algorithm": "profe", "exchange": {"codec": "int8"}},
+    # FedAvg with ProFe's student as its model, at full precision (the paper's baseline)
+    "fedavg-student-fp32": {"algorithm": "fedavg", "exchange": {"codec": "fp32"},
+                            "model": {"teacher_channels": [8, 16]}},
+    "fedproto": {"algorithm": "fedproto", "exchange": {"codec": "fp32"}},
+}
+PROFILES = {"1gbit": {"bandwidth": "1gbit"}, "5mbit": {"bandwidth": "5mbit"},
+            "1mbit": {"bandwidth": "1mbit"}}
+TOPOLOGIES = {"fully-connected": {"kind": "fully_connected"},
+              "4-regular": {"kind": "k_regular", "k": 4}}
+# A few slow links in a fast network: what they cost each round, and what timeouts.absent
+# (how long a node waits for a neighbour that missed the round before) trades.
+SLOW_LINKS = [{"nodes": [0, 5], "both_ways": True, "bandwidth": "1mbit"},
+              {"nodes": [2, 7], "both_ways": True, "bandwidth": "1mbit"},
+              {"nodes": [4, 9], "both_ways": True, "bandwidth": "1mbit"}]
+SLOW_CELLS = {"slow-links absent=5s": 5.0, "slow-links absent=0s": 0.0}
+
+
+def cell_key(topology: str, profile: str, method: str, seed: int) -> str:
+    return f"{topology}|{profile}|{method}|{seed}"
+
+
+def cell_config(topology: str, profile: str, method: str, seed: int, results: Path) -> dict:
+    """The whole config of one cell."""
+    config = merge(BASE, METHODS[method])
+    config.update(name="network", seed=seed)
+    config["deploy"] = {"results_dir": str(results)}
+    if profile in SLOW_CELLS:
+        config["topology"] = dict(TOPOLOGIES[topology])
+        config["links"] = {"bandwidth": "1gbit", "edges": SLOW_LINKS}
+        config["timeouts"] = {**config["timeouts"], "absent": SLOW_CELLS[profile]}
+    else:
+        config["topology"] = dict(TOPOLOGIES[topology])
+        config["links"] = dict(PROFILES[profile])
+    return config
+
+
+def toml_text(config: dict) -> str:
+    """A TOML file for `config` (tables, arrays of tables, strings, numbers, lists)."""
+    top = [f"{k} = {json.dumps(v)}" for k, v in config.items() if not isinstance(v, dict)]
+    lines = top[:]
+    for table, values in config.items():
+        if not isinstance(values, dict):
+            continue
+        lines.append(f"[{table}]")
+        arrays = {k: v for k, v in values.items() if isinstance(v, list) and v
+                  and isinstance(v[0], dict)}
+        lines += [f"{k} = {json.dumps(v)}" for k, v in values.items() if k not in arrays]
+        for name, items in arrays.items():
+            for item in items:
+                lines.append(f"[[{table}.{name}]]")
+                lines += [f"{k} = {json.dumps(v)}" for k, v in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+def run_cell(topology: str, profile: str, method: str, seed: int) -> dict:
+    """Run one federation; its per-node curves and bytes."""
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        config = cell_config(topology, profile, method, seed, root / "results")
+        (root / "cell.toml").write_text(toml_text(config))
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "deploy.cli", "up", "-c",
+                               str(root / "cell.toml"), "--run-id", "cell"],
+                              capture_output=True, text=True, check=False,
+                              env={**os.environ, "COLUMNS": "200"})
+        wall = time.monotonic() - started
+        nodes = [json.loads(p.read_text())
+                 for p in sorted((root / "results" / "cell").glob("node-*.json"),
+                                 key=lambda p: int(p.stem[5:]))]
+    if done.returncode != 0:
+        raise RuntimeError(f"{cell_key(topology, profile, method, seed)}: protofed up "
+                           f"exited {done.returncode}: {done.stderr[-1500:]}")
+    curves = []
+    for node in nodes:
+        elapsed, curve = 0.0, []
+        for record in node["rounds"]:
+            elapsed += (record["train_seconds"] + record["communication_seconds"]
+                        + record["aggregation_seconds"])
+            curve.append([record["round"], round(elapsed, 3),
+                          round(record["global_test"]["f1"], 4)])
+        curves.append(curve)
+    return {"curves": curves, "wall_seconds": round(wall, 1),
+            "bytes_sent": sum(node["bytes_sent"] for node in nodes),
+            "missing": sum(len(r["missing_peers"]) for node in nodes for r in node["rounds"])}
+
+
+def federation_curve(cell: dict) -> list[tuple[int, float, float]]:
+    """(round, mean seconds, mean F1) over the nodes, for the rounds every node recorded."""
+    rounds = min(len(curve) for curve in cell["curves"])
+    return [(cell["curves"][0][i][0],
+             statistics.mean(curve[i][1] for curve in cell["curves"]),
+             statistics.mean(curve[i][2] for curve in cell["curves"])) for i in range(rounds)]
+
+
+def time_to_target(cell: dict, target: float = TARGET_F1) -> float | None:
+    return next((seconds for _, seconds, f1 in federation_curve(cell) if f1 >= target), None)
+
+
+def f1_at_budget(cell: dict, budget: float = BUDGET_S) -> float:
+    reached = [f1 for _, seconds, f1 in federation_curve(cell) if seconds <= budget]
+    return reached[-1] if reached else 0.0
+
+
+def _spread(values: list[float], digits: int) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def cell_text(cells: list[dict]) -> str:
+    """'12.3 ± 1.0 s, F1 0.845 ± 0.010 at 60 s' over seeds; 'not reached' when a seed
+    did not get to the target."""
+    times = [time_to_target(c) for c in cells]
+    reached = "not reached" if any(t is None for t in times) else \
+        f"{_spread([t for t in times if t is not None], 1)} s"
+    final = _spread([federation_curve(c)[-1][2] for c in cells], 3)
+    return (f"{reached} / {_spread([f1_at_budget(c) for c in cells], 3)} / {final} / "
+            f"{_spread([federation_curve(c)[-1][1] for c in cells], 1)} s")
+
+
+def report(results: dict[str, dict], meta: dict) -> str:
+    """The markdown report, from results.json alone."""
+    grouped: dict[tuple[str, str, str], list[dict]] = {}
+    for key, cell in sorted(results.items()):
+        topology, profile, method, _ = key.split("|")
+        grouped.setdefault((topology, profile, method), []).append(cell)
+    seeds = sorted({int(key.split("|")[3]) for key in results})
+    lines = ["# Time to accuracy on shaped links", "",
+             (f"Produced by `{meta['command']}` on {meta['machine']}; rebuild from results.json "
+             "with `python -m experiments.network --report-only`."), "",
+             (f"{BASE['nodes']} nodes, MNIST (a {BASE['data']['subset']:,}-image subset, "
+             f"Dirichlet {BASE['data']['alpha']} split), {BASE['rounds']} rounds, real node "
+             "processes whose links the kernel shapes (HTB per directed edge, [links]). Cells: "
+             f"seconds to a mean global macro-F1 of {TARGET_F1} / mean F1 at {BUDGET_S:.0f} s "
+             f"/ F1 after the last round / seconds to the last round, mean ± std over seeds "
+             f"{', '.join(map(str, seeds))}. Seconds are a node's training, communication "
+             "and aggregation (evaluation left out), averaged over the nodes."), ""]
+    profiles = [p for p in [*PROFILES, *SLOW_CELLS]
+                if any(key[1] == p for key in grouped)]
+    for topology in [t for t in TOPOLOGIES if any(key[0] == t for key in grouped)]:
+        lines += [f"## {topology}", "",
+                  "| method | " + " | ".join(profiles) + " |",
+                  "|---|" + "---|" * len(profiles)]
+        for method in [m for m in METHODS if any(key[2] == m for key in grouped)]:
+            cells = [grouped.get((topology, profile, method)) for profile in profiles]
+            lines.append(f"| {method} | " + " | ".join(cell_text(c) if c else "-"
+                                                      for c in cells) + " |")
+        lines.append("")
+        lines += first_to_target(grouped, topology, profiles)
+    return "\n".join(lines) + "\n"
+
+
+def first_to_target(grouped: dict, topology: str, profiles: list[str]) -> list[str]:
+    """For each profile: which method reaches the target first, and by how much."""
+    lines = []
+    for profile in profiles:
+        times = {}
+        for (t, p, method), cells in grouped.items():
+            seconds = [time_to_target(c) for c in cells]
+            if t == topology and p == profile and all(s is not None for s in seconds):
+                times[method] = statistics.mean(s for s in seconds if s is not None)
+        if not times:
+            lines.append(f"- {profile}: no method reached F1 {TARGET_F1} on every seed.")
+            continue
+        ranked = sorted(times.items(), key=lambda item: item[1])
+        text = f"- {profile}: {ranked[0][0]} first ({ranked[0][1]:.1f} s)"
+        if len(ranked) > 1:
+            text += ", then " + ", ".join(f"{m} ({s:.1f} s, +{100 * (s / ranked[0][1] - 1):.0f}%)"
+                                          for m, s in ranked[1:])
+        lines.append(text + ".")
+    return [*lines, ""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.network",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("experiments/reports/network"))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--profiles", nargs="+", default=[*PROFILES, *SLOW_CELLS],
+                        choices=[*PROFILES, *SLOW_CELLS])
+    parser.add_argument("--topologies", nargs="+", default=list(TOPOLOGIES),
+                        choices=TOPOLOGIES)
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild network.md from results.json")
+    args = parser.parse_args(argv)
+    path = args.out / "results.json"
+    saved = json.loads(path.read_text()) if path.exists() else {"meta": {}, "cells": {}}
+    if not args.report_only:
+        saved["meta"] = {"command": "python -m experiments.network",
+                         "machine": f"{platform.machine()}, "
+                                    f"{len(os.sched_getaffinity(0))} cores"}
+        args.out.mkdir(parents=True, exist_ok=True)
+        for seed in args.seeds:
+            for topology in args.topologies:
+                for profile in args.profiles:
+                    for method in args.methods:
+                        if profile in SLOW_CELLS and (method != "profe-int16"
+                                                      or topology != "fully-connected"):
+                            continue
+                        key = cell_key(topology, profile, method, seed)
+                        if key in saved["cells"]:
+                            continue
+                        saved["cells"][key] = run_cell(topology, profile, method, seed)
+                        cell = saved["cells"][key]
+                        print(f"{key}: last F1 {federation_curve(cell)[-1][2]:.3f} at "
+                              f"{federation_curve(cell)[-1][1]:.1f} s (wall "
+                              f"{cell['wall_seconds']} s)", file=sys.stderr, flush=True)
+                        path.write_text(json.dumps(saved, indent=1, sort_keys=True))
+    (args.out / "network.md").write_text(report(saved["cells"], saved["meta"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
