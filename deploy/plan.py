@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.config import FederationConfig
+from node.config import FederationConfig, shaped_links
 from node.data import default_data_dir, ensure_dataset
 from node.errors import ConfigError
 from node.federation import Federation, Member, resolve
@@ -50,7 +50,7 @@ def plan_local(config: FederationConfig, source: Path, overrides: tuple[str, ...
         raise ConfigError(f"need {config.nodes} ports, got {len(ports)}")
     addresses = [f"tcp://{config.deploy.host}:{port}" for port in ports]
     # shaped links are told apart by the sender's address: each node leaves from its own
-    sources = [loopback_source(i) for i in range(config.nodes)] if config.links.configured else ()
+    sources = [loopback_source(i) for i in range(config.nodes)] if shaped_links(config) else ()
     federation = resolve(config, addresses, addresses, str(source), sources)
     return Plan(run_id=run_id, source=source.resolve(), overrides=overrides,
                 results_dir=Path(config.deploy.results_dir) / run_id, federation=federation)

@@ -16,10 +16,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.config import FederationConfig, build_graph
+from node.config import FederationConfig, shaped_links
 from node.errors import DeployError
 from node.federation import Federation
-from topology.links import Link, edge_links
+from topology.links import Link
 
 log = logging.getLogger(__name__)
 
@@ -159,10 +159,8 @@ def preflight(links: dict[tuple[int, int], Link], tools: tuple[str, ...] = ("tc"
 
 
 def federation_links(config: FederationConfig) -> dict[tuple[int, int], Link]:
-    """Every directed edge's conditions under [links] (empty when [links] sets nothing)."""
-    if not config.links.configured:
-        return {}
-    return edge_links(build_graph(config), config.links.default(), config.links.overrides())
+    """The shaped directed edges and their conditions (empty when nothing is shaped)."""
+    return shaped_links(config)
 
 
 def port_of(address: str) -> int:

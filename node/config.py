@@ -32,7 +32,7 @@ from quant.codecs import CODECS
 from topology import TopologyError
 from topology import build as build_topology
 from topology.links import PROFILES as LINK_PROFILES
-from topology.links import edge_links
+from topology.links import Link, edge_links
 
 # Keys that moved to an algorithm's own table: a file using the old place is told where.
 MOVED = {f"train.{key}": f"profe.{key}"
@@ -433,11 +433,11 @@ def _check_links(c: FederationConfig, source: str) -> None:
     for index, edge in enumerate(c.links.edges):
         _check(len(edge.nodes) == 2 and edge.nodes[0] != edge.nodes[1], source,
                f"links.edges[{index}].nodes", f"must be [sender, receiver], got {edge.nodes}")
-    if c.links.configured:
+    if c.links.configured or c.topology.kind == "file":  # a file's edges may carry them
         try:
-            edge_links(build_graph(c), c.links.default(), c.links.overrides())
-        except (TopologyError, ConfigError) as exc:
-            raise ConfigError(f"{source}: links: {exc}") from exc
+            link_conditions(c)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
 
 
 SECTION_CHECKS = (_check_federation, _check_topology, _check_data, _check_model,
@@ -472,3 +472,19 @@ def build_graph(config: FederationConfig):
     except TopologyError as exc:
         raise ConfigError(f"topology ({t.kind}{': ' + t.path if t.path else ''}): {exc}") from exc
 
+
+def link_conditions(config: FederationConfig) -> dict[tuple[int, int], Link]:
+    """Every directed edge's link conditions: [links] over the graph's own edge attributes
+    (topology.links); a mistake is a ConfigError naming the edge."""
+    try:
+        return edge_links(build_graph(config), config.links.default(),
+                          config.links.overrides())
+    except TopologyError as exc:
+        raise ConfigError(f"links: {exc}") from exc
+
+
+def shaped_links(config: FederationConfig) -> dict[tuple[int, int], Link]:
+    """The edges whose conditions are set, if any (only [links] or a graph file set them)."""
+    if not (config.links.configured or config.topology.kind == "file"):
+        return {}
+    return {edge: link for edge, link in link_conditions(config).items() if link.shaped}

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from node.algorithms import Algorithm, DataPlan, NodeData, Payload, create
-from node.config import FederationConfig, build_graph
+from node.config import FederationConfig, shaped_links
 from node.data import Dataset, default_data_dir, load_dataset
 from node.data.partition import FederatedSplit, federated_split
 from node.federation import Federation
@@ -30,7 +30,6 @@ from node.metrics import prediction_metrics
 from node.net.peers import RECEIVED, SENT, Peers
 from node.net.transport import Transport
 from node.record import Evaluation, NodeRecord, RoundRecord
-from topology.links import edge_links
 
 log = logging.getLogger(__name__)
 
@@ -220,14 +219,15 @@ def build_node(federation: Federation, node_id: int, connect: Callable[[int], Tr
     result.global_test_samples = len(data.global_y)
     result.setup_seconds = time.monotonic() - recorder.started
     result.max_message_bytes = message_bound(config, algorithm)
-    if config.links.configured:
-        links = edge_links(build_graph(config), config.links.default(), config.links.overrides())
-        result.in_link_bandwidth = {str(peer): links[(peer, node_id)].bandwidth_bps or 0
-                                    for peer in member.in_neighbours}
+    shaped = shaped_links(config)
+    if shaped:
+        result.in_link_bandwidth = {
+            str(peer): (shaped[(peer, node_id)].bandwidth_bps or 0)
+            if (peer, node_id) in shaped else 0 for peer in member.in_neighbours}
     peers = Peers(node_id, connect(result.max_message_bytes), in_neighbours=member.in_neighbours,
                   out_neighbours=member.out_neighbours, rounds=config.rounds,
                   max_message_bytes=result.max_message_bytes,
-                  codecs=kind_codecs(config, algorithm.kinds), stamp=config.links.configured)
+                  codecs=kind_codecs(config, algorithm.kinds), stamp=bool(shaped))
     return Node(config, node_id, algorithm, peers, recorder, previous)
 
 

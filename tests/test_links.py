@@ -183,3 +183,27 @@ def test_the_table_shows_the_slowest_in_links_achieved_rate_beside_its_setting()
     assert slowest_in_link({"3": {"configured": 0.0, "achieved": 0.0}}) == \
         "untimed of unlimited (from 3)"
     assert in_link_rates(NodeRecord(node=1)) is None
+
+
+def test_a_graph_file_carries_its_links_and_links_overrides_them(tmp_path):
+    graph = tmp_path / "g.graphml"
+    graph.write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">\n'
+        ' <key id="bw" for="edge" attr.name="bandwidth" attr.type="string"/>\n'
+        ' <graph edgedefault="undirected">\n'
+        '  <node id="0"/><node id="1"/><node id="2"/>\n'
+        '  <edge source="0" target="1"><data key="bw">5mbit</data></edge>\n'
+        '  <edge source="1" target="2"/><edge source="2" target="0"/>\n'
+        ' </graph>\n</graphml>\n')
+    from node.config import shaped_links
+    topology = {"kind": "file", "path": str(graph)}
+    assert shaped_links(from_dict({"nodes": 3, "topology": topology})) == {
+        (0, 1): Link(5_000_000), (1, 0): Link(5_000_000)}  # undirected: both ways
+    config = from_dict({"nodes": 3, "topology": topology, "links": {
+        "edges": [{"nodes": [1, 0], "bandwidth": "1mbit"}]}})
+    assert shaped_links(config) == {(0, 1): Link(5_000_000), (1, 0): Link(1_000_000)}
+    assert shaped_links(from_dict({"nodes": 3})) == {}  # nothing set: nothing shaped
+    graph.write_text(graph.read_text().replace("5mbit", "5 parsecs"))
+    with pytest.raises(ConfigError, match=r"link 0->1: bandwidth '5 parsecs'"):
+        from_dict({"nodes": 3, "topology": topology})

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import networkx as nx
 
+# Edge attributes a graph file may carry for its links (topology.links reads them).
+EDGE_CONDITIONS = ("bandwidth", "delay", "jitter", "loss")
+
 
 class TopologyError(ValueError):
     """A graph that cannot carry the federation (disconnected, self-loops, wrong size); the
@@ -157,11 +160,16 @@ def _relabel(graph: nx.Graph, path: Path) -> nx.DiGraph:
         raise TopologyError(f"{path}: node labels {sorted(map(str, mapping))} collide as integers")
     directed = nx.DiGraph()
     directed.add_nodes_from(sorted(mapping.values()))
-    for u, v in graph.edges():
-        directed.add_edge(mapping[u], mapping[v])
+    for u, v, data in graph.edges(data=True):
+        directed.add_edge(mapping[u], mapping[v], **conditions_of(data))
         if not graph.is_directed():
-            directed.add_edge(mapping[v], mapping[u])
+            directed.add_edge(mapping[v], mapping[u], **conditions_of(data))
     return directed
+
+
+def conditions_of(data: dict) -> dict[str, str]:
+    """The link conditions among an edge's attributes (see topology.links), as text."""
+    return {key: str(data[key]) for key in EDGE_CONDITIONS if key in data}
 
 
 def _read_graphml(path: Path) -> nx.Graph:
@@ -181,7 +189,7 @@ def _read_node_link(path: Path) -> nx.Graph:
     for node in data["nodes"]:
         graph.add_node(node["id"])
     for edge in edges:
-        graph.add_edge(edge["source"], edge["target"])
+        graph.add_edge(edge["source"], edge["target"], **conditions_of(edge))
     return graph
 
 
@@ -249,7 +257,8 @@ def validate(graph: nx.Graph, n: int) -> nx.DiGraph:
         raise TopologyError(f"topology nodes must be exactly 0..{n - 1}: {'; '.join(problems)}")
     directed = nx.DiGraph()
     directed.add_nodes_from(range(n))
-    directed.add_edges_from(graph.to_directed().edges())
+    directed.add_edges_from((u, v, conditions_of(data))
+                            for u, v, data in graph.to_directed().edges(data=True))
     if not nx.is_strongly_connected(directed):
         components = sorted(sorted(c) for c in nx.strongly_connected_components(directed))
         source, missing = _unreachable(directed)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from topology.graphs import EDGE_CONDITIONS as CONDITIONS
 from topology.graphs import TopologyError
 
-CONDITIONS = ("bandwidth", "delay", "jitter", "loss")
 # Bandwidth-only profiles, so that they work on kernels without netem; add delay and loss
 # explicitly where the kernel has it.
 PROFILES = {"lan": {"bandwidth": "1gbit"}, "wan": {"bandwidth": "50mbit"},
