@@ -207,3 +207,15 @@ def test_a_graph_file_carries_its_links_and_links_overrides_them(tmp_path):
     graph.write_text(graph.read_text().replace("5mbit", "5 parsecs"))
     with pytest.raises(ConfigError, match=r"link 0->1: bandwidth '5 parsecs'"):
         from_dict({"nodes": 3, "topology": topology})
+
+
+@pytest.mark.skipif(not _can_shape() or shaping.netem_available(),
+                    reason="needs root, tc and a kernel without netem")
+def test_up_with_a_delay_on_a_kernel_without_netem_stops_before_any_node_starts(tmp_path):
+    from tests.helpers import REPO
+    done = protofed("up", "-c", REPO / "examples" / "quick.toml", "--set", "links.delay=50ms",
+                    "--set", f"deploy.results_dir={tmp_path}", timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "sch_netem (CONFIG_NET_SCH_NETEM)" in done.stderr
+    assert done.stderr.count("sch_netem") == 1  # one message
+    assert not any(tmp_path.iterdir())  # nothing was planned or started
