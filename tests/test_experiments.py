@@ -408,3 +408,20 @@ def test_robustness_counts_the_honest_nodes_an_attack_hit():
     assert robustness.honest_effect(results, "ring", "mean", "scaled_model", 1) is None
     table = robustness.render(results, "cmd")
     assert "a node crashed (1 of 1 seeds)" in table
+
+
+def test_network_report_reads_time_to_target_and_f1_at_budget_from_the_node_curves():
+    from experiments import network
+    # two nodes: (round, cumulative seconds, F1); the federation's curve is their mean
+    cell = {"curves": [[[0, 0.0, 0.1], [1, 4.0, 0.7], [2, 8.0, 0.85], [3, 12.0, 0.9]],
+                       [[0, 0.0, 0.1], [1, 6.0, 0.8], [2, 10.0, 0.83], [3, 14.0, 0.9]]]}
+    assert network.federation_curve(cell) == [(0, 0.0, 0.1), (1, 5.0, 0.75),
+                                              (2, 9.0, 0.84), (3, 13.0, 0.9)]
+    assert network.time_to_target(cell, 0.8) == 9.0
+    assert network.time_to_target(cell, 0.95) is None
+    assert network.f1_at_budget(cell, 10.0) == 0.84
+    assert network.f1_at_budget(cell, 1.0) == 0.1
+    slow = {"curves": [[[0, 0.0, 0.1], [1, 20.0, 0.85]]]}
+    grouped = {("fc", "5mbit", "a"): [cell], ("fc", "5mbit", "b"): [slow]}
+    assert network.first_to_target(grouped, "fc", ["5mbit"]) == [
+        "- 5mbit: a first (9.0 s), then b (20.0 s, +122%).", ""]
