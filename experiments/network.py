@@ -47,10 +47,14 @@ TOPOLOGIES = {"fully-connected": {"kind": "fully_connected"},
               "4-regular": {"kind": "k_regular", "k": 4}}
 # A few slow links in a fast network: what they cost each round, and what timeouts.absent
 # (how long a node waits for a neighbour that missed the round before) trades.
-SLOW_LINKS = [{"nodes": [0, 5], "both_ways": True, "bandwidth": "1mbit"},
-              {"nodes": [2, 7], "both_ways": True, "bandwidth": "1mbit"},
-              {"nodes": [4, 9], "both_ways": True, "bandwidth": "1mbit"}]
-SLOW_CELLS = {"slow-links absent=5s": 5.0, "slow-links absent=0s": 0.0}
+SLOW_LINKS = [{"nodes": [0, 5], "both_ways": True, "bandwidth": "256kbit"},
+              {"nodes": [2, 7], "both_ways": True, "bandwidth": "256kbit"},
+              {"nodes": [4, 9], "both_ways": True, "bandwidth": "256kbit"}]
+# A ProFe int16 model takes 6.6 s on a 256 kbit/s link: with timeouts.round = 5 s it is
+# missed, and timeouts.absent decides how long the next round waits for that neighbour.
+SLOW_CELLS = {"slow links, every update awaited": {"round": 120.0, "absent": 5.0},
+              "slow links, round 5 s, absent 5 s": {"round": 5.0, "absent": 5.0},
+              "slow links, round 5 s, absent 0 s": {"round": 5.0, "absent": 0.0}}
 
 
 def cell_key(topology: str, profile: str, method: str, seed: int) -> str:
@@ -65,7 +69,7 @@ def cell_config(topology: str, profile: str, method: str, seed: int, results: Pa
     if profile in SLOW_CELLS:
         config["topology"] = dict(TOPOLOGIES[topology])
         config["links"] = {"bandwidth": "1gbit", "edges": SLOW_LINKS}
-        config["timeouts"] = {**config["timeouts"], "absent": SLOW_CELLS[profile]}
+        config["timeouts"] = {**config["timeouts"], **SLOW_CELLS[profile]}
     else:
         config["topology"] = dict(TOPOLOGIES[topology])
         config["links"] = dict(PROFILES[profile])
@@ -173,9 +177,8 @@ def report(results: dict[str, dict], meta: dict) -> str:
              f"/ F1 after the last round / seconds to the last round, mean ± std over seeds "
              f"{', '.join(map(str, seeds))}. Seconds are a node's training, communication "
              "and aggregation (evaluation left out), averaged over the nodes."), ""]
-    profiles = [p for p in [*PROFILES, *SLOW_CELLS]
-                if any(key[1] == p for key in grouped)]
     for topology in [t for t in TOPOLOGIES if any(key[0] == t for key in grouped)]:
+        profiles = [p for p in PROFILES if any(key[:2] == (topology, p) for key in grouped)]
         lines += [f"## {topology}", "",
                   "| method | " + " | ".join(profiles) + " |",
                   "|---|" + "---|" * len(profiles)]
@@ -185,7 +188,34 @@ def report(results: dict[str, dict], meta: dict) -> str:
                                                       for c in cells) + " |")
         lines.append("")
         lines += first_to_target(grouped, topology, profiles)
+    lines += slow_links(grouped)
     return "\n".join(lines) + "\n"
+
+
+def slow_links(grouped: dict) -> list[str]:
+    """A few slow links in a fast network, beside the same network with none."""
+    rows = [("none (every link 1gbit)", grouped.get(("fully-connected", "1gbit", "profe-int16")))]
+    rows += [(name, grouped.get(("fully-connected", name, "profe-int16"))) for name in SLOW_CELLS]
+    if not any(cells for name, cells in rows[1:]):
+        return []
+    links = ", ".join(f"{e['nodes'][0]}-{e['nodes'][1]}" for e in SLOW_LINKS)
+    lines = ["## A few slow links", "",
+             (f"profe-int16, fully connected, every link 1gbit except {links} at "
+             f"{SLOW_LINKS[0]['bandwidth']} both ways. timeouts.absent is how long a node "
+             "waits, in the round after, for a neighbour whose update it missed (after "
+             "timeouts.round); a missed update is one in-neighbour's update a node "
+             "aggregated without."), "",
+             ("| slow links | seconds to the last round | seconds per round | F1 after the last "
+             "round | missed updates per run |"), "|---|---|---|---|---|"]
+    for name, cells in rows:
+        if not cells:
+            continue
+        last = [federation_curve(c)[-1] for c in cells]
+        per_round = [seconds / max(1, rounds) for rounds, seconds, _ in last]
+        lines.append(f"| {name} | {_spread([s for _, s, _ in last], 1)} | "
+                     f"{_spread(per_round, 2)} | {_spread([f for _, _, f in last], 3)} | "
+                     f"{_spread([float(c['missing']) for c in cells], 1)} |")
+    return [*lines, ""]
 
 
 def first_to_target(grouped: dict, topology: str, profiles: list[str]) -> list[str]:
