@@ -425,3 +425,11 @@ def test_network_report_reads_time_to_target_and_f1_at_budget_from_the_node_curv
     grouped = {("fc", "5mbit", "a"): [cell], ("fc", "5mbit", "b"): [slow]}
     assert network.first_to_target(grouped, "fc", ["5mbit"]) == [
         "- 5mbit: a first (9.0 s), then b (20.0 s, +122%).", ""]
+
+
+def test_the_committed_network_report_is_rebuilt_byte_for_byte_from_its_archive(tmp_path):
+    from experiments import network
+    folder = REPO / "experiments" / "reports" / "network"
+    (tmp_path / "results.json").write_bytes((folder / "results.json").read_bytes())
+    assert network.main(["--out", str(tmp_path), "--report-only"]) == 0
+    assert (tmp_path / "network.md").read_bytes() == (folder / "network.md").read_bytes()
