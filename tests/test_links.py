@@ -216,3 +216,24 @@ def test_up_with_a_delay_on_a_kernel_without_netem_stops_before_any_node_starts(
     assert "sch_netem (CONFIG_NET_SCH_NETEM)" in done.stderr
     assert done.stderr.count("sch_netem") == 1  # one message
     assert not any(tmp_path.iterdir())  # nothing was planned or started
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _can_shape(), reason="shaping needs root and tc")
+@pytest.mark.skipif(_can_shape() and not shaping.netem_available(),
+                    reason="this kernel has no netem (sch_netem, CONFIG_NET_SCH_NETEM): delay, "
+                           "jitter and loss cannot be shaped here")
+def test_a_delayed_edge_takes_its_delay_and_the_others_do_not(tmp_path, data_dir):
+    """Where the kernel has netem: 0->1 delayed by 300 ms (each packet, so a transfer takes
+    at least that long), the other edges not."""
+    extra = '[[links.edges]]\nnodes = [0, 1]\ndelay = "300ms"\n'
+    done, _, nodes = run_federation(tmp_path, data_dir, "delayed", algorithm="fedavg",
+                                    codec="fp32", rounds=2, extra=extra)
+    assert done.returncode == 0, done.stderr[-2000:]
+    timed = {peer: [r["transfer_seconds_by_peer"][peer]["model"]
+                    for r in nodes[1]["rounds"][1:]
+                    if "model" in r["transfer_seconds_by_peer"].get(peer, {})]
+             for peer in ("0", "2")}
+    assert timed["0"] and min(timed["0"]) >= 0.3, timed
+    assert timed["2"] and max(timed["2"]) < 0.3, timed
+    assert "htb" not in lo_qdisc()
