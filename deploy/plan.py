@@ -49,9 +49,10 @@ def plan_local(config: FederationConfig, source: Path, overrides: tuple[str, ...
     if len(ports) != config.nodes:
         raise ConfigError(f"need {config.nodes} ports, got {len(ports)}")
     addresses = [f"tcp://{config.deploy.host}:{port}" for port in ports]
-    # shaped links are told apart by the sender's address: each node leaves from its own
-    sources = [loopback_source(i) for i in range(config.nodes)] if shaped_links(config) else ()
-    federation = resolve(config, addresses, addresses, str(source), sources)
+    federation = resolve(config, addresses, addresses, str(source))  # checks the graph
+    if shaped_links(config):  # told apart by the sender's address: each node its own
+        federation = resolve(config, addresses, addresses, str(source),
+                             [loopback_source(i) for i in range(config.nodes)])
     return Plan(run_id=run_id, source=source.resolve(), overrides=overrides,
                 results_dir=Path(config.deploy.results_dir) / run_id, federation=federation)
 

@@ -433,11 +433,16 @@ def _check_links(c: FederationConfig, source: str) -> None:
     for index, edge in enumerate(c.links.edges):
         _check(len(edge.nodes) == 2 and edge.nodes[0] != edge.nodes[1], source,
                f"links.edges[{index}].nodes", f"must be [sender, receiver], got {edge.nodes}")
-    if c.links.configured or c.topology.kind == "file":  # a file's edges may carry them
-        try:
-            link_conditions(c)
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}") from exc
+    if not (c.links.configured or c.topology.kind == "file"):  # a file's edges may carry them
+        return
+    try:
+        graph = build_graph(c)
+    except ConfigError:
+        return  # the graph's own problem: reported with [topology] when it is resolved
+    try:
+        edge_links(graph, c.links.default(), c.links.overrides())
+    except TopologyError as exc:
+        raise ConfigError(f"{source}: links: {exc}") from exc
 
 
 SECTION_CHECKS = (_check_federation, _check_topology, _check_data, _check_model,
