@@ -197,7 +197,8 @@ def test_interface_bytes_cover_application_bytes_within_the_overhead_bound(three
 def test_a_killed_container_is_named_and_the_others_finish(client, node_image, workdir,
                                                             data_dir):
     name = "dk-killed"
-    config = write_config(workdir, data_dir, name, rounds=3, round_timeout=10)
+    # killed after round 1: round 2 (the last) waits round_timeout for it, then goodbyes
+    config = write_config(workdir, data_dir, name, rounds=2, round_timeout=6)
     with protofed_up(config, name) as (process, run_dir):
         wait_for_rounds(run_dir / "node-2.json", 1, timeout=300)
         client.containers.get(f"{name}-node-2").kill()
@@ -398,7 +399,7 @@ def test_a_shaped_edge_between_containers_carries_its_bandwidth(client, node_ima
                                                                 data_dir):
     """The local shaping test's federation on the Docker backend: only 0->1 at 5 Mbit/s,
     shaped inside node 0's container (whose capabilities stay dropped)."""
-    extra = ('[model]\nteacher_channels = [48, 96]\n'
+    extra = ('[model]\nteacher_channels = [32, 64]\n'
              '[[links.edges]]\nnodes = [0, 1]\nbandwidth = "5mbit"\n')
     config = write_config(workdir, data_dir, "docker-shaped", algorithm="fedavg", codec="fp32",
                           rounds=2, extra=extra)

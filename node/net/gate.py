@@ -34,6 +34,7 @@ ADMISSION_WINDOW = 60.0
 BAN_AFTER = 50
 BAN_WINDOW = 10.0
 BAN_SECONDS = 30.0
+POLL_MS = 50  # how soon the handler notices a ban ending or being asked to stop
 
 
 @dataclass
@@ -158,7 +159,7 @@ class ZapHandler:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            if self._socket.poll(200):
+            if self._socket.poll(POLL_MS):
                 self._answer(self._socket.recv_multipart())
             self._apply_bans()
 
