@@ -131,12 +131,12 @@ class LocalRun:
 
     def remove(self) -> None:
         """Record the run as ended and release the nodes' listening sockets."""
+        if self.shaped_device:  # before the run file, which then no longer names it
+            shaping.clear(self.shaped_device)
+            self.shaped_device = ""
         write_run_file(self, run_status(self.exit_codes, len(self.processes), self.stopping))
         for listener in self.listeners:
             listener.close()
-        if self.shaped_device:
-            shaping.clear(self.shaped_device)
-            self.shaped_device = ""
 
 
 def wait_for_exit(processes: list[subprocess.Popen], timeout: float) -> None:
@@ -365,14 +365,20 @@ def start_time(pid: int) -> int | None:
 
 
 def _alive(pid: int, started: int | None) -> bool:
-    """The process runs and, when its start time was recorded, is the same process (a
-    recycled pid belongs to a process that started later)."""
+    """The process runs (an exited one its parent has not reaped yet does not) and, when
+    its start time was recorded, is the same process (a recycled pid belongs to a process
+    that started later)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    try:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    except (OSError, IndexError):
+        pass
     return started is None or start_time(pid) in (started, None)
 
 

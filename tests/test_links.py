@@ -3,23 +3,22 @@
 import json
 import os
 import shutil
-import signal
 import subprocess
 
 import networkx as nx
 import pytest
 
 from deploy import shaping
+from deploy.plan import write_plan
 from deploy.shaping import Rule, netem_arguments, tc_commands
 from node.config import from_dict
 from node.errors import ConfigError, DeployError
 from tests.helpers import (
+    alive,
+    deploy_config,
+    local_plan,
     protofed,
-    protofed_up,
-    read_json,
     run_federation,
-    wait_until,
-    write_config,
 )
 from topology import TopologyError
 from topology.links import Link, edge_links, link, parse_loss, parse_rate, parse_time
@@ -137,31 +136,39 @@ def test_a_shaped_edge_carries_its_bandwidth_and_the_others_are_untouched(tmp_pa
     table = protofed("report", tmp_path / "results" / "shaped", "--wide")
     assert " of 5 (from 0)" in table.stdout, table.stdout  # achieved beside configured
     run = json.loads((tmp_path / "results" / "shaped" / "run.json").read_text())
-    assert run["shaped_device"] == "lo"
-    assert "htb" not in lo_qdisc()  # removed when the run ended
-
-
-@pytest.mark.integration
-@pytest.mark.skipif(not _can_shape(), reason="shaping needs root and tc")
-@pytest.mark.parametrize("how", ["ctrl-c", "launcher killed, then down"])
-def test_no_shaping_is_left_on_lo_however_the_run_ends(tmp_path, data_dir, how):
-    config = write_config(tmp_path, data_dir, "ended", rounds=1000,
-                          extra='[links]\nprofile = "lan"\n')
-    with protofed_up(config, "ended") as (process, run_dir):
-        wait_until(lambda: (read_json(run_dir / "run.json") or {}).get("status") == "running",
-                   "the shaped run running")
-        assert "htb" in lo_qdisc()
-        if how == "ctrl-c":
-            process.send_signal(signal.SIGINT)
-            process.wait(60)
-        else:  # nothing removes it now: `down` does (the run's nodes live on), or the next
-            # shaped run
-            process.kill()
-            process.wait(60)
-            assert "htb" in lo_qdisc()
-            done = protofed("down", "ended", "--results-dir", tmp_path / "results")
-            assert done.returncode == 0, done.stderr
+    assert run["shaped_device"] == ""  # the rules shaped the run (the rates) and are gone
     assert "htb" not in lo_qdisc()
+
+
+@pytest.mark.skipif(not _can_shape(), reason="shaping needs root and tc")
+def test_the_end_of_a_run_and_down_remove_the_rules_from_lo(tmp_path):
+    """A run's end (normal, Ctrl-C or a failed start all call LocalRun.remove) and `down` of
+    a run whose launcher was killed: both take the rules off lo (real tc, no federation)."""
+    from deploy import local
+    from deploy.launchers import LocalFleet
+    rule = [Rule(2, Link(5_000_000), src="127.1.0.1", dport=6001)]
+    plan = local_plan(tmp_path, deploy_config(tmp_path, deploy={"security": "none"}))
+    write_plan(plan)
+    shaping.apply("lo", rule)
+    try:
+        run = local.LocalRun(plan, shaped_device="lo")
+        assert "htb" in lo_qdisc()
+        run.remove()
+        assert "htb" not in lo_qdisc()
+        assert json.loads((plan.results_dir / "run.json").read_text())["shaped_device"] == ""
+        # a launcher killed with SIGKILL: its run.json still names lo, a node still lives
+        shaping.apply("lo", rule)
+        # a node as the killed launcher left it: in its own session, no longer our child
+        pid = int(subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"],
+                                 capture_output=True, text=True, check=True).stdout)
+        (plan.results_dir / "run.json").write_text(json.dumps({
+            "run_id": plan.run_id, "backend": "local", "status": "running",
+            "pids": {"0": pid}, "start_times": {}, "shaped_device": "lo"}))
+        assert LocalFleet(plan.results_dir.parent).stop(plan.run_id)
+        assert not alive(pid)
+        assert "htb" not in lo_qdisc()
+    finally:
+        shaping.clear("lo")
 
 
 def test_the_table_shows_the_slowest_in_links_achieved_rate_beside_its_setting():
