@@ -17,7 +17,7 @@ from deploy import local, shaping
 from deploy.capacity import available_memory, check_memory
 from deploy.plan import Plan, host_data_dir, plan_local, reserve_listeners
 from deploy.runner import Run, log_tail
-from node.config import FederationConfig, user_code
+from node.config import FederationConfig, shaped_links, user_code
 from node.errors import ConfigError, ProtofedError
 
 
@@ -52,7 +52,7 @@ class LocalLauncher(Launcher):
     def plan(self, source: Path, overrides: tuple[str, ...], run_id: str,
              cache_dir: Path | None) -> Plan:
         check_memory(self.config, available_memory(), container=False, where="this machine")
-        shaping.preflight(shaping.federation_links(self.config))
+        shaping.preflight(shaped_links(self.config))
         local.check_user_models(self.config)
         self.listeners = reserve_listeners(self.config)
         try:
@@ -85,7 +85,7 @@ class DockerLauncher(Launcher):
         self.client = docker.connect()
         info = self.client.info()
         docker.check_capacity(config, int(info.get("MemTotal", 0)), int(info.get("NCPU", 0)))
-        shaping.preflight(shaping.federation_links(config), tools=("tc", "nsenter"))
+        shaping.preflight(shaped_links(config), tools=("tc", "nsenter"))
         if not self.data_dir.is_dir():
             raise ConfigError(f"data.dir {self.data_dir} is not a folder: the containers mount "
                               "it as their dataset folder (set data.dir or PROTOFED_DATA_DIR)")

@@ -356,12 +356,21 @@ def running_runs(results_root: Path) -> list[dict]:
     return found
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name ([] if unreadable): state first."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def start_time(pid: int) -> int | None:
     """When the process started (clock ticks after boot): with the pid, its identity."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+    return _started(_stat(pid))
+
+
+def _started(fields: list[str]) -> int | None:
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
 def _alive(pid: int, started: int | None) -> bool:
@@ -374,12 +383,10 @@ def _alive(pid: int, started: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    except (OSError, IndexError):
-        pass
-    return started is None or start_time(pid) in (started, None)
+    fields = _stat(pid)
+    if fields[:1] == ["Z"]:
+        return False
+    return started is None or _started(fields) in (started, None)
 
 
 def stop_pids(pids: dict[str, int], start_times: dict[str, int] | None = None,

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.config import FederationConfig, shaped_links
+from node.config import shaped_links
 from node.errors import DeployError
 from node.federation import Federation
 from topology.links import Link
@@ -37,7 +37,6 @@ class Rule:
     src: str | None = None
     dst: str | None = None
     dport: int | None = None
-    edge: tuple[int, int] = (-1, -1)
 
 
 def netem_arguments(link: Link) -> list[str]:
@@ -158,11 +157,6 @@ def preflight(links: dict[tuple[int, int], Link], tools: tuple[str, ...] = ("tc"
             "without it")
 
 
-def federation_links(config: FederationConfig) -> dict[tuple[int, int], Link]:
-    """The shaped directed edges and their conditions (empty when nothing is shaped)."""
-    return shaped_links(config)
-
-
 def port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
@@ -170,22 +164,20 @@ def port_of(address: str) -> int:
 LOOPBACK = "lo"
 
 
-def loopback_rules(federation: Federation) -> list[Rule]:
-    """Rules on this machine's loopback: an edge's packets leave from its sender's own
-    address (Member.source) for its receiver's port."""
+def loopback_rules(federation: Federation, shaped: dict[tuple[int, int], Link]) -> list[Rule]:
+    """Rules on this machine's loopback for the `shaped` edges: an edge's packets leave
+    from its sender's own address (Member.source) for its receiver's port."""
     members = federation.members
     return [Rule(minor=index + 2, link=link, src=members[u].source,
-                 dport=port_of(members[v].address), edge=(u, v))
-            for index, ((u, v), link) in enumerate(sorted(
-                federation_links(federation.config).items())) if link.shaped]
+                 dport=port_of(members[v].address))
+            for index, ((u, v), link) in enumerate(sorted(shaped.items()))]
 
 
 def shape_loopback(federation: Federation) -> str:
-    """Check, then shape `lo` for a local run; the device shaped, or "" when nothing is.
-    A root HTB left on `lo` by a launcher that did not finish is removed first."""
-    links = federation_links(federation.config)
-    preflight(links)
-    rules = loopback_rules(federation)
+    """Shape `lo` for a local run (the launcher's plan ran `preflight`); the device shaped,
+    or "" when nothing is. A root HTB left on `lo` by a launcher that did not finish is
+    removed first."""
+    rules = loopback_rules(federation, shaped_links(federation.config))
     if not rules:
         return ""
     host = federation.members[0].address.removeprefix("tcp://").rsplit(":", 1)[0]
@@ -205,8 +197,7 @@ def shape_containers(federation: Federation, containers: dict, network: str,
     """Shape each started container's `device`, from the host inside its network
     namespace (the containers keep every capability dropped); the rules go with the
     container. The number of shaped edges."""
-    shaped = {edge: link for edge, link in federation_links(federation.config).items()
-              if link.shaped}
+    shaped = shaped_links(federation.config)
     if not shaped:
         return 0
     for container in containers.values():
@@ -219,7 +210,7 @@ def shape_containers(federation: Federation, containers: dict, network: str,
         if not pid:
             raise DeployError(f"link shaping: node {sender}'s container is not running")
         rules = [Rule(minor=index + 2, link=link, dst=address[v],
-                      dport=port_of(members[v].address), edge=(u, v))
+                      dport=port_of(members[v].address))
                  for index, ((u, v), link) in enumerate(sorted(shaped.items())) if u == sender]
         apply(device, rules, netns_pid=pid)
     return len(shaped)

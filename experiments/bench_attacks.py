@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 import zmq
 
+from experiments.bench_security import free_port
 from node.net import gate, transport
 from node.net.security import generate_keys, load_keyring, write_keys
 from node.net.transport import ZmqTransport
@@ -191,13 +192,6 @@ def storm(args: argparse.Namespace) -> int:
     context.term()
     print(count)
     return 0
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def report(rows: list[dict], meta: dict) -> str:

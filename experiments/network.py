@@ -66,32 +66,13 @@ def cell_config(topology: str, profile: str, method: str, seed: int, results: Pa
     config = merge(BASE, METHODS[method])
     config.update(name="network", seed=seed)
     config["deploy"] = {"results_dir": str(results)}
+    config["topology"] = dict(TOPOLOGIES[topology])
     if profile in SLOW_CELLS:
-        config["topology"] = dict(TOPOLOGIES[topology])
         config["links"] = {"bandwidth": "1gbit", "edges": SLOW_LINKS}
         config["timeouts"] = {**config["timeouts"], **SLOW_CELLS[profile]}
     else:
-        config["topology"] = dict(TOPOLOGIES[topology])
         config["links"] = dict(PROFILES[profile])
     return config
-
-
-def toml_text(config: dict) -> str:
-    """A TOML file for `config` (tables, arrays of tables, strings, numbers, lists)."""
-    top = [f"{k} = {json.dumps(v)}" for k, v in config.items() if not isinstance(v, dict)]
-    lines = top[:]
-    for table, values in config.items():
-        if not isinstance(values, dict):
-            continue
-        lines.append(f"[{table}]")
-        arrays = {k: v for k, v in values.items() if isinstance(v, list) and v
-                  and isinstance(v[0], dict)}
-        lines += [f"{k} = {json.dumps(v)}" for k, v in values.items() if k not in arrays]
-        for name, items in arrays.items():
-            for item in items:
-                lines.append(f"[[{table}.{name}]]")
-                lines += [f"{k} = {json.dumps(v)}" for k, v in item.items()]
-    return "\n".join(lines) + "\n"
 
 
 def run_cell(topology: str, profile: str, method: str, seed: int) -> dict:
@@ -99,10 +80,10 @@ def run_cell(topology: str, profile: str, method: str, seed: int) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         config = cell_config(topology, profile, method, seed, root / "results")
-        (root / "cell.toml").write_text(toml_text(config))
+        (root / "cell.json").write_text(json.dumps(config, indent=1))  # as experiments.run
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "deploy.cli", "up", "-c",
-                               str(root / "cell.toml"), "--run-id", "cell"],
+                               str(root / "cell.json"), "--run-id", "cell"],
                               capture_output=True, text=True, check=False,
                               env={**os.environ, "COLUMNS": "200"})
         wall = time.monotonic() - started

@@ -173,7 +173,8 @@ class ZapHandler:
             why = self.policy.decide(time.monotonic(), address, peer)
             status = b"200" if why is None else b"400"
             if why is not None:
-                refused = sum(self.policy.counts.values())
+                refused = (self.policy.counts["refused_keys"]
+                           + self.policy.counts["refused_repeats"])
                 if refused <= 10 or refused % 1000 == 0:  # rate-limited
                     log.warning("node %d: refused a connection from %s with %s (%d refused "
                                 "so far)", self.node_id, address, why, refused)

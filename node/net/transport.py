@@ -136,6 +136,7 @@ class ZmqTransport:
         router.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)  # per frame
         router.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         router.setsockopt(zmq.LINGER, 0)
+        listener_fd = None
         try:
             listener_fd = self.listen_fd if self.listen_fd is not None else _listen(
                 self.bind_address)
@@ -148,6 +149,8 @@ class ZmqTransport:
             router.bind(self.bind_address)
         except (zmq.ZMQError, OSError) as exc:
             router.close(0)
+            if listener_fd is not None and self.listen_fd is None:  # ours, never bound
+                os.close(listener_fd)
             self._stop_gate()
             self._context.term()
             raise TransportError(f"node {self.node_id}: cannot bind {self.bind_address}: "
@@ -259,8 +262,10 @@ class ZmqTransport:
             self.failed_handshakes += 1
 
     def _read(self, socket: zmq.Socket) -> Received:
-        if socket is not self._router:
-            return self._socket_peer[socket], socket.recv_multipart()
+        if socket is not self._router:  # an answer on our own connection to an out-neighbour
+            frames = socket.recv_multipart()
+            self.last_arrival = time.time()
+            return self._socket_peer[socket], frames
         parts = socket.recv_multipart(copy=False)
         # the frames are read in place (decoding copies what it keeps): no copy of a model
         identity, frames = parts[0].bytes, [part.buffer for part in parts[1:]]
