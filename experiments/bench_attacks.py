@@ -13,9 +13,10 @@ memory is sampled every 50 ms and its CPU is split by thread.
   the target runs a single-threaded CPU loop; its loop throughput against an undisturbed run.
 
 Each attack runs with the node's settings before this report (one 256 MiB frame cap, 64
-queued messages per connection, any number of connections per key, no address bans) and
-with today's (frame cap from the model, 16 queued messages, 3 connections per key per
-minute, address bans).
+queued messages per connection, any number of connections per key, no address bans), with
+the gate alone (frame cap from the model, 16 queued messages, 3 connections per key per
+minute, address bans) and with today's (the gate and the connection guard, which closes a
+connection holding more unread bytes than an honest queue can).
 """
 
 from __future__ import annotations
@@ -43,9 +44,12 @@ from node.runtime import MESSAGE_MARGIN
 # exchange.max_message_bytes = 0 for ProFe's MNIST student (105,194 parameters at fp32)
 MODEL_BOUND = 2 * 4 * 105_194 + MESSAGE_MARGIN
 SETTINGS = {
-    "before": {"bound": 256 * 1024 * 1024, "hwm": 64, "admissions": 1_000_000, "bans": False},
+    "before": {"bound": 256 * 1024 * 1024, "hwm": 64, "admissions": 1_000_000, "bans": False,
+               "guard": False},
+    "gate only": {"bound": MODEL_BOUND, "hwm": transport.RECEIVE_HWM,
+                  "admissions": gate.ADMISSIONS_PER_KEY, "bans": True, "guard": False},
     "today": {"bound": MODEL_BOUND, "hwm": transport.RECEIVE_HWM,
-              "admissions": gate.ADMISSIONS_PER_KEY, "bans": True},
+              "admissions": gate.ADMISSIONS_PER_KEY, "bans": True, "guard": True},
 }
 ATTACKS = {  # connections, messages per connection, frames per message, bytes per frame
     "issue: 2 x 1 frame of 200 MiB": (8, 2, 1, 200 * 1024 * 1024),
@@ -75,6 +79,8 @@ def target(args: argparse.Namespace) -> int:
     """The node side: open the ROUTER under the given settings, then never read."""
     settings = SETTINGS[args.settings]
     transport.RECEIVE_HWM = settings["hwm"]
+    if not settings["guard"]:  # no connection is ever over its unread budget
+        transport.unread_budget = lambda queued, bound: 1 << 62
     ring = load_keyring(Path(args.keys), 0, 2)
     node = ZmqTransport(0, f"tcp://127.0.0.1:{args.port}", {}, settings["bound"], ring,
                         in_neighbours=[1])
@@ -202,13 +208,15 @@ def report(rows: list[dict], meta: dict) -> str:
              (f"Memory: the target reads nothing for {meta['memory_seconds']:.0f} s (as while "
               "training); its peak resident memory growth over that window."), "",
              ("| settings | attack | frame cap | messages queued by the attacker | "
-             "memory growth | refused repeats | refused keys |"), "|---|---|---|---|---|---|---|"]
+             "memory growth | refused repeats | refused keys | connections closed by the guard |"),
+             "|---|---|---|---|---|---|---|---|"]
     for row in (r for r in rows if r["kind"] == "memory"):
         lines.append(f"| {row['settings']} | {row['attack']} | "
                      f"{SETTINGS[row['settings']]['bound'] / mib:.1f} MiB | "
                      f"{row['messages_queued']} | {row['rss_growth_bytes'] / mib:,.0f} MiB | "
                      f"{row['counts'].get('refused_repeats', 0)} | "
-                     f"{row['counts'].get('refused_keys', 0)} |")
+                     f"{row['counts'].get('refused_keys', 0)} | "
+                     f"{row['counts'].get('cut_connections', 0)} |")
     quiet = next(r for r in rows if r["kind"] == "storm" and r["settings"] == "no attack")
     lines += ["", (f"Handshake storm: random keys at {meta['rate']:.0f}/s for "
               f"{meta['seconds'] - 2:.0f} s against a target running a one-thread CPU loop."), "",
@@ -255,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(memory_attack(keys, settings, attack, args.memory_seconds))
             print(f"memory, {settings}, {attack}: "
                   f"+{rows[-1]['rss_growth_bytes'] / 2**20:.0f} MiB", file=sys.stderr)
-    for settings in (None, "before", "today"):
+    for settings in (None, "before", "gate only", "today"):
         rows.append(storm_attack(keys, settings, args.rate, args.seconds))
         print(f"storm, {settings}: {rows[-1]['iterations']} iterations, "
               f"{rows[-1]['handshakes']} handshakes", file=sys.stderr)

@@ -16,6 +16,25 @@ StateDict = Mapping[str, torch.Tensor]
 AGGREGATION_RULES = ("mean", "median", "trimmed_mean", "clipped_mean")
 
 
+def state_norm(state: StateDict) -> float:
+    """The Euclidean norm of a model's floating-point tensors, taken together."""
+    return float(sum(float(t.to(torch.float64).square().sum()) for t in state.values()
+                     if t.is_floating_point()) ** 0.5)
+
+
+def largest_prototype_norm(prototypes: torch.Tensor, counts: torch.Tensor) -> float:
+    """The largest norm among the prototypes of classes with a count (0.0 when none)."""
+    rows = prototypes[counts > 0]
+    return float(rows.to(torch.float64).norm(dim=1).max()) if len(rows) else 0.0
+
+
+def beyond_norm_bound(norm: float, own_norm: float, bound: float) -> bool:
+    """Whether a peer's `norm` exceeds `bound` times this node's own (never for bound 0 or
+    an own norm of 0). Norm bounding: Sun et al. 2019, "Can you really backdoor federated
+    learning?"; a peer's magnitude cannot outgrow what honest training gives this node."""
+    return bound > 0 and own_norm > 0 and norm > bound * own_norm
+
+
 def coordinate_median(stacked: torch.Tensor) -> torch.Tensor:
     """Element-wise median over dim 0; the mean of the two middle values for an even count."""
     ordered = stacked.sort(dim=0).values

@@ -380,6 +380,9 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
     _one_of(c.aggregation.rule, AGGREGATION_RULES, source, "aggregation.rule")
     _check(0.0 <= c.aggregation.trim_fraction < 0.5, source, "aggregation.trim_fraction",
            f"must be in [0, 0.5), got {c.aggregation.trim_fraction}")
+    _check(c.aggregation.norm_bound == 0 or c.aggregation.norm_bound >= 1, source,
+           "aggregation.norm_bound", "must be 0 (no bound) or at least 1, got "
+           f"{c.aggregation.norm_bound}")
 
 
 def _check_timeouts(c: FederationConfig, source: str) -> None:

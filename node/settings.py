@@ -127,6 +127,9 @@ class AggregationConfig:
 
     rule: str = "mean"
     trim_fraction: float = 0.2
+    # a peer's model, or a prototype of it, with a norm above norm_bound times this node's
+    # own (its model; its largest prototype) is left out under every rule (0: never)
+    norm_bound: float = 3.0
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the aggregation functions."""

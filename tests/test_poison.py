@@ -65,6 +65,26 @@ def test_a_claimed_sample_count_or_class_count_weighs_what_the_plan_says():
         planned(7, (claim["model"].tensors, 5), None, plan, 0)
 
 
+def test_a_model_or_prototype_beyond_the_norm_bound_is_rejected_and_one_within_kept():
+    # own model (3, 4): norm 5; own prototypes: rows of norm 1 and 2 (largest 2)
+    own = {"model": Payload({"w": torch.tensor([3.0, 4.0])}, {"samples": 10}),
+           "prototypes": Payload({"prototypes": torch.tensor([[1.0, 0.0], [0.0, 2.0]]),
+                                  "classes": torch.tensor([0, 1]),
+                                  "counts": torch.tensor([5, 5])})}
+
+    def update(weights, prototype):
+        return {"model": Payload({"w": torch.tensor(weights)}, {"samples": 10}),
+                "prototypes": Payload({"prototypes": torch.tensor([prototype]),
+                                       "classes": torch.tensor([1]),
+                                       "counts": torch.tensor([5])})}
+    received = {1: update([9.0, 12.0], [0.0, 6.0]),  # norms 15 and 6: exactly 3x, kept
+                2: update([9.0, 12.1], [0.0, 6.0]),  # model norm 15.07 > 3 x 5
+                3: update([0.0, 1.0], [6.1, 0.0])}  # prototype norm 6.1 > 3 x 2
+    bounded = gather(own, received, 0, num_classes=2, dim=2, norm_bound=3.0)
+    assert bounded.rejected == [2, 3] and len(bounded.states) == 2
+    assert gather(own, received, 0, num_classes=2, dim=2, norm_bound=0.0).rejected == []
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
 def test_nan_or_infinity_from_a_peer_is_rejected(value):
     own = {"model": Payload({"w": torch.zeros(2)}, {"samples": 10}),

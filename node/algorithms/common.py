@@ -9,7 +9,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from node.aggregation import local_prototypes, nearest_prototype
+from node.aggregation import (
+    beyond_norm_bound,
+    largest_prototype_norm,
+    local_prototypes,
+    nearest_prototype,
+    state_norm,
+)
 from node.algorithms.base import ARGMAX, PROTOTYPE, Algorithm, DataPlan, NodeData, Payload
 from node.data.custom import build_model as custom_model
 from node.data.custom import is_import_path
@@ -280,26 +286,34 @@ class Contributions:
 
 def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Payload]],
            node_id: int, num_classes: int = 0, dim: int = 0,
-           plan: DataPlan | None = None) -> Contributions:
+           plan: DataPlan | None = None, norm_bound: float = 0.0) -> Contributions:
     """Check every peer's update against this node's own; a bad one is left out and named.
 
     The model is checked when `own` has a "model" payload, the prototypes (expanded to
     [num_classes, dim]) when it has a "prototypes" one. With a data `plan`, a peer's model
     weighs what the plan gives it and its prototypes count only the classes the plan gives
-    it, whatever it claims: one peer cannot outweigh the others by claiming more.
+    it, whatever it claims: one peer cannot outweigh the others by claiming more. A model
+    or prototypes with a norm beyond `norm_bound` times this node's own are rejected.
     """
     with_model, with_prototypes = "model" in own, "prototypes" in own
     reference = own["model"].tensors if with_model else {}
+    states = [(dict(reference), own["model"].meta["samples"])] if with_model else []
+    prototypes = [own_prototypes(own["prototypes"], num_classes, dim, node_id)
+                  ] if with_prototypes else []
+    own_model_norm = state_norm(reference) if with_model else 0.0
+    own_prototype_norm = largest_prototype_norm(*prototypes[0]) if with_prototypes else 0.0
 
     def check(peer: int, update: Mapping[str, Payload]) -> tuple:
         state = checked_state(reference, require_kind(update, "model")) if with_model else None
         protos = (checked_prototypes(require_kind(update, "prototypes"), num_classes, dim)
                   if with_prototypes else None)
+        if state is not None:
+            bounded("model", state_norm(state[0]), own_model_norm, norm_bound)
+        if protos is not None:
+            bounded("largest prototype", largest_prototype_norm(*protos), own_prototype_norm,
+                    norm_bound)
         return planned(peer, state, protos, plan, node_id)
 
-    states = [(dict(reference), own["model"].meta["samples"])] if with_model else []
-    prototypes = [own_prototypes(own["prototypes"], num_classes, dim, node_id)
-                  ] if with_prototypes else []
     rejected = []
     for peer, update in sorted(received.items()):
         try:
@@ -314,6 +328,13 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
         if with_prototypes:
             prototypes.append(protos)
     return Contributions(states, prototypes, rejected)
+
+
+def bounded(what: str, norm: float, own_norm: float, bound: float) -> None:
+    """ProtocolError when a peer's `norm` is beyond `bound` times this node's own."""
+    if beyond_norm_bound(norm, own_norm, bound):
+        raise ProtocolError(f"its {what} has norm {norm:.4g}, more than {bound:g} times "
+                            f"this node's own ({own_norm:.4g})")
 
 
 def own_prototypes(payload: Payload, num_classes: int, dim: int,

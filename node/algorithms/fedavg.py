@@ -63,7 +63,8 @@ class FedAvg(Algorithm):
         return {"model": state_payload(self.model, len(self.data.train_y))}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
-        update = gather(own, received, self.node_id, plan=self.data.plan)
+        update = gather(own, received, self.node_id, plan=self.data.plan,
+                        norm_bound=self.config.aggregation.norm_bound)
         state = aggregate_states(update.states, **self.config.aggregation.kwargs())
         adopt(self, self.model, state)
         return update.rejected

@@ -214,7 +214,8 @@ class FedHP(Algorithm):
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         num_classes, dim = self.prototypes.shape
         update = gather(own, received, self.node_id, num_classes, dim,
-                        plan=self.data.plan)
+                        plan=self.data.plan,
+                        norm_bound=self.config.aggregation.norm_bound)
         global_prototypes, known = aggregate_prototypes(
             update.prototypes, **self.config.aggregation.kwargs())
         known = known.to(self.device)

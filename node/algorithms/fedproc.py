@@ -189,7 +189,8 @@ class FedProc(Algorithm):
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes,
                         self.local_prototypes.shape[1],
-                        plan=self.data.plan)
+                        plan=self.data.plan,
+                        norm_bound=self.config.aggregation.norm_bound)
         state = aggregate_states(update.states, **self.config.aggregation.kwargs())
         adopt(self, self.net, state)
         global_prototypes, known = aggregate_prototypes(

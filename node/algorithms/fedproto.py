@@ -103,7 +103,8 @@ class FedProto(PrototypeAlgorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
-                        plan=self.data.plan)
+                        plan=self.data.plan,
+                        norm_bound=self.config.aggregation.norm_bound)
         self.combine_prototypes(update.prototypes)
         return update.rejected
 

@@ -78,7 +78,8 @@ class ModelAndPrototypes(PrototypeAlgorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
-                        plan=self.data.plan)
+                        plan=self.data.plan,
+                        norm_bound=self.config.aggregation.norm_bound)
         if "model" in own:
             state = aggregate_states(update.states, **self.config.aggregation.kwargs())
             adopt(self, self.shared_model, state)

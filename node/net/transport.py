@@ -26,6 +26,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from node.errors import TransportError
 from node.net.gate import AdmissionPolicy, ZapHandler
+from node.net.guard import ConnectionGuard, quiet_seconds, tcp_info, unread_budget
 from node.net.security import Keyring
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,11 @@ class Transport(Protocol):
 
 # Messages queued per incoming connection before it is read. A peer sends a few messages a
 # round and at most ROUNDS_AHEAD rounds ahead; when the queue is full ZeroMQ stops reading
-# that connection (back-pressure, nothing is lost), so what one connection can make this
-# node hold is RECEIVE_HWM messages of at most max_message_bytes.
+# that connection (back-pressure, nothing is lost). ZeroMQ counts whole messages, not their
+# frames: the ConnectionGuard closes a connection that holds more unread bytes than
+# RECEIVE_HWM honest messages can.
 RECEIVE_HWM = 16
+FRAME_OVERHEAD = 64  # wire bytes per frame beyond its content (ZMTP and CurveZMQ box)
 RECONNECT_MAX_MS = 1000  # back-off ceiling for a refused or failed connection attempt
 
 
@@ -85,9 +88,8 @@ class ZmqTransport:
         self.in_neighbours = tuple(in_neighbours)
         self.listen_fd = listen_fd  # an already listening socket for bind_address, if any
         self.source = source  # the IPv4 address connections leave from ("" = the system's)
-        self.failed_handshakes = 0  # incoming handshakes that failed (ZAP refusals included)
         self.policy = AdmissionPolicy(frozenset(self.in_neighbours))
-        self._router_monitor: zmq.Socket | None = None
+        self._guard: ConnectionGuard | None = None
         self._context: zmq.Context | None = None
         self._gate: ZapHandler | None = None
         self._router: zmq.Socket | None = None
@@ -113,19 +115,12 @@ class ZmqTransport:
         router.curve_secretkey = self.keyring.secret
         router.curve_publickey = self.keyring.public
         router.curve_server = True
-        # failed handshakes (wrong server key, plaintext, refused key) are counted, not only
-        # logged: a storm of them is visible in the node's record
-        self._router_monitor = router.get_monitor_socket(
-            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-            | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
     def open(self) -> ZmqTransport:
         """Bind the ROUTER and connect the DEALERs; raise TransportError if the bind fails."""
         self._context = zmq.Context()
         self._router = self._bind_router()
         self._poller.register(self._router, zmq.POLLIN)
-        if self._router_monitor is not None:
-            self._poller.register(self._router_monitor, zmq.POLLIN)
         for peer, address in sorted(self.out_addresses.items()):
             self._connect(peer, address)
         return self
@@ -147,6 +142,11 @@ class ZmqTransport:
             if listener_fd is not None:
                 router.setsockopt(zmq.USE_FD, listener_fd)
             router.bind(self.bind_address)
+            # failed handshakes counted as they happen; no connection may hold more unread
+            # bytes than an honest neighbour's full queue
+            self._guard = ConnectionGuard(router, self.node_id,
+                                          unread_budget(RECEIVE_HWM, self.max_message_bytes))
+            self._guard.start()
         except (zmq.ZMQError, OSError) as exc:
             router.close(0)
             if listener_fd is not None and self.listen_fd is None:  # ours, never bound
@@ -226,8 +226,6 @@ class ZmqTransport:
             for monitor in [s for s in ready if s in self._monitors]:
                 self._connection_event(monitor)
                 del ready[monitor]
-            if self._router_monitor is not None and ready.pop(self._router_monitor, None):
-                self._count_failed_handshakes()
             if ready:
                 return self._read(next(iter(ready)))
             if remaining <= 0:
@@ -240,7 +238,12 @@ class ZmqTransport:
         self._leaving = True
 
     def security_counts(self) -> dict[str, int]:
-        return {**self.policy.counts, "failed_handshakes": self.failed_handshakes}
+        return {**self.policy.counts, **(self._guard.counts if self._guard else {})}
+
+    @property
+    def failed_handshakes(self) -> int:
+        """Incoming handshakes that failed (ZAP refusals included)."""
+        return self._guard.counts["failed_handshakes"] if self._guard else 0
 
     def _connection_event(self, monitor: zmq.Socket) -> None:
         peer = self._monitors[monitor]
@@ -255,12 +258,6 @@ class ZmqTransport:
             self._down.discard(peer)
             log.info("node %d: peer %d reachable again", self.node_id, peer)
 
-    def _count_failed_handshakes(self) -> None:
-        assert self._router_monitor is not None
-        while self._router_monitor.poll(0):
-            recv_monitor_message(self._router_monitor, flags=zmq.NOBLOCK)
-            self.failed_handshakes += 1
-
     def _read(self, socket: zmq.Socket) -> Received:
         if socket is not self._router:  # an answer on our own connection to an out-neighbour
             frames = socket.recv_multipart()
@@ -269,7 +266,10 @@ class ZmqTransport:
         parts = socket.recv_multipart(copy=False)
         # the frames are read in place (decoding copies what it keeps): no copy of a model
         identity, frames = parts[0].bytes, [part.buffer for part in parts[1:]]
-        self.last_arrival = time.time() - _quiet_seconds(parts[0].get(zmq.SRCFD))
+        fd = parts[0].get(zmq.SRCFD)
+        self.last_arrival = time.time() - quiet_seconds(tcp_info(fd))
+        if self._guard is not None:
+            self._guard.read(fd, sum(len(frame) + FRAME_OVERHEAD for frame in frames))
         if self.keyring is None:
             return _peer_from_identity(identity), frames
         # the sender is whoever holds the key the ZAP handler admitted, whatever it claims
@@ -283,9 +283,9 @@ class ZmqTransport:
         for monitor in self._monitors:
             monitor.close(0)
         self._monitors.clear()
-        if self._router_monitor is not None:
-            self._router_monitor.close(0)
-            self._router_monitor = None
+        if self._guard is not None:
+            self._guard.stop()
+            self._guard = None
         for peer, dealer in self._dealers.items():
             # nothing queued for a peer that is gone can be delivered: do not wait for it
             dealer.setsockopt(zmq.LINGER, 0 if peer in self._down else linger_ms)
@@ -316,23 +316,6 @@ def _listen(bind_address: str) -> int | None:
         return None
     listener = socket.create_server(("" if host == "*" else host, int(port)), backlog=100)
     return listener.detach()
-
-
-TCP_INFO_LAST_DATA_RECV = 52  # byte offset of tcpi_last_data_recv (ms) in struct tcp_info
-
-
-def _quiet_seconds(fd: int) -> float:
-    """How long connection `fd` has received nothing (the kernel's tcpi_last_data_recv): a
-    message read late, because the node was training, still gets its real arrival time."""
-    try:
-        with socket.socket(fileno=os.dup(fd)) as view:
-            info = view.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-    except (OSError, ValueError):
-        return 0.0
-    if len(info) < TCP_INFO_LAST_DATA_RECV + 4:
-        return 0.0
-    return int.from_bytes(info[TCP_INFO_LAST_DATA_RECV:TCP_INFO_LAST_DATA_RECV + 4],
-                          "little") / 1000
 
 
 def _peer_from_identity(identity: bytes) -> int | None:

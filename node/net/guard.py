@@ -1,0 +1,164 @@
+"""What one incoming connection may make this node hold: the bytes it sent that the node has
+not read yet.
+
+ZeroMQ bounds a connection's queue in messages (RCVHWM) and each frame in size (MAXMSGSIZE),
+but not the number of frames in one message: a peer holding a key can send messages of many
+frames just under the cap, which ZeroMQ assembles whole before anything can read them. The
+guard compares each accepted connection's kernel byte counter (tcpi_bytes_received) with
+what the node has read from it and shuts down a connection whose unread bytes exceed its
+budget (``cut_connections``); ZeroMQ then drops the message it was assembling. It also
+counts failed incoming handshakes (``failed_handshakes``), as they happen, not only when the
+node next reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+log = logging.getLogger(__name__)
+
+CHECK_MS = 10  # how often every connection's unread bytes are compared with the budget
+SLACK_MESSAGES = 4  # the queue bound is checked lazily by ZeroMQ; a message being assembled
+SLACK_BYTES = 8 << 20  # the kernel's receive buffer (tcp_rmem's ceiling is 6 MiB)
+
+TCP_INFO_SIZE = 136
+TCP_INFO_LAST_DATA_RECV = 52  # byte offset of tcpi_last_data_recv (ms), u32
+TCP_INFO_BYTES_RECEIVED = 128  # byte offset of tcpi_bytes_received, u64
+
+HANDSHAKE_FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                      | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+
+
+def unread_budget(queued_messages: int, max_message_bytes: int) -> int:
+    """The unread bytes an honest connection can reach: its full queue of the largest
+    messages, with slack for ZeroMQ's lazy queue bound and the kernel's buffer."""
+    return (queued_messages + SLACK_MESSAGES) * max_message_bytes + SLACK_BYTES
+
+
+def tcp_info(fd: int) -> bytes:
+    """The kernel's struct tcp_info of socket `fd` (b"" when it cannot be read)."""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as view:
+            return view.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_SIZE)
+    except (OSError, ValueError):
+        return b""
+
+
+def quiet_seconds(info: bytes) -> float:
+    """How long the connection has received nothing (tcpi_last_data_recv), 0 if unknown."""
+    end = TCP_INFO_LAST_DATA_RECV + 4
+    return int.from_bytes(info[TCP_INFO_LAST_DATA_RECV:end], "little") / 1000 if len(
+        info) >= end else 0.0
+
+
+def bytes_received(info: bytes) -> int | None:
+    """What the connection has received in all (tcpi_bytes_received), None if unknown."""
+    end = TCP_INFO_BYTES_RECEIVED + 8
+    return int.from_bytes(info[TCP_INFO_BYTES_RECEIVED:end], "little") if len(
+        info) >= end else None
+
+
+def _inode(fd: int) -> int | None:
+    try:
+        return os.fstat(fd).st_ino
+    except OSError:
+        return None
+
+
+@dataclass
+class _Connection:
+    fd: int
+    read: int = 0  # message bytes the node has read from it
+
+
+class ConnectionGuard:
+    """A thread watching the accepted connections of one ROUTER socket."""
+
+    def __init__(self, router: zmq.Socket, node_id: int, budget: int) -> None:
+        self.node_id = node_id
+        self.budget = budget
+        self.counts = {"failed_handshakes": 0, "cut_connections": 0}
+        self._monitor = router.get_monitor_socket(
+            zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | HANDSHAKE_FAILURES)
+        self._connections: dict[int, _Connection] = {}  # socket inode -> its connection
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="protofed-guard", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the thread (before the ROUTER closes)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._monitor.close(0)
+
+    def read(self, fd: int, nbytes: int) -> None:
+        """The node read a message of `nbytes` from connection `fd` (any thread)."""
+        inode = _inode(fd)
+        with self._lock:
+            connection = self._connections.get(inode) if inode is not None else None
+            if connection is not None:
+                connection.read += nbytes
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            while self._monitor.poll(CHECK_MS if not self._connections else 0):
+                self._event(recv_monitor_message(self._monitor, flags=zmq.NOBLOCK))
+            if self._connections:
+                self._check()
+                self._stop.wait(CHECK_MS / 1000)
+
+    def _event(self, message: dict) -> None:
+        event, fd = message["event"], message["value"]
+        if event & HANDSHAKE_FAILURES:
+            self.counts["failed_handshakes"] += 1
+        elif event == zmq.EVENT_ACCEPTED:
+            inode = _inode(fd)
+            if inode is not None:
+                with self._lock:
+                    self._connections[inode] = _Connection(fd)
+        elif event == zmq.EVENT_DISCONNECTED:
+            self._forget(fd)
+
+    def _forget(self, fd: int) -> None:
+        with self._lock:
+            for inode in [i for i, c in self._connections.items() if c.fd == fd]:
+                del self._connections[inode]
+
+    def _check(self) -> None:
+        with self._lock:
+            watched = list(self._connections.items())
+        for inode, connection in watched:
+            if _inode(connection.fd) != inode:  # closed, its number maybe reused
+                with self._lock:
+                    self._connections.pop(inode, None)
+                continue
+            received = bytes_received(tcp_info(connection.fd))
+            if received is not None and received - connection.read > self.budget:
+                self._cut(inode, connection, received - connection.read)
+
+    def _cut(self, inode: int, connection: _Connection, unread: int) -> None:
+        try:
+            with socket.socket(fileno=os.dup(connection.fd)) as view:
+                if os.fstat(view.fileno()).st_ino == inode:
+                    view.shutdown(socket.SHUT_RDWR)  # ZeroMQ sees the end and drops it
+        except OSError:
+            pass
+        with self._lock:
+            self._connections.pop(inode, None)
+        self.counts["cut_connections"] += 1
+        cut = self.counts["cut_connections"]
+        if cut <= 10 or cut % 100 == 0:  # rate-limited
+            log.warning("node %d: closed an incoming connection holding %.1f MiB it had not "
+                        "read (more than the %.1f MiB an honest neighbour's queue can hold; "
+                        "%d closed so far)", self.node_id, unread / 2**20, self.budget / 2**20,
+                        cut)
