@@ -89,10 +89,18 @@ def _scaled(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, Pay
     return out
 
 
+def _withheld(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, Payload]:
+    """Every tensor cut to one value: each update fails its shape check and is rejected,
+    so the neighbours go on without this node, as a perfect defence would leave them."""
+    return {kind: Payload({k: v.flatten()[:1] for k, v in payload.tensors.items()},
+                          dict(payload.meta)) for kind, payload in payloads.items()}
+
+
 def attacker_class(base: type[Algorithm], attack: str) -> type[Algorithm]:
     """`base` as the attacker of `attack` runs it."""
     senders: dict[str, Callable[[Algorithm, dict[str, Payload]], dict[str, Payload]]] = {
-        "bounded_poison": _poisoned, "protozero": _protozero, "scaled_model": _scaled}
+        "bounded_poison": _poisoned, "protozero": _protozero, "scaled_model": _scaled,
+        "withheld": _withheld}
     if attack in senders:
         send = senders[attack]
 
@@ -123,7 +131,8 @@ def attacker_class(base: type[Algorithm], attack: str) -> type[Algorithm]:
     raise ValueError(f"unknown attack {attack!r}")
 
 
-ATTACKS = ("none", "protozero", "scaled_model", "bounded_poison", "label_flip", "free_rider")
+ATTACKS = ("none", "withheld", "protozero", "scaled_model", "bounded_poison", "label_flip",
+           "free_rider")
 
 
 class _WithAttacker(dict):
@@ -200,7 +209,9 @@ def render(results: dict, command: str) -> str:
              "class at the largest counts), scaled_model (its model times "
              f"{SCALE:g}), bounded_poison (every value {POISON:g}, every count 2^31-1), "
              "label_flip (it trains on shuffled labels), free_rider (never trains, sends "
-             "its first model every round).")
+             "its first model every round). withheld is not an attack but the best any "
+             "defence can do: every update of node 0 is rejected at the door, so the "
+             "others train without its data.")
     lines = ["# Robustness: one attacker among ten ProFe nodes", "", produced, "", setup, ""]
     for topology in TOPOLOGIES:
         lines += [f"## {topology}", "", "| rule | " + " | ".join(ATTACKS) + " |",
