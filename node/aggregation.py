@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -28,11 +29,20 @@ def largest_prototype_norm(prototypes: torch.Tensor, counts: torch.Tensor) -> fl
     return float(rows.to(torch.float64).norm(dim=1).max()) if len(rows) else 0.0
 
 
-def beyond_norm_bound(norm: float, own_norm: float, bound: float) -> bool:
-    """Whether a peer's `norm` exceeds `bound` times this node's own (never for bound 0 or
-    an own norm of 0). Norm bounding: Sun et al. 2019, "Can you really backdoor federated
-    learning?"; a peer's magnitude cannot outgrow what honest training gives this node."""
-    return bound > 0 and own_norm > 0 and norm > bound * own_norm
+def norm_reference(own_norm: float, peer_norms: Sequence[float]) -> float:
+    """What peers' norms are bounded against: this node's own, or the median of all of them
+    (own included) when that is larger and there are three or more. One outlier cannot move
+    a median of three, and a node restarted from scratch still accepts trained neighbours."""
+    if len(peer_norms) < 2:
+        return own_norm
+    return max(own_norm, statistics.median([own_norm, *peer_norms]))
+
+
+def beyond_norm_bound(norm: float, reference: float, bound: float) -> bool:
+    """Whether a peer's `norm` exceeds `bound` times the `reference` (never for bound 0 or a
+    reference of 0). Norm bounding: Sun et al. 2019, "Can you really backdoor federated
+    learning?": a peer's magnitude cannot outgrow what honest training gives."""
+    return bound > 0 and reference > 0 and norm > bound * reference
 
 
 def coordinate_median(stacked: torch.Tensor) -> torch.Tensor:

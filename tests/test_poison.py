@@ -10,7 +10,7 @@ import torch
 
 import node.algorithms
 from experiments.robustness import attacker_class
-from node.aggregation import AGGREGATION_RULES, trim_count
+from node.aggregation import AGGREGATION_RULES, beyond_norm_bound, norm_reference, trim_count
 from node.algorithms import Payload
 from node.algorithms.base import DataPlan
 from node.algorithms.common import MAX_SAMPLES, descend, gather
@@ -65,6 +65,14 @@ def test_a_claimed_sample_count_or_class_count_weighs_what_the_plan_says():
         planned(7, (claim["model"].tensors, 5), None, plan, 0)
 
 
+def test_the_norm_reference_is_own_or_a_median_of_three_or_more():
+    assert norm_reference(5.0, [15.0]) == 5.0  # one peer: its own only
+    assert norm_reference(5.0, [5.0, 1e6]) == 5.0  # median of 5, 5, 1e6
+    assert norm_reference(1.0, [10.0, 10.0]) == 10.0  # restarted from scratch: the median
+    assert not beyond_norm_bound(15.0, 5.0, 3.0) and beyond_norm_bound(15.1, 5.0, 3.0)
+    assert not beyond_norm_bound(1e9, 5.0, 0.0) and not beyond_norm_bound(1.0, 0.0, 3.0)
+
+
 def test_a_model_or_prototype_beyond_the_norm_bound_is_rejected_and_one_within_kept():
     # own model (3, 4): norm 5; own prototypes: rows of norm 1 and 2 (largest 2)
     own = {"model": Payload({"w": torch.tensor([3.0, 4.0])}, {"samples": 10}),
@@ -77,11 +85,13 @@ def test_a_model_or_prototype_beyond_the_norm_bound_is_rejected_and_one_within_k
                 "prototypes": Payload({"prototypes": torch.tensor([prototype]),
                                        "classes": torch.tensor([1]),
                                        "counts": torch.tensor([5])})}
-    received = {1: update([9.0, 12.0], [0.0, 6.0]),  # norms 15 and 6: exactly 3x, kept
-                2: update([9.0, 12.1], [0.0, 6.0]),  # model norm 15.07 > 3 x 5
-                3: update([0.0, 1.0], [6.1, 0.0])}  # prototype norm 6.1 > 3 x 2
+    # model norms 5 (own), 5, 10, 5, 22.6: reference 5 (median), bound 15
+    # largest prototype norms 2 (own), 2, 4, 9.1, 2: reference 2, bound 6
+    received = {1: update([3.0, 4.0], [0.0, 2.0]), 2: update([6.0, 8.0], [0.0, 4.0]),
+                3: update([3.0, 4.0], [9.1, 0.0]), 4: update([0.0, 22.6], [0.0, 2.0])}
     bounded = gather(own, received, 0, num_classes=2, dim=2, norm_bound=3.0)
-    assert bounded.rejected == [2, 3] and len(bounded.states) == 2
+    assert bounded.rejected == [3, 4] and len(bounded.states) == 3
+    assert [float(s["w"].norm()) for s, _ in bounded.states] == pytest.approx([5, 5, 10])
     assert gather(own, received, 0, num_classes=2, dim=2, norm_bound=0.0).rejected == []
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,6 +15,7 @@ from node.aggregation import (
     largest_prototype_norm,
     local_prototypes,
     nearest_prototype,
+    norm_reference,
     state_norm,
 )
 from node.algorithms.base import ARGMAX, PROTOTYPE, Algorithm, DataPlan, NodeData, Payload
@@ -293,48 +295,67 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     [num_classes, dim]) when it has a "prototypes" one. With a data `plan`, a peer's model
     weighs what the plan gives it and its prototypes count only the classes the plan gives
     it, whatever it claims: one peer cannot outweigh the others by claiming more. A model
-    or prototypes with a norm beyond `norm_bound` times this node's own are rejected.
+    or prototypes with a norm beyond `norm_bound` times the reference (`norm_reference`)
+    are rejected.
     """
     with_model, with_prototypes = "model" in own, "prototypes" in own
     reference = own["model"].tensors if with_model else {}
     states = [(dict(reference), own["model"].meta["samples"])] if with_model else []
     prototypes = [own_prototypes(own["prototypes"], num_classes, dim, node_id)
                   ] if with_prototypes else []
-    own_model_norm = state_norm(reference) if with_model else 0.0
-    own_prototype_norm = largest_prototype_norm(*prototypes[0]) if with_prototypes else 0.0
 
     def check(peer: int, update: Mapping[str, Payload]) -> tuple:
         state = checked_state(reference, require_kind(update, "model")) if with_model else None
         protos = (checked_prototypes(require_kind(update, "prototypes"), num_classes, dim)
                   if with_prototypes else None)
-        if state is not None:
-            bounded("model", state_norm(state[0]), own_model_norm, norm_bound)
-        if protos is not None:
-            bounded("largest prototype", largest_prototype_norm(*protos), own_prototype_norm,
-                    norm_bound)
         return planned(peer, state, protos, plan, node_id)
 
-    rejected = []
-    for peer, update in sorted(received.items()):
-        try:
-            state, protos = check(peer, update)
-        except Exception as exc:  # noqa: BLE001 - nothing a peer sends may stop the round
-            why = exc if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
-            log.warning("node %d: update from peer %d rejected: %s", node_id, peer, why)
-            rejected.append(peer)
-            continue
+    rejected: list[int] = []
+    checked = dict(_each_or_rejected(received, check, node_id, rejected))
+    model_norms = {peer: state_norm(state[0]) for peer, (state, _) in checked.items()
+                   if state is not None}
+    model_reference = norm_reference(state_norm(reference), list(model_norms.values())
+                                     ) if with_model else 0.0
+    prototype_norms = {peer: largest_prototype_norm(*protos)
+                       for peer, (_, protos) in checked.items() if protos is not None}
+    prototype_reference = norm_reference(largest_prototype_norm(*prototypes[0]), list(
+        prototype_norms.values())) if with_prototypes else 0.0
+
+    def within_bounds(peer: int, update: tuple) -> tuple:
+        if peer in model_norms:
+            bounded("model", model_norms[peer], model_reference, norm_bound)
+        if peer in prototype_norms:
+            bounded("largest prototype", prototype_norms[peer], prototype_reference,
+                    norm_bound)
+        return update
+
+    for state, protos in dict(_each_or_rejected(checked, within_bounds, node_id,
+                                                rejected)).values():
         if with_model:
             states.append(state)
         if with_prototypes:
             prototypes.append(protos)
-    return Contributions(states, prototypes, rejected)
+    return Contributions(states, prototypes, sorted(rejected))
 
 
-def bounded(what: str, norm: float, own_norm: float, bound: float) -> None:
-    """ProtocolError when a peer's `norm` is beyond `bound` times this node's own."""
-    if beyond_norm_bound(norm, own_norm, bound):
+def _each_or_rejected(updates: Mapping[int, Any], check: Callable[[int, Any], tuple],
+                      node_id: int, rejected: list[int]) -> Iterator[tuple[int, tuple]]:
+    """(peer, check(peer, update)) for each peer in order; a peer whose check raises is
+    logged and added to `rejected` (nothing a peer sends may stop the round)."""
+    for peer, update in sorted(updates.items()):
+        try:
+            yield peer, check(peer, update)
+        except Exception as exc:  # noqa: BLE001 - nothing a peer sends may stop the round
+            why = exc if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
+            log.warning("node %d: update from peer %d rejected: %s", node_id, peer, why)
+            rejected.append(peer)
+
+
+def bounded(what: str, norm: float, reference: float, bound: float) -> None:
+    """ProtocolError when a peer's `norm` is beyond `bound` times the `reference`."""
+    if beyond_norm_bound(norm, reference, bound):
         raise ProtocolError(f"its {what} has norm {norm:.4g}, more than {bound:g} times "
-                            f"this node's own ({own_norm:.4g})")
+                            f"the reference {reference:.4g}")
 
 
 def own_prototypes(payload: Payload, num_classes: int, dim: int,
