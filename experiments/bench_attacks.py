@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -68,8 +69,11 @@ def thread_cpu() -> dict[str, float]:
     """CPU seconds of this process's threads, by name."""
     out: dict[str, float] = {}
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        name = (task / "comm").read_text().strip()
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            name = (task / "comm").read_text().strip()
+        except FileNotFoundError:  # a thread that ended while they were listed
+            continue
         out[name] = out.get(name, 0) + (int(fields[11]) + int(fields[12])) / os.sysconf(
             "SC_CLK_TCK")
     return out
@@ -240,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=667.0, help="storm handshakes per second")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild attacks.md from attacks.json in --out")
+    parser.add_argument("--only", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
+                        help="run these settings; the other rows are kept from attacks.json")
     parser.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--storm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--work", action="store_true", help=argparse.SUPPRESS)
@@ -257,22 +263,28 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     keys = Path(tempfile.mkdtemp()) / "keys"
     write_keys(keys, generate_keys(2))
-    rows = []
-    for settings in SETTINGS:
+    store = args.out / "attacks.json"
+    kept = [row for row in (json.loads(store.read_text())["rows"] if store.is_file() else [])
+            if row["settings"] not in [*args.only, "no attack"]]
+    rows = [row for row in kept if row["kind"] == "memory"]
+    for settings in args.only:
         for attack in ATTACKS:
             rows.append(memory_attack(keys, settings, attack, args.memory_seconds))
             print(f"memory, {settings}, {attack}: "
                   f"+{rows[-1]['rss_growth_bytes'] / 2**20:.0f} MiB", file=sys.stderr)
-    for settings in (None, "before", "gate only", "today"):
+    rows += [row for row in kept if row["kind"] == "storm"]
+    for settings in (None, *args.only):
         rows.append(storm_attack(keys, settings, args.rate, args.seconds))
         print(f"storm, {settings}: {rows[-1]['iterations']} iterations, "
               f"{rows[-1]['handshakes']} handshakes", file=sys.stderr)
-    meta = {"command": "python -m experiments.bench_attacks " + " ".join(argv or sys.argv[1:]),
+    meta = {"command": "python -m experiments.bench_attacks " + shlex.join(argv or sys.argv[1:]),
             "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
             "python": platform.python_version(), "seconds": args.seconds, "rate": args.rate,
             "memory_seconds": args.memory_seconds}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "attacks.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    order = ["no attack", *SETTINGS]
+    rows.sort(key=lambda row: (row["kind"], order.index(row["settings"])))
+    store.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     (args.out / "attacks.md").write_text(report(rows, meta))
     print(report(rows, meta))
     return 0
