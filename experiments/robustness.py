@@ -201,7 +201,9 @@ def render(results: dict, command: str) -> str:
     produced = (f"Produced by `{command}`; rebuild from results.json with "
                 "`python -m experiments.robustness --report-only`.")
     setup = ("Ten ProFe nodes, MNIST (10,000-image subset, Dirichlet 0.5 split), 5 rounds, "
-             "defaults otherwise; node 0 is the attacker (a stolen key: its messages pass "
+             "defaults otherwise (among them aggregation.norm_bound = 3: under every rule a "
+             "peer's model or prototypes with a norm beyond 3 times the reference are "
+             "rejected); node 0 is the attacker (a stolen key: its messages pass "
              "every check). Cells: the honest nodes' mean final global F1 (argmax), mean ± "
              f"std over seeds {', '.join(map(str, seeds))}, then how many honest nodes "
              f"(of 9 per seed, summed over seeds) ended more than {HIT:g} below their own "
@@ -213,7 +215,7 @@ def render(results: dict, command: str) -> str:
              "defence can do: every update of node 0 is rejected at the door, so the "
              "others train without its data.")
     lines = ["# Robustness: one attacker among ten ProFe nodes", "", produced, "", setup, ""]
-    for topology in TOPOLOGIES:
+    for topology in [t for t in TOPOLOGIES if any(k.startswith(f"{t}/") for k in results)]:
         lines += [f"## {topology}", "", "| rule | " + " | ".join(ATTACKS) + " |",
                   "|---|" + "---|" * len(ATTACKS)]
         for rule in AGGREGATION_RULES:

@@ -93,6 +93,8 @@ class NodeRecord:
     # [links]: each in-neighbour's link bandwidth in bits/s as configured (0: not limited)
     in_link_bandwidth: dict[str, int] | None = None
     failed_handshakes: int | None = None
+    # incoming connections closed holding more unread bytes than an honest full queue
+    cut_connections: int | None = None
     no_goodbye_from: list[int] | None = None
     peak_rss_bytes: int | None = None
     interface_bytes: dict[str, int] | None = None  # containers: their interface's counters
