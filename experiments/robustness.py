@@ -90,10 +90,18 @@ def _scaled(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, Pay
 
 
 def _withheld(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, Payload]:
-    """Every tensor cut to one value: each update fails its shape check and is rejected,
-    so the neighbours go on without this node, as a perfect defence would leave them."""
-    return {kind: Payload({k: v.flatten()[:1] for k, v in payload.tensors.items()},
-                          dict(payload.meta)) for kind, payload in payloads.items()}
+    """A sample count and class counts of 0, which every check refuses: each update is
+    rejected at the door, so the neighbours go on without this node, as a perfect defence
+    would leave them (its own round goes on: its own prototypes are left out, its model
+    weighs nothing)."""
+    out = {}
+    for kind, payload in payloads.items():
+        tensors = dict(payload.tensors)
+        if "counts" in tensors:
+            tensors["counts"] = torch.zeros_like(tensors["counts"])
+        out[kind] = Payload(tensors, {**payload.meta, **({"samples": 0} if "samples" in
+                                                           payload.meta else {})})
+    return out
 
 
 def attacker_class(base: type[Algorithm], attack: str) -> type[Algorithm]:
