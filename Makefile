@@ -10,7 +10,7 @@ CONFIG ?= examples/quick.toml
 # torch is pinned to the CPU build first so pip never pulls a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv run test test-fast lint clean
+.PHONY: venv run test test-fast test-swarm lint clean
 
 $(BIN)/protofed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ run: venv
 
 test: venv
 	$(DATA_ENV) $(BIN)/python -m pytest -q
+
+# A three-engine Docker Swarm with a registry on this machine (root, Docker installed): see
+# the README's "Docker Swarm" section; the lab is left up for the next run (`down` with
+# $(BIN)/python -m tests.swarm_lab down).
+test-swarm: venv
+	$(BIN)/python -m tests.swarm_lab up
+	$(DATA_ENV) $(BIN)/python -m pytest -q -m swarm tests/test_swarm.py
 
 test-fast: venv
 	$(DATA_ENV) $(BIN)/python -m pytest -q -m "not integration"

@@ -14,10 +14,12 @@ from typing import TextIO
 from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import local, shaping
+from deploy import swarm_backend as swarm
 from deploy.capacity import available_memory, check_memory
 from deploy.plan import Plan, host_data_dir, plan_local, reserve_listeners
 from deploy.runner import Run, log_tail
 from node.config import FederationConfig, shaped_links, user_code
+from node.data import DATASETS
 from node.errors import ConfigError, ProtofedError
 
 
@@ -98,6 +100,42 @@ class DockerLauncher(Launcher):
                             self.cache_dir)
 
 
+class SwarmLauncher(Launcher):
+    """One service per node on a Docker Swarm, through its manager; the node image, with
+    the dataset, pulled from deploy.registry by every machine."""
+
+    def refuse_unrunnable(self) -> None:
+        refuse_user_code(self.config)
+        if self.config.data.dataset not in DATASETS:
+            raise ConfigError(f"data.dataset = {self.config.data.dataset!r}: the swarm backend "
+                              "ships only the built-in datasets to its machines")
+        if shaped_links(self.config):
+            raise ConfigError("[links] shapes traffic on one machine's interfaces: the swarm "
+                              "backend does not shape links (use the local or docker backend)")
+
+    def plan(self, source: Path, overrides: tuple[str, ...], run_id: str,
+             cache_dir: Path | None) -> Plan:
+        config = self.config
+        data_dir = host_data_dir(config)
+        if not data_dir.is_dir():
+            raise ConfigError(f"data.dir {data_dir} is not a folder: the node image gets the "
+                              "dataset's files from it (set data.dir or PROTOFED_DATA_DIR)")
+        plan = docker.plan_docker(config, source, overrides, run_id)
+        self.client = swarm.connect(config.deploy.manager)
+        available = swarm.machines(self.client)
+        self.constraints = {spec.node_id: swarm.placement_constraints(config, available,
+                                                                       spec.node_id)
+                            for spec in plan.nodes}
+        swarm.check_capacity(config, self.client, available, list(self.constraints.values()))
+        node_image = config.deploy.image or docker_image.ensure_image(
+            self.client, config.deploy.base_image)
+        self.image = swarm.push_image(self.client, node_image, config, data_dir)
+        return plan
+
+    def start(self, plan: Plan) -> swarm.SwarmRun:
+        return swarm.start(self.config, plan, self.image, self.client, self.constraints)
+
+
 def refuse_user_code(config: FederationConfig) -> None:
     """Containers run the node image, which holds no module of the user's."""
     for key, value in user_code(config):
@@ -105,7 +143,8 @@ def refuse_user_code(config: FederationConfig) -> None:
                           "image does not contain: run it with the local backend")
 
 
-LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "docker": DockerLauncher}
+LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "docker": DockerLauncher,
+                                         "swarm": SwarmLauncher}
 
 
 def launcher_for(config: FederationConfig) -> Launcher:
@@ -225,6 +264,45 @@ class DockerFleet(Fleet):
         return True
 
 
+class SwarmFleet(Fleet):
+    """Service runs on the swarm whose manager is $DOCKER_HOST (or the local engine); no
+    manager is no error."""
+
+    name = "swarm"
+
+    def __init__(self) -> None:
+        try:
+            self.client = swarm.connect()
+        except ProtofedError as exc:
+            self.client, self.unavailable = None, str(exc)
+
+    def _running(self) -> dict[str, list[tuple[str, str]]]:
+        return swarm.running_runs(self.client) if self.client is not None else {}
+
+    def runs(self) -> list[str]:
+        return list(self._running())
+
+    def describe(self) -> list[str]:
+        return [f"{run_id}  swarm  " + "; ".join(f"{node}: {state}" for node, state in states)
+                for run_id, states in self._running().items()]
+
+    def stop(self, run_id: str) -> str | None:
+        if self.client is None or run_id not in self._running():
+            return None
+        removed = swarm.remove_run(self.client, run_id)
+        return (f"stopped and removed {run_id} on the swarm ("
+                + ", ".join(f"{count} {kind}" for kind, count in removed.items()) + ")")
+
+    def logs(self, run_id: str, node: int, tail: int, follow: bool, out: TextIO) -> bool:
+        if self.client is None or run_id not in self._running():
+            return False
+        for line in swarm.service_logs(self.client, run_id, node, tail, follow):
+            out.write(line)
+            out.flush()
+        return True
+
+
 def fleets(results_root: Path) -> list[Fleet]:
-    """Every backend's runs, containers first (a container's output is the fuller log)."""
-    return [DockerFleet(), LocalFleet(results_root)]
+    """Every backend's runs: the swarm's services, containers (a container's output is the
+    fuller log), then local processes."""
+    return [SwarmFleet(), DockerFleet(), LocalFleet(results_root)]

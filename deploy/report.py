@@ -63,6 +63,7 @@ def summarize_records(records: list[NodeRecord], run_id: str,
             "elapsed_seconds": result.elapsed_seconds,
             "dropped_messages": result.dropped_count or len(result.dropped_messages),
             "interface_bytes": result.interface_bytes,
+            "machine": result.machine,
             "in_links": in_link_rates(result),
             "error": result.error,
         })
@@ -149,6 +150,9 @@ def table_columns(summary: dict[str, Any]) -> list[Column]:
                f"{totals['bytes_sent']:,}", RANK_KEEP),
         Column("bytes received", [f"{r['bytes_received']:,}" for r in nodes],
                f"{totals['bytes_received']:,}", RANK_KEEP)]
+    if any(r.get("machine") for r in nodes):  # a swarm: which machine each node ran on
+        columns.append(Column("machine", [r.get("machine") or "-" for r in nodes], "",
+                              RANK_KEEP))
     wire = [r.get("interface_bytes") or {} for r in nodes]
     if any(wire):  # containers: what their network interface moved, beside the application
         for key, header in (("tx_bytes", "iface sent"), ("rx_bytes", "iface received")):

@@ -32,6 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "for this node's address instead of binding it")
     parser.add_argument("--keys", help="folder with this node's secret key and every node's "
                                        "public key (needed unless deploy.security = \"none\")")
+    parser.add_argument("--record-stdout", action="store_true",
+                        help="also write the record to standard output at each update, for "
+                             "a launcher that reads the node's output but not its files")
     return parser.parse_args(argv)
 
 
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         federation = read_federation(args.federation)
         config, member = federation.config, federation.member(args.node_id)
         recorder = Recorder(Path(args.results) / f"node-{args.node_id}.json",
-                            NodeRecord(node=args.node_id))
+                            NodeRecord(node=args.node_id), stream=args.record_stdout)
         keyring = node_keyring(config, args)
 
         def connect(max_message_bytes: int) -> ZmqTransport:

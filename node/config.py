@@ -21,6 +21,7 @@ from node.settings import (
     BACKENDS,
     DEVICES,
     OPTIMIZERS,
+    PLACEMENTS,
     PROTOTYPE_SOURCES,
     RESTARTING_BACKENDS,
     SECURITY,
@@ -412,6 +413,11 @@ def _check_deploy(c: FederationConfig, source: str) -> None:
            f"{', '.join(RESTARTING_BACKENDS)} backend only")
     _one_of(c.deploy.backend, BACKENDS, source, "deploy.backend")
     _one_of(c.deploy.security, SECURITY, source, "deploy.security")
+    _one_of(c.deploy.placement, PLACEMENTS, source, "deploy.placement")
+    _check(len(c.deploy.pin) <= c.nodes, source, "deploy.pin",
+           f"names machines for {len(c.deploy.pin)} nodes, but there are {c.nodes}")
+    _check(c.deploy.backend != "swarm" or bool(c.deploy.registry), source, "deploy.registry",
+           'the swarm backend needs a registry every machine can pull from ("host:port")')
     _check(c.deploy.security != "none" or c.deploy.backend not in SHARED_NETWORK_BACKENDS
            or c.deploy.allow_insecure, source, "deploy.security",
            f'"none" on the {c.deploy.backend} backend lets anything on its network pose as a '

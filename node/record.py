@@ -98,6 +98,7 @@ class NodeRecord:
     no_goodbye_from: list[int] | None = None
     peak_rss_bytes: int | None = None
     interface_bytes: dict[str, int] | None = None  # containers: their interface's counters
+    machine: str | None = None  # the swarm machine (hostname) the node ran on
     error: str | None = None
     restarts: int | None = None
     rejoined_at: list[int] | None = None

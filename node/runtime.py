@@ -11,6 +11,7 @@ import logging
 import os
 import random
 import resource
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from node.metrics import prediction_metrics
 from node.net.peers import RECEIVED, SENT, Peers
 from node.net.transport import Transport
 from node.record import Evaluation, NodeRecord, RoundRecord
+from node.record_stream import record_lines
 
 log = logging.getLogger(__name__)
 
@@ -150,13 +152,21 @@ class Recorder:
     path: Path
     result: NodeRecord
     started: float = field(default_factory=time.monotonic)
+    stream: bool = False  # also write each version to standard output (record_stream)
+    writes: int = 0
 
     def write(self) -> None:
         """Atomically replace the result file, so a reader never sees half of it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.result.to_dict(), indent=1, sort_keys=True))
+        document = self.result.to_dict()
+        tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
         tmp.replace(self.path)
+        if self.stream:
+            sys.stdout.write("".join(line + "\n" for line in record_lines(document,
+                                                                          self.writes)))
+            sys.stdout.flush()
+        self.writes += 1
 
     def unfinished(self, digest: str) -> NodeRecord | None:
         """What an earlier process of this node wrote in this run, if it did not finish."""
@@ -282,8 +292,9 @@ class Node:
         peers.settle_transfers()
         peers.transport.close(config.timeouts.shutdown)
         interface = os.environ.get("PROTOFED_INTERFACE")
-        if interface:  # set by the docker backend: this container's own interface
+        if interface:  # set by the container backends: this container's own interface
             result.interface_bytes = interface_counters(interface)
+        result.machine = os.environ.get("PROTOFED_MACHINE") or None  # set on a swarm
         result.status = "finished"
         if first > config.rounds:  # back after the last round: nothing of it is current
             log.warning("node %d: came back after the federation's last round and trained "

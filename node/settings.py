@@ -20,10 +20,11 @@ TOPOLOGY_KINDS = (*BUILDERS, "file")
 # Allowed values owned by other modules (datasets, partitions, topologies, codecs, models,
 # aggregation rules, algorithms) are read from those modules; these are the config's own.
 PROTOTYPE_SOURCES = ("aggregated", "local")
-BACKENDS = ("local", "docker")
+BACKENDS = ("local", "docker", "swarm")
 RESTARTING_BACKENDS = ("local",)  # the launcher restarts a failed node (deploy.restarts)
-SHARED_NETWORK_BACKENDS = ("docker",)  # nodes on a network others may join
+SHARED_NETWORK_BACKENDS = ("docker", "swarm")  # nodes on a network others may join
 SECURITY = ("curve", "none")
+PLACEMENTS = ("spread", "swarm")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -167,6 +168,14 @@ class DeployConfig:
     # security = "none" on Docker or a Swarm needs this too: the network there may be shared
     allow_insecure: bool = False
     restarts: int = 0
+    # swarm backend: the manager's Docker API ("" = $DOCKER_HOST, else the local engine),
+    # the registry every machine pulls the node image from, and where nodes run ("spread":
+    # node i on the i-th machine in turn; "swarm": wherever the scheduler puts it), with
+    # `pin[i]` a machine's hostname for node i ("" = by placement)
+    manager: str = ""
+    registry: str = ""
+    placement: str = "spread"
+    pin: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from deploy import cli, local
+from deploy import cli, launchers, local
+from node.errors import DeployError
 
 
 def every_action(parser):
@@ -27,6 +28,10 @@ def test_every_argument_has_help_text():
     assert missing == []
 
 
+def no_swarm(manager=""):
+    raise DeployError("no swarm manager here")
+
+
 @pytest.fixture
 def two_runs(monkeypatch):
     """One local run and one Docker run are running; records what gets stopped."""
@@ -35,6 +40,7 @@ def two_runs(monkeypatch):
         {"run_id": "mine", "alive": {"0": 1}, "start_times": {}}])
     monkeypatch.setattr(local, "stop_pids", lambda pids, starts: stopped.append("mine"))
     monkeypatch.setattr(cli.docker, "connect", lambda: object())
+    monkeypatch.setattr(launchers.swarm, "connect", no_swarm)
     monkeypatch.setattr(cli.docker, "running_runs", lambda client: {"theirs": [("0", "up")]})
     monkeypatch.setattr(cli.docker, "down_run", lambda client, run_id: (
         stopped.append(run_id) or (1, 1)) if run_id == "theirs" else (0, 0))

@@ -41,6 +41,9 @@ except ImportError:  # numpy < 2 has no numpy._core
 log = logging.getLogger(__name__)
 
 DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+# Set by launchers whose nodes get the dataset from an image they did not build (Swarm):
+# the node checks every file's md5 before using it.
+VERIFY_ENV = "PROTOFED_VERIFY_DATA"
 
 IDX_FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
 IDX_FILES = (
@@ -185,6 +188,17 @@ def _load_user_dataset(path: str, root: Path) -> Dataset:
                    normalization=pixel_statistics(images))
 
 
+def dataset_sources(name: str, data_dir: str | Path) -> list[Path]:
+    """The files a built-in dataset is read from (none downloaded: DataError if missing)."""
+    root = Path(data_dir)
+    if name in IDX_FOLDERS:
+        return list(_idx_sources(name, root, download=False).values())
+    if name in CIFAR_LAYOUTS:
+        return _cifar_sources(name, root, download=False)
+    raise ConfigError(f"data.dataset = {name!r} is not a built-in dataset: only those can be "
+                      "shipped to other machines in the node image")
+
+
 def pixel_statistics(images: np.ndarray, chunk: int = 1 << 22) -> tuple[float, float]:
     """Exact mean and std of uint8 pixels on the 0-1 scale, from a 256-bin histogram built
     chunk by chunk (no float copy of the images)."""
@@ -283,7 +297,19 @@ def _idx_sources(name: str, root: Path, download: bool) -> dict[str, Path]:
         _obtain(name, expected, dirs, download,
                 lambda: _fetch_idx(name, missing, root / folder / "raw"))
         paths = {stem: _find_idx(root, folder, stem) for stem in IDX_FILES}
+    if os.environ.get(VERIFY_ENV) == "1":
+        verify_idx(name, paths)  # type: ignore[arg-type]
     return paths  # type: ignore[return-value]  # every entry found, or _obtain raised
+
+
+def verify_idx(name: str, paths: dict[str, Path]) -> None:
+    """DataError unless every IDX file's uncompressed md5 is the published one."""
+    for stem, path in paths.items():
+        got = _md5_of(path, gunzip=path.suffix == ".gz")
+        if got != MD5SUMS[name][stem]:
+            raise DataError(f"{path}: md5 {got} is not {name}'s {stem} "
+                            f"({MD5SUMS[name][stem]}): the dataset copy is damaged")
+    log.info("verified the md5 of %s's %d files", name, len(paths))
 
 
 def _load_idx_dataset(name: str, root: Path, download: bool) -> Dataset:

@@ -1,0 +1,471 @@
+"""The Swarm backend: one service per node on a Docker Swarm, driven through its manager.
+
+Nothing comes from the launcher's disk at run time. The node image, with the dataset's
+files, is pushed to `deploy.registry` and every service pulls it by digest. Each node's
+secret key is a Docker secret given to its own service only; `federation.json` and the
+public keys are Docker configs. A node writes its record to its output as well
+(`--record-stdout`), which the manager collects wherever the task runs: the launcher
+rebuilds `results/<run>/` from it, so the table, the CSV and the pictures are the other
+backends'. Services, secrets, configs and the network carry the `protofed.run` label;
+`down` removes them all, and the swarm removes their containers on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deploy.capacity import HEADROOM, GiB, node_memory
+from deploy.docker_backend import LABEL, SCRATCH, container_user, network_name
+from deploy.image import IMAGE_NAME
+from deploy.plan import FEDERATION_FILE, Plan, keys_dir, node_arguments
+from deploy.runner import RUN_FILE, run_status
+from node.config import FederationConfig
+from node.data import IDX_FOLDERS, VERIFY_ENV, dataset_sources
+from node.data.cache import CACHE_ENV
+from node.errors import DeployError
+from node.net.security import PUBLIC_FILE, secret_file
+from node.record_stream import RecordAssembler, is_record_line
+
+log = logging.getLogger(__name__)
+
+NODE_LABEL = "protofed.node"
+DATA_TARGET = "/data"
+CONFIG_TARGET = f"/config/{FEDERATION_FILE}"
+KEYS_TARGET = "/keys"
+RESULTS_TARGET = "/results"  # a tmpfs in the task: the record travels through the output
+INTERFACE = "eth0"
+ENDED = {"complete", "failed", "shutdown", "rejected", "orphaned", "remove"}
+STOP_GRACE_NS = 10 * 10**9
+API_VERSION = "1.41"  # services, secrets and configs as used here; engines from 20.10 on
+
+
+def connect(manager: str = ""):
+    """A client of the swarm's manager (`manager`, else $DOCKER_HOST, else the local
+    engine), or one clear error when it is not one."""
+    import docker
+    import docker.errors
+    import requests.exceptions
+
+    client = None
+    try:
+        # a fixed API version: "auto" connects in the constructor and leaks the socket
+        # when the engine is not there
+        client = (docker.DockerClient(base_url=manager, version=API_VERSION, timeout=120)
+                  if manager else docker.from_env(version=API_VERSION, timeout=120))
+        swarm = client.info().get("Swarm") or {}
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        if client is not None:
+            client.close()
+        raise DeployError(f"cannot reach the swarm manager {manager or '(DOCKER_HOST)'}: "
+                          f"{str(exc).splitlines()[0][:200]}") from None
+    if swarm.get("LocalNodeState") != "active" or not swarm.get("ControlAvailable"):
+        client.close()
+        raise DeployError(f"the Docker engine at {manager or '(DOCKER_HOST)'} is not a swarm "
+                          "manager: run `docker swarm init` there, or set deploy.manager")
+    return client
+
+
+def check_capacity(config: FederationConfig, client, available: list[tuple[str, str]],
+                   constraints: list[list[str]]) -> None:
+    """Refuse, before anything starts, nodes that would not fit the machines they go to."""
+    memory = {n.id: int(n.attrs["Description"]["Resources"].get("MemoryBytes", 0))
+              for n in client.nodes.list()}
+    per_node = node_memory(config, container=True)
+    ids = {hostname: node for node, hostname in available}
+    counts: dict[str, int] = {}
+    for where in constraints:
+        target = where[0].split("==")[1] if where else ""
+        target = ids.get(target, target)
+        counts[target] = counts.get(target, 0) + 1
+    for node, count in counts.items():
+        if node and memory.get(node) and count * per_node > HEADROOM * memory[node]:
+            hostname = next((h for i, h in available if i == node), node)
+            raise DeployError(f"{count} nodes on {hostname} need {count * per_node / GiB:.1f} "
+                              f"GiB but it has {memory[node] / GiB:.1f} GiB: use fewer nodes, "
+                              "a smaller deploy.memory or more machines")
+
+
+def machines(client) -> list[tuple[str, str]]:
+    """(node id, hostname) of the swarm's ready, active machines, by hostname."""
+    found = [(n.id, n.attrs["Description"]["Hostname"]) for n in client.nodes.list()
+             if n.attrs["Status"]["State"] == "ready"
+             and n.attrs["Spec"].get("Availability") == "active"]
+    return sorted(found, key=lambda item: item[1])
+
+
+def placement_constraints(config: FederationConfig, available: list[tuple[str, str]],
+                          node_id: int) -> list[str]:
+    """Where node `node_id` may run: its pinned machine, else (placement "spread") the
+    machine whose turn it is, else anywhere."""
+    pinned = config.deploy.pin[node_id] if node_id < len(config.deploy.pin) else ""
+    if pinned:
+        if pinned not in {hostname for _, hostname in available}:
+            raise DeployError(f"deploy.pin[{node_id}] = {pinned!r} is not a ready machine of "
+                              f"the swarm ({', '.join(h for _, h in available)})")
+        return [f"node.hostname=={pinned}"]
+    if config.deploy.placement == "spread" and available:
+        return [f"node.id=={available[node_id % len(available)][0]}"]
+    return []
+
+
+def data_context(node_image: str, files: list[Path], data_dir: Path) -> bytes:
+    """A build context: the node image with the dataset's files at /data, as they lie under
+    `data_dir`."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        dockerfile = f"FROM {node_image}\nCOPY data {DATA_TARGET}\n".encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        tar.addfile(info, io.BytesIO(dockerfile))
+        for path in files:
+            member = tar.gettarinfo(str(path), arcname="data/" + str(
+                path.resolve().relative_to(data_dir.resolve())))
+            member.uid = member.gid = 0
+            member.mode = 0o444
+            with path.open("rb") as stream:
+                tar.addfile(member, stream)
+    return buffer.getvalue()
+
+
+def data_image_tag(node_image_id: str, files: list[Path]) -> str:
+    """A tag naming the node image and the dataset's files (their names and sizes)."""
+    digest = hashlib.sha256(node_image_id.encode())
+    for path in files:
+        digest.update(f"{path.name}:{path.stat().st_size}".encode())
+    return digest.hexdigest()[:12]
+
+
+def push_image(client, node_image: str, config: FederationConfig, data_dir: Path) -> str:
+    """Build the node image with this config's dataset, push it to deploy.registry; the
+    reference every service pulls: `registry/protofed-node-data@sha256:...`."""
+    import docker.errors
+
+    files = dataset_sources(config.data.dataset, data_dir)
+    repository = f"{config.deploy.registry}/{IMAGE_NAME}-data"
+    tag = data_image_tag(client.images.get(node_image).id, files)
+    try:
+        client.images.get(f"{repository}:{tag}")
+    except docker.errors.ImageNotFound:
+        log.info("building %s:%s with %d dataset files", repository, tag, len(files))
+        client.images.build(fileobj=io.BytesIO(data_context(node_image, files, data_dir)),
+                            custom_context=True, tag=f"{repository}:{tag}", rm=True,
+                            pull=False, network_mode="none")
+    digest = None
+    for line in client.images.push(repository, tag=tag, stream=True, decode=True):
+        if line.get("error"):
+            raise DeployError(f"pushing {repository}:{tag} to {config.deploy.registry} "
+                              f"failed: {line['error']}")
+        digest = (line.get("aux") or {}).get("Digest") or digest
+    if not digest:
+        raise DeployError(f"the registry {config.deploy.registry} did not return a digest "
+                          f"for {repository}:{tag}")
+    return f"{repository}@{digest}"
+
+
+def node_command(plan: Plan, node_id: int) -> list[str]:
+    """The node's command line inside its task."""
+    return node_arguments(CONFIG_TARGET, node_id, RESULTS_TARGET,
+                          KEYS_TARGET if keys_dir(plan).is_dir() else None) + ["--record-stdout"]
+
+
+def node_environment(config: FederationConfig) -> list[str]:
+    """Environment of every node task; the machine's name comes from the swarm's template."""
+    environment = [f"PROTOFED_INTERFACE={INTERFACE}", f"HOME={SCRATCH}",
+                   f"{CACHE_ENV}={SCRATCH}/cache", "PROTOFED_MACHINE={{.Node.Hostname}}"]
+    if config.data.dataset in IDX_FOLDERS or config.data.dataset.startswith("cifar"):
+        environment.append(f"{VERIFY_ENV}=1")  # the image's files are checked before use
+    return environment
+
+
+@dataclass
+class _Output:
+    """One node's output as it arrives: its log lines and its newest record."""
+
+    lines: list[str] = field(default_factory=list)
+    record: RecordAssembler = field(default_factory=RecordAssembler)
+
+
+@dataclass
+class SwarmRun:
+    """The services, secrets, configs and network of one federation on a swarm."""
+
+    plan: Plan
+    client: object
+    services: dict[int, object] = field(default_factory=dict)
+    exit_codes: dict[int, int] = field(default_factory=dict)
+    machines: dict[int, str] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+    stopping: bool = False
+    outputs: dict[int, _Output] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def follow(self) -> None:
+        """Read every node's output as it comes (threads), writing its record on arrival."""
+        for node_id, service in self.services.items():
+            self.outputs[node_id] = _Output()
+            threading.Thread(target=self._follow, args=(node_id, service), daemon=True,
+                             name=f"protofed-swarm-log-{node_id}").start()
+
+    def _follow(self, node_id: int, service) -> None:
+        try:
+            stream = service.logs(stdout=True, stderr=True, follow=True)
+            for line in _lines(stream):
+                self._take(node_id, line, self.outputs[node_id])
+        except Exception as exc:  # noqa: BLE001 - the final read in save_logs still comes
+            log.debug("node %d: following its output stopped: %s", node_id, exc)
+
+    def _take(self, node_id: int, line: str, output: _Output) -> None:
+        if not is_record_line(line):
+            output.lines.append(line)
+        elif output.record.feed(line):
+            with self._lock:
+                write_record(self.plan.results_dir, node_id, output.record.latest)
+
+    def poll_exits(self) -> dict[int, int]:
+        """Exit codes of the nodes whose task has ended."""
+        import docker.errors
+
+        for node_id, service in self.services.items():
+            if node_id in self.exit_codes:
+                continue
+            try:
+                tasks = service.tasks()
+            except docker.errors.NotFound:  # `protofed down` removed it
+                self.exit_codes[node_id] = 143
+                continue
+            if not tasks:
+                continue
+            task = max(tasks, key=lambda t: t.get("CreatedAt", ""))
+            status = task.get("Status", {})
+            if task.get("NodeID"):
+                self.machines.setdefault(node_id, task["NodeID"])
+            if status.get("State") in ENDED:
+                code = status.get("ContainerStatus", {}).get("ExitCode")
+                self.exit_codes[node_id] = int(code) if code is not None else (
+                    0 if status.get("State") == "complete" else 1)
+                if status.get("Err"):
+                    self.errors[node_id] = status["Err"]
+        return dict(self.exit_codes)
+
+    def wait(self, timeout: float) -> None:
+        time.sleep(timeout)
+
+    def save_logs(self) -> None:
+        """Every node's whole output, read once more from the manager: logs/node-<i>.log and
+        its final record."""
+        folder = self.plan.results_dir / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        for node_id, service in self.services.items():
+            output = _Output()
+            try:
+                for line in _lines(service.logs(stdout=True, stderr=True)):
+                    self._take(node_id, line, output)
+            except Exception as exc:  # noqa: BLE001 - one node's log is not worth the run
+                output.lines.append(f"(its output could not be read: {exc})")
+            if node_id in self.errors:
+                output.lines.append(f"swarm: {self.errors[node_id]}")
+            (folder / f"node-{node_id}.log").write_text("\n".join(output.lines) + "\n")
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Ask every node's task to stop (SIGTERM, then SIGKILL after the grace)."""
+        self.stopping = True
+        for node_id, service in self.services.items():
+            if node_id not in self.exit_codes:
+                try:
+                    service.scale(0)
+                except Exception as exc:  # noqa: BLE001 - removal follows in any case
+                    log.warning("node %d: could not stop its service: %s", node_id, exc)
+        ends = time.monotonic() + grace + 10
+        while time.monotonic() < ends and len(self.poll_exits()) < len(self.services):
+            time.sleep(0.5)
+
+    def remove(self) -> None:
+        """Record how the run ended, then remove everything it created on the swarm."""
+        write_run_file(self, run_status(self.exit_codes, len(self.plan.nodes), self.stopping))
+        remove_run(self.client, self.plan.run_id)
+
+
+def _lines(stream) -> Iterator[str]:
+    """Text lines from a Docker log stream of byte chunks."""
+    pending = b""
+    for chunk in stream:
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield line.decode("utf-8", "replace")
+    if pending:
+        yield pending.decode("utf-8", "replace")
+
+
+def write_record(results_dir: Path, node_id: int, document: dict | None) -> None:
+    """node-<i>.json from a node's streamed record, replaced atomically."""
+    if document is None:
+        return
+    path = results_dir / f"node-{node_id}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+def write_run_file(run: SwarmRun, status: str) -> None:
+    """run.json: the backend, the services, where each node ran, exit codes, how it ended."""
+    hostnames = dict(machine_names(run.client))
+    document = {"run_id": run.plan.run_id, "backend": "swarm", "status": status,
+                "services": {str(i): s.name for i, s in run.services.items()},
+                "machines": {str(i): hostnames.get(m, m) for i, m in run.machines.items()},
+                "exit_codes": {str(i): c for i, c in run.exit_codes.items()},
+                "errors": {str(i): e for i, e in run.errors.items()},
+                "nodes": len(run.plan.nodes)}
+    (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
+
+
+def machine_names(client) -> list[tuple[str, str]]:
+    """(node id, hostname) of every machine the swarm knows."""
+    try:
+        return [(n.id, n.attrs["Description"]["Hostname"]) for n in client.nodes.list()]
+    except Exception:  # noqa: BLE001 - names are a courtesy in run.json
+        return []
+
+
+def start(config: FederationConfig, plan: Plan, image: str, client,
+          constraints: dict[int, list[str]]) -> SwarmRun:
+    """Create the run's network, configs, secrets and one service per node (placed by
+    `constraints`); on any failure remove all of it."""
+    import docker.errors
+    from docker.types import (
+        ConfigReference,
+        EndpointSpec,
+        Mount,
+        Resources,
+        RestartPolicy,
+        SecretReference,
+    )
+
+    run_id = plan.run_id
+    if client.services.list(filters={"label": f"{LABEL}={run_id}"}):
+        raise DeployError(f"run {run_id} already has services on this swarm: pick another "
+                          f"--run-id or `protofed down {run_id}`")
+    run = SwarmRun(plan, client)
+    labels = {LABEL: run_id}
+    try:
+        network = client.networks.create(network_name(run_id), driver="overlay",
+                                         attachable=True, labels=labels)
+        federation = client.configs.create(name=f"{run_id}-federation", labels=labels,
+                                           data=plan.federation_file.read_bytes())
+        keys = keys_dir(plan)
+        public = client.configs.create(name=f"{run_id}-public-keys", labels=labels,
+                                       data=(keys / PUBLIC_FILE).read_bytes()
+                                       ) if keys.is_dir() else None
+        uid, gid = (int(part) for part in container_user().split(":"))
+        for spec in plan.nodes:
+            node_id = spec.node_id
+            name = f"{run_id}-node-{node_id}"
+            configs = [ConfigReference(federation.id, federation.name, filename=CONFIG_TARGET,
+                                       uid=str(uid), gid=str(gid), mode=0o444)]
+            secrets = []
+            if public is not None:
+                configs.append(ConfigReference(public.id, public.name, uid=str(uid),
+                                               gid=str(gid), mode=0o444,
+                                               filename=f"{KEYS_TARGET}/{PUBLIC_FILE}"))
+                secret = client.secrets.create(
+                    name=f"{name}-key", labels={**labels, NODE_LABEL: str(node_id)},
+                    data=(keys / secret_file(node_id)).read_bytes())
+                secrets.append(SecretReference(secret.id, secret.name, uid=str(uid),
+                                               gid=str(gid), mode=0o400,
+                                               filename=f"{KEYS_TARGET}/{secret_file(node_id)}"))
+            memory = node_memory(config, container=True)
+            run.services[node_id] = client.services.create(
+                image, name=name, hostname=name, command=node_command(plan, node_id),
+                env=node_environment(config), user=container_user(),
+                labels={**labels, NODE_LABEL: str(node_id)},
+                container_labels={**labels, NODE_LABEL: str(node_id)},
+                networks=[network.id], endpoint_spec=EndpointSpec(mode="dnsrr"),
+                restart_policy=RestartPolicy(condition="none"),
+                resources=Resources(mem_limit=memory,
+                                    cpu_limit=int(config.deploy.cpus * 1e9) or None),
+                constraints=constraints.get(node_id, []),
+                configs=configs, secrets=secrets, cap_drop=["ALL"], read_only=True,
+                mounts=[Mount(SCRATCH, None, type="tmpfs"),
+                        Mount(RESULTS_TARGET, None, type="tmpfs")],
+                stop_grace_period=STOP_GRACE_NS)
+    except docker.errors.APIError as exc:
+        remove_run(client, run_id)
+        raise DeployError(f"starting run {run_id} on the swarm failed: "
+                          f"{exc.explanation or exc}") from None
+    except BaseException:
+        remove_run(client, run_id)
+        raise
+    run.follow()
+    write_run_file(run, "running")
+    return run
+
+
+def remove_run(client, run_id: str) -> dict[str, int]:
+    """Remove the run's services, then its secrets, configs and network; how many of each.
+    The swarm removes the services' containers on every machine."""
+    import docker.errors
+
+    selector = {"label": f"{LABEL}={run_id}"}
+    removed = {"services": 0, "secrets": 0, "configs": 0, "networks": 0}
+    for service in client.services.list(filters=selector):
+        try:
+            service.remove()
+            removed["services"] += 1
+        except docker.errors.NotFound:
+            pass
+    for kind in ("secrets", "configs", "networks"):
+        for item in _with_label(getattr(client, kind).list(), run_id):
+            ends = time.monotonic() + 60
+            while True:  # tasks on the machines may hold it a little longer
+                try:
+                    item.remove()
+                    removed[kind] += 1
+                    break
+                except docker.errors.NotFound:
+                    break
+                except docker.errors.APIError as exc:
+                    if time.monotonic() > ends:
+                        log.warning("could not remove %s %s: %s", kind[:-1], item.name, exc)
+                        break
+                    time.sleep(0.5)
+    return removed
+
+
+def _with_label(items: list, run_id: str) -> list:
+    return [i for i in items if (i.attrs.get("Spec", {}).get("Labels")
+                                 or i.attrs.get("Labels") or {}).get(LABEL) == run_id]
+
+
+def running_runs(client) -> dict[str, list[tuple[str, str]]]:
+    """Runs with services on the swarm: run id -> (node, state of its task) pairs."""
+    runs: dict[str, list[tuple[str, str]]] = {}
+    for service in client.services.list(filters={"label": LABEL}):
+        labels = service.attrs["Spec"].get("Labels") or {}
+        tasks = service.tasks()
+        state = max(tasks, key=lambda t: t.get("CreatedAt", ""))["Status"]["State"] \
+            if tasks else "pending"
+        runs.setdefault(labels[LABEL], []).append((labels.get(NODE_LABEL, "?"), state))
+    return {run: sorted(states, key=lambda s: int(s[0]) if s[0].isdigit() else -1)
+            for run, states in runs.items()}
+
+
+def service_logs(client, run_id: str, node_id: int, tail: int, follow: bool):
+    """A node's output lines (its record left out) from the manager."""
+    services = client.services.list(filters={"label": f"{LABEL}={run_id}",
+                                             "name": f"{run_id}-node-{node_id}"})
+    if not services:
+        return
+    stream = services[0].logs(stdout=True, stderr=True, follow=follow,
+                              tail=tail if tail else "all")
+    for line in _lines(stream):
+        if not is_record_line(line):
+            yield line + "\n"

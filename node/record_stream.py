@@ -1,0 +1,61 @@
+"""A node's record as lines of its standard output, for launchers that can read a node's
+output but not its files (a Swarm's manager collects every task's output wherever it runs).
+
+Each write of the record becomes lines ``PROTOFED-RECORD <sequence> <part>/<parts> <text>``:
+the JSON cut into pieces short enough that no log driver splits them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+MARKER = "PROTOFED-RECORD"
+PIECE_CHARS = 8000  # well under the 16 KiB at which Docker's log drivers split a line
+
+
+def record_lines(document: dict, sequence: int, piece_chars: int = PIECE_CHARS) -> list[str]:
+    """The lines carrying `document` as write number `sequence`."""
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    pieces = [text[i:i + piece_chars] for i in range(0, len(text), piece_chars)] or [""]
+    return [f"{MARKER} {sequence} {index}/{len(pieces)} {piece}"
+            for index, piece in enumerate(pieces, 1)]
+
+
+@dataclass
+class RecordAssembler:
+    """Reads output lines and keeps the newest record that arrived whole."""
+
+    latest: dict | None = None
+    sequence: int = -1
+    _pieces: dict[int, dict[int, str]] = field(default_factory=dict)
+
+    def feed(self, line: str) -> bool:
+        """Take one output line; whether it completed a newer record."""
+        head, _, rest = line.strip().partition(" ")
+        if head != MARKER:
+            return False
+        try:
+            sequence_text, position, piece = (rest.split(" ", 2) + [""])[:3]
+            sequence = int(sequence_text)
+            index, parts = (int(n) for n in position.split("/"))
+        except ValueError:
+            return False
+        if sequence <= self.sequence or not 1 <= index <= parts:
+            return False
+        pieces = self._pieces.setdefault(sequence, {})
+        pieces[index] = piece
+        if len(pieces) < parts:
+            return False
+        try:
+            document = json.loads("".join(pieces[i] for i in range(1, parts + 1)))
+        except (ValueError, KeyError):
+            return False
+        self.latest, self.sequence = document, sequence
+        self._pieces = {s: p for s, p in self._pieces.items() if s > sequence}
+        return True
+
+
+def is_record_line(line: str) -> bool:
+    """Whether an output line carries part of a record (left out of the saved log)."""
+    return line.lstrip().startswith(MARKER + " ")
