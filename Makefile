@@ -35,7 +35,7 @@ test-swarm: venv
 	$(DATA_ENV) $(BIN)/python -m pytest -q -m swarm tests/test_swarm.py
 
 test-fast: venv
-	$(DATA_ENV) $(BIN)/python -m pytest -q -m "not integration"
+	$(DATA_ENV) $(BIN)/python -m pytest -q -m "not integration and not swarm"
 
 lint: venv
 	$(BIN)/pip install --quiet ruff

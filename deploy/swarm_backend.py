@@ -172,7 +172,8 @@ def push_image(client, node_image: str, config: FederationConfig, data_dir: Path
 
 
 def node_command(plan: Plan, node_id: int) -> list[str]:
-    """The node's command line inside its task."""
+    """The node's arguments inside its task (the image's entrypoint runs them: a
+    service's "command" would replace it)."""
     return node_arguments(CONFIG_TARGET, node_id, RESULTS_TARGET,
                           KEYS_TARGET if keys_dir(plan).is_dir() else None) + ["--record-stdout"]
 
@@ -384,7 +385,7 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
                                                filename=f"{KEYS_TARGET}/{secret_file(node_id)}"))
             memory = node_memory(config, container=True)
             run.services[node_id] = client.services.create(
-                image, name=name, hostname=name, command=node_command(plan, node_id),
+                image, name=name, hostname=name, args=node_command(plan, node_id),
                 env=node_environment(config), user=container_user(),
                 labels={**labels, NODE_LABEL: str(node_id)},
                 container_labels={**labels, NODE_LABEL: str(node_id)},
