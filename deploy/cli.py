@@ -15,10 +15,13 @@ from pathlib import Path
 from deploy import compose as compose_file
 from deploy import docker_backend as docker
 from deploy import image as docker_image
+from deploy import swarm_backend as swarm
 from deploy.launchers import fleets, launcher_for, refuse_user_code
 from deploy.pictures import RunFiles, write_run_files
 from deploy.pictures import preload as preload_pictures
 from deploy.plan import (
+    FEDERATION_FILE,
+    Plan,
     host_data_dir,
     new_run_id,
     prepare_data,
@@ -26,11 +29,13 @@ from deploy.plan import (
 )
 from deploy.progress import progress_for
 from deploy.report import format_table, read_node_results, summarize_records
-from deploy.runner import log_tail, watch
+from deploy.runner import log_tail, run_status, watch
 from node.config import load
 from node.data.custom import add_search_path
 from node.errors import ConfigError, ProtofedError
+from node.federation import read as read_federation
 from node.lifecycle import exit_now
+from node.settings import BACKENDS
 
 log = logging.getLogger("protofed")
 
@@ -57,11 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("-c", "--config", required=True, help="federation TOML file")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config key for this run, e.g. --set topology.kind=ring")
-    up.add_argument("--backend", choices=("local", "docker"), help="overrides deploy.backend")
+    up.add_argument("--backend", choices=BACKENDS, help="overrides deploy.backend")
     up.add_argument("--run-id", help="name of the results folder (default <name>-<time>)")
     up.add_argument("--wide", action="store_true", help=WIDE_HELP)
 
-    down = commands.add_parser("down", help="stop running federations (local and docker)")
+    down = commands.add_parser("down", help="stop running federations (local, docker and "
+                               "swarm)")
     down.add_argument("run_id", nargs="?", help="the run to stop (`protofed status` lists them)")
     down.add_argument("--all", action="store_true", help="stop every running protofed run, "
                       "local ones and every one on the Docker engine (asked on a terminal)")
@@ -86,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     compose.add_argument("--run-id", help="project name and results folder")
     compose.add_argument("--image", help="node image to use instead of building one")
 
+    collect = commands.add_parser("collect", help="fill a run folder written by `protofed "
+                                  "compose` from its nodes' output on a swarm (after "
+                                  "`docker stack deploy` of its stack.yaml)")
+    collect.add_argument("run_id", help="the run's id: its results folder's name")
+    collect.add_argument("--results-dir", default="results", help="where runs are recorded")
+    collect.add_argument("--manager", default="", help="the swarm manager's Docker API "
+                         "(default: $DOCKER_HOST, else the local engine)")
+    collect.add_argument("--wide", action="store_true", help=WIDE_HELP)
+
     report = commands.add_parser("report", help="print the table of a run and write its "
                                  "per-round CSV and pictures again")
     report.add_argument("run", help="a run's folder, or its id under --results-dir")
@@ -100,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "logs": cmd_logs,
-                "compose": cmd_compose, "report": cmd_report}[args.command](args)
+                "compose": cmd_compose, "collect": cmd_collect,
+                "report": cmd_report}[args.command](args)
     except ProtofedError as exc:
         print(f"protofed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
@@ -341,15 +357,26 @@ def cmd_compose(args: argparse.Namespace) -> int:
     cache_dir = prepare_data(config)
     data_dir = host_data_dir(config).resolve()
     plan = docker.plan_docker(config, Path(args.config), tuple(args.set), run_id)
+    engines: list = []
+
+    def engine():  # where the image is built (and pushed from): deploy.manager, else here
+        if not engines:
+            engines.append(swarm.connect(config.deploy.manager) if config.deploy.manager
+                           else docker.connect())
+        return engines[0]
     image = args.image or config.deploy.image
     if not image:
-        image = docker_image.ensure_image(docker.connect(), config.deploy.base_image)
+        image = docker_image.ensure_image(engine(), config.deploy.base_image)
     try:
         write_plan(plan)
     except FileExistsError:
         raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
                           "--run-id") from None
-    compose, stack = compose_file.write_compose(config, plan, image, data_dir, cache_dir)
+    registry_image = ""
+    if config.deploy.registry:  # a stack any swarm can run: the image through the registry
+        registry_image = swarm.push_image(engine(), image, config, data_dir)
+    compose, stack = compose_file.write_compose(config, plan, image, data_dir, cache_dir,
+                                                registry_image)
     print(compose)
     print(f"""protofed: wrote {compose} and {stack.name} for {config.nodes} nodes (image {image}).
   one host:  docker-compose -f {compose} -p {run_id} up
@@ -358,6 +385,27 @@ def cmd_compose(args: argparse.Namespace) -> int:
   results:   {plan.results_dir}  (and: protofed report {plan.results_dir})""",
           file=sys.stderr)
     return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    run_dir = Path(args.results_dir) / args.run_id
+    if not (run_dir / FEDERATION_FILE).is_file():
+        raise ConfigError(f"{run_dir}: no {FEDERATION_FILE} here: collect fills the folder "
+                          "`protofed compose` wrote for the run")
+    plan = Plan(run_id=args.run_id, source=run_dir / FEDERATION_FILE, overrides=(),
+                results_dir=run_dir.resolve(),
+                federation=read_federation(run_dir / FEDERATION_FILE))
+    run = swarm.attach(swarm.connect(args.manager), plan)
+    exits = run.poll_exits()
+    run.save_logs()
+    ended = len(exits) == len(plan.nodes)
+    swarm.write_run_file(run, run_status(exits, len(plan.nodes), stopping=False)
+                         if ended else "running")
+    if not ended:
+        print(f"protofed: nodes {sorted(set(run.services) - set(exits))} are still running: "
+              "their records are as of now", file=sys.stderr)
+    return cmd_report(argparse.Namespace(run=str(run_dir), results_dir=args.results_dir,
+                                         wide=args.wide))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

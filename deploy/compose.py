@@ -18,8 +18,17 @@ from deploy.docker_backend import (
     container_user,
     prepare_node_access,
 )
-from deploy.plan import Plan
+from deploy.plan import Plan, keys_dir
+from deploy.swarm_backend import (
+    CONFIG_TARGET,
+    KEYS_TARGET,
+    NODE_LABEL,
+    RESULTS_TARGET,
+    node_command,
+    node_environment,
+)
 from node.config import FederationConfig
+from node.net.security import PUBLIC_FILE, secret_file
 
 COMPOSE_FILE = "compose.yaml"
 STACK_FILE = "stack.yaml"
@@ -64,6 +73,58 @@ def _service(config: FederationConfig, plan: Plan, node_id: int, image: str, dat
             "networks": [NETWORK], "restart": "no", "volumes": volumes, "deploy": deploy}
 
 
+def stack_document(config: FederationConfig, plan: Plan, image: str) -> dict:
+    """The Swarm stack of the planned federation with no host path: `image` a registry
+    reference every machine pulls (the node image with the dataset), each node's key a
+    secret of its service alone, the federation file and public keys configs, results
+    written to each node's output (`protofed collect` turns them into the run folder)."""
+    labels = {LABEL: plan.run_id}
+    keys = keys_dir(plan)
+    uid, gid = container_user().split(":")
+    configs = {"federation": {"file": str(plan.federation_file.resolve()), "labels": labels}}
+    secrets = {}
+    if keys.is_dir():
+        configs["public-keys"] = {"file": str((keys / PUBLIC_FILE).resolve()), "labels": labels}
+    services = {}
+    for spec in plan.nodes:
+        node_id = spec.node_id
+        service_labels = {**labels, NODE_LABEL: str(node_id)}
+        limits = {"memory": f"{node_memory(config, container=True) // 2**20}m"}
+        if config.deploy.cpus:
+            limits["cpus"] = str(config.deploy.cpus)
+        deploy = {"restart_policy": {"condition": "none"}, "endpoint_mode": "dnsrr",
+                  "labels": service_labels, "resources": {"limits": limits}}
+        pinned = config.deploy.pin[node_id] if node_id < len(config.deploy.pin) else ""
+        if pinned:
+            deploy["placement"] = {"constraints": [f"node.hostname=={pinned}"]}
+        service = {
+            "image": image, "hostname": service_name(plan, node_id),
+            "command": node_command(plan, node_id), "user": container_user(),
+            "cap_drop": ["ALL"], "read_only": True,
+            "environment": dict(item.split("=", 1) for item in node_environment(config)),
+            "labels": service_labels, "networks": [NETWORK], "deploy": deploy,
+            "volumes": [{"type": "tmpfs", "target": SCRATCH},
+                        {"type": "tmpfs", "target": RESULTS_TARGET}],
+            "configs": [{"source": "federation", "target": CONFIG_TARGET, "uid": uid,
+                         "gid": gid, "mode": 0o444}]}
+        if keys.is_dir():
+            name = f"node-{node_id}-key"
+            secrets[name] = {"file": str((keys / secret_file(node_id)).resolve()),
+                             "labels": service_labels}
+            service["configs"].append({"source": "public-keys", "uid": uid, "gid": gid,
+                                       "target": f"{KEYS_TARGET}/{PUBLIC_FILE}", "mode": 0o444})
+            service["secrets"] = [{"source": name, "target": f"{KEYS_TARGET}/"
+                                   f"{secret_file(node_id)}", "uid": uid, "gid": gid,
+                                   "mode": 0o400}]
+        services[service_name(plan, node_id)] = service
+    network = {"driver": "overlay", "attachable": True, "labels": labels}
+    document = {"version": "3.8", "services": services, "networks": {NETWORK: network},
+                "configs": configs}
+    if secrets:
+        document["secrets"] = secrets
+    return document
+
+
 def service_name(plan: Plan, node_id: int) -> str:
     """The service (and host) name of a node: the address its peers connect to."""
     return plan.nodes[node_id].address.removeprefix("tcp://").rsplit(":", 1)[0]
@@ -76,14 +137,23 @@ def render(document: dict, how: str) -> str:
 
 
 def write_compose(config: FederationConfig, plan: Plan, image: str, data_dir: Path,
-                  cache_dir: Path | None = None) -> tuple[Path, Path]:
-    """Write compose.yaml and stack.yaml beside the run's federation file; their paths."""
+                  cache_dir: Path | None = None, registry_image: str = "") -> tuple[Path, Path]:
+    """Write compose.yaml and stack.yaml beside the run's federation file; their paths.
+    With `registry_image` (deploy.registry set) the stack mounts no host path and runs on
+    any swarm; without, it bind-mounts this machine's folders (a one-machine swarm)."""
     prepare_node_access(plan)
     compose = plan.results_dir / COMPOSE_FILE
     stack = plan.results_dir / STACK_FILE
     compose.write_text(render(compose_document(config, plan, image, data_dir, cache_dir),
                               f"One host: docker-compose -f {COMPOSE_FILE} up"))
-    stack.write_text(render(compose_document(config, plan, image, data_dir, cache_dir,
-                                             swarm=True),
-                            f"Swarm: docker stack deploy -c {STACK_FILE} NAME"))
+    if registry_image:
+        stack.write_text(render(stack_document(config, plan, registry_image),
+                                f"Any swarm: docker stack deploy -c {STACK_FILE} "
+                                f"{plan.run_id}, then protofed collect {plan.run_id}"))
+    else:
+        stack.write_text(render(compose_document(config, plan, image, data_dir, cache_dir,
+                                                 swarm=True),
+                                f"One-machine swarm (it mounts this machine's folders; set "
+                                f"deploy.registry for any swarm): docker stack deploy -c "
+                                f"{STACK_FILE} NAME"))
     return compose, stack

@@ -323,8 +323,8 @@ def write_run_file(run: SwarmRun, status: str) -> None:
     document = {"run_id": run.plan.run_id, "backend": "swarm", "status": status,
                 "services": {str(i): s.name for i, s in run.services.items()},
                 "machines": {str(i): hostnames.get(m, m) for i, m in run.machines.items()},
-                "exit_codes": {str(i): c for i, c in run.exit_codes.items()},
-                "errors": {str(i): e for i, e in run.errors.items()},
+                "exit_codes": {str(i): c for i, c in sorted(run.exit_codes.items())},
+                "errors": {str(i): e for i, e in sorted(run.errors.items())},
                 "nodes": len(run.plan.nodes)}
     (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
 
@@ -407,6 +407,19 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
         raise
     run.follow()
     write_run_file(run, "running")
+    return run
+
+
+def attach(client, plan: Plan) -> SwarmRun:
+    """The run of `plan` as the swarm has it (deployed by `protofed up` or by hand from a
+    stack file): its services by node; DeployError when it has none there."""
+    run = SwarmRun(plan, client)
+    for service in client.services.list(filters={"label": f"{LABEL}={plan.run_id}"}):
+        node = (service.attrs["Spec"].get("Labels") or {}).get(NODE_LABEL, "")
+        if node.isdigit():
+            run.services[int(node)] = service
+    if not run.services:
+        raise DeployError(f"the swarm has no services of run {plan.run_id}")
     return run
 
 

@@ -5,6 +5,7 @@ after `down`. Run by `make test-swarm` (`.ci/run` runs it after `make test`)."""
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -138,3 +139,44 @@ def test_status_lists_a_swarm_run_through_the_manager(lab, tmp_path, data_dir):
             time.sleep(2)
         assert "swarm-status  swarm" in status.stdout, status.stdout + status.stderr
         assert protofed("down", "swarm-status", timeout=300, env=env).returncode == 0
+
+
+def test_a_stack_file_written_by_compose_runs_on_the_swarm_and_collect_fills_its_folder(
+        lab, tmp_path, data_dir):
+    """`protofed compose` with deploy.registry writes a stack that mounts no host path;
+    deployed by hand, its nodes' records come back with `protofed collect`."""
+    import yaml
+
+    config = swarm_config(tmp_path, data_dir, lab, "stack-six")
+    done = protofed("compose", "-c", config, "--run-id", "stack-six", timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "results" / "stack-six"
+    stack = yaml.safe_load((folder / "stack.yaml").read_text())
+    for service in stack["services"].values():
+        assert {v["type"] for v in service["volumes"]} == {"tmpfs"}
+        assert "@sha256:" in service["image"] and service["image"].startswith(lab.registry)
+    env = {**os.environ, "DOCKER_HOST": lab.manager}
+    deploy = subprocess.run(["docker", "stack", "deploy", "-c", str(folder / "stack.yaml"),
+                             "stack-six"], capture_output=True, text=True, env=env,
+                            timeout=300, check=False)
+    assert deploy.returncode == 0, deploy.stderr
+    try:
+        import docker
+
+        manager = docker.DockerClient(base_url=lab.manager, version="1.41")
+
+        def finished():
+            services = manager.services.list(filters={"label": f"{LABEL}=stack-six"})
+            return len(services) == NODES and all(
+                any(t["Status"]["State"] == "complete" for t in s.tasks()) for s in services)
+        wait_until(finished, "every node of the stack completed", 600, interval=2)
+        manager.close()
+        collected = protofed("collect", "stack-six", "--results-dir", tmp_path / "results",
+                             env=env, timeout=300)
+        assert collected.returncode == 0, collected.stdout + collected.stderr
+        _, nodes = read_results(folder)
+        assert [n["status"] for n in nodes] == ["finished"] * NODES
+        assert len({n["machine"] for n in nodes}) == 3
+        assert "machine" in collected.stdout
+    finally:
+        assert protofed("down", "stack-six", env=env, timeout=300).returncode == 0
