@@ -138,6 +138,11 @@ def test_status_lists_a_swarm_run_through_the_manager(lab, tmp_path, data_dir):
                 break
             time.sleep(2)
         assert "swarm-status  swarm" in status.stdout, status.stdout + status.stderr
+
+        def logged():
+            logs = protofed("logs", "swarm-status", "2", "--tail", "50", timeout=60, env=env)
+            return logs.returncode == 0 and "node-2 INFO" in logs.stdout
+        wait_until(logged, "node 2's log through the manager", 300, interval=2)
         assert protofed("down", "swarm-status", timeout=300, env=env).returncode == 0
 
 
