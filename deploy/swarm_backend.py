@@ -244,6 +244,8 @@ class SwarmRun:
                 self.exit_codes[node_id] = 143
                 continue
             if not tasks:
+                if self.stopping:  # scaled to 0 before its task was seen to end
+                    self.exit_codes[node_id] = 143
                 continue
             task = max(tasks, key=lambda t: t.get("CreatedAt", ""))
             status = task.get("Status", {})
@@ -278,6 +280,7 @@ class SwarmRun:
 
     def stop(self, grace: float = 5.0) -> None:
         """Ask every node's task to stop (SIGTERM, then SIGKILL after the grace)."""
+        self.poll_exits()  # what ended on its own keeps its exit code
         self.stopping = True
         for node_id, service in self.services.items():
             if node_id not in self.exit_codes:

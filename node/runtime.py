@@ -267,6 +267,7 @@ class Node:
         config, node_id, peers = self.config, self.node_id, self.peers
         algorithm, data = self.algorithm, self.algorithm.data
         result = self.recorder.result
+        result.machine = os.environ.get("PROTOFED_MACHINE") or None  # set on a swarm
         handshake_started = time.monotonic()
         peers.handshake(config.timeouts.startup)
         result.handshake_seconds = time.monotonic() - handshake_started
@@ -294,7 +295,6 @@ class Node:
         interface = os.environ.get("PROTOFED_INTERFACE")
         if interface:  # set by the container backends: this container's own interface
             result.interface_bytes = interface_counters(interface)
-        result.machine = os.environ.get("PROTOFED_MACHINE") or None  # set on a swarm
         result.status = "finished"
         if first > config.rounds:  # back after the last round: nothing of it is current
             log.warning("node %d: came back after the federation's last round and trained "
