@@ -266,15 +266,16 @@ class DockerFleet(Fleet):
 
 class SwarmFleet(Fleet):
     """Service runs on the swarm whose manager is $DOCKER_HOST (or the local engine); no
-    manager is no error."""
+    manager is no error. First among the fleets: a swarm run's containers on the manager
+    are its services' to stop, not the Docker fleet's."""
 
     name = "swarm"
 
     def __init__(self) -> None:
         try:
             self.client = swarm.connect()
-        except ProtofedError as exc:
-            self.client, self.unavailable = None, str(exc)
+        except ProtofedError:  # no engine (the Docker fleet says so) or not a manager
+            self.client = None
 
     def _running(self) -> dict[str, list[tuple[str, str]]]:
         return swarm.running_runs(self.client) if self.client is not None else {}

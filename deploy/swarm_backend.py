@@ -345,62 +345,20 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
     """Create the run's network, configs, secrets and one service per node (placed by
     `constraints`); on any failure remove all of it."""
     import docker.errors
-    from docker.types import (
-        ConfigReference,
-        EndpointSpec,
-        Mount,
-        Resources,
-        RestartPolicy,
-        SecretReference,
-    )
 
     run_id = plan.run_id
     if client.services.list(filters={"label": f"{LABEL}={run_id}"}):
         raise DeployError(f"run {run_id} already has services on this swarm: pick another "
                           f"--run-id or `protofed down {run_id}`")
     run = SwarmRun(plan, client)
-    labels = {LABEL: run_id}
     try:
         network = client.networks.create(network_name(run_id), driver="overlay",
-                                         attachable=True, labels=labels)
-        federation = client.configs.create(name=f"{run_id}-federation", labels=labels,
-                                           data=plan.federation_file.read_bytes())
-        keys = keys_dir(plan)
-        public = client.configs.create(name=f"{run_id}-public-keys", labels=labels,
-                                       data=(keys / PUBLIC_FILE).read_bytes()
-                                       ) if keys.is_dir() else None
-        uid, gid = (int(part) for part in container_user().split(":"))
+                                         attachable=True, labels={LABEL: run_id})
+        shared = _shared_files(client, plan)
         for spec in plan.nodes:
-            node_id = spec.node_id
-            name = f"{run_id}-node-{node_id}"
-            configs = [ConfigReference(federation.id, federation.name, filename=CONFIG_TARGET,
-                                       uid=str(uid), gid=str(gid), mode=0o444)]
-            secrets = []
-            if public is not None:
-                configs.append(ConfigReference(public.id, public.name, uid=str(uid),
-                                               gid=str(gid), mode=0o444,
-                                               filename=f"{KEYS_TARGET}/{PUBLIC_FILE}"))
-                secret = client.secrets.create(
-                    name=f"{name}-key", labels={**labels, NODE_LABEL: str(node_id)},
-                    data=(keys / secret_file(node_id)).read_bytes())
-                secrets.append(SecretReference(secret.id, secret.name, uid=str(uid),
-                                               gid=str(gid), mode=0o400,
-                                               filename=f"{KEYS_TARGET}/{secret_file(node_id)}"))
-            memory = node_memory(config, container=True)
-            run.services[node_id] = client.services.create(
-                image, name=name, hostname=name, args=node_command(plan, node_id),
-                env=node_environment(config), user=container_user(),
-                labels={**labels, NODE_LABEL: str(node_id)},
-                container_labels={**labels, NODE_LABEL: str(node_id)},
-                networks=[network.id], endpoint_spec=EndpointSpec(mode="dnsrr"),
-                restart_policy=RestartPolicy(condition="none"),
-                resources=Resources(mem_limit=memory,
-                                    cpu_limit=int(config.deploy.cpus * 1e9) or None),
-                constraints=constraints.get(node_id, []),
-                configs=configs, secrets=secrets, cap_drop=["ALL"], read_only=True,
-                mounts=[Mount(SCRATCH, None, type="tmpfs"),
-                        Mount(RESULTS_TARGET, None, type="tmpfs")],
-                stop_grace_period=STOP_GRACE_NS)
+            run.services[spec.node_id] = _service(client, config, plan, spec.node_id, image,
+                                                  network.id, shared,
+                                                  constraints.get(spec.node_id, []))
     except docker.errors.APIError as exc:
         remove_run(client, run_id)
         raise DeployError(f"starting run {run_id} on the swarm failed: "
@@ -411,6 +369,57 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
     run.follow()
     write_run_file(run, "running")
     return run
+
+
+def _owner() -> dict[str, object]:
+    """uid and gid of the node user, as Docker's secret and config references want them."""
+    uid, gid = container_user().split(":")
+    return {"uid": uid, "gid": gid}
+
+
+def _shared_files(client, plan: Plan) -> list:
+    """The configs every node gets: the federation file and (with keys) the public keys."""
+    from docker.types import ConfigReference
+
+    labels = {LABEL: plan.run_id}
+    federation = client.configs.create(name=f"{plan.run_id}-federation", labels=labels,
+                                       data=plan.federation_file.read_bytes())
+    shared = [ConfigReference(federation.id, federation.name, filename=CONFIG_TARGET,
+                              mode=0o444, **_owner())]
+    keys = keys_dir(plan)
+    if keys.is_dir():
+        public = client.configs.create(name=f"{plan.run_id}-public-keys", labels=labels,
+                                       data=(keys / PUBLIC_FILE).read_bytes())
+        shared.append(ConfigReference(public.id, public.name, mode=0o444, **_owner(),
+                                      filename=f"{KEYS_TARGET}/{PUBLIC_FILE}"))
+    return shared
+
+
+def _service(client, config: FederationConfig, plan: Plan, node_id: int, image: str,
+             network: str, shared: list, constraints: list[str]):
+    """Node `node_id`'s service, with its own key as a secret only it gets."""
+    from docker.types import EndpointSpec, Mount, Resources, RestartPolicy, SecretReference
+
+    name = f"{plan.run_id}-node-{node_id}"
+    labels = {LABEL: plan.run_id, NODE_LABEL: str(node_id)}
+    secrets = []
+    keys = keys_dir(plan)
+    if keys.is_dir():
+        secret = client.secrets.create(name=f"{name}-key", labels=labels,
+                                       data=(keys / secret_file(node_id)).read_bytes())
+        secrets.append(SecretReference(secret.id, secret.name, mode=0o400, **_owner(),
+                                       filename=f"{KEYS_TARGET}/{secret_file(node_id)}"))
+    return client.services.create(
+        image, name=name, hostname=name, args=node_command(plan, node_id),
+        env=node_environment(config), user=container_user(), labels=labels,
+        container_labels=labels, networks=[network], endpoint_spec=EndpointSpec(mode="dnsrr"),
+        restart_policy=RestartPolicy(condition="none"),
+        resources=Resources(mem_limit=node_memory(config, container=True),
+                            cpu_limit=int(config.deploy.cpus * 1e9) or None),
+        constraints=constraints, configs=shared, secrets=secrets, cap_drop=["ALL"],
+        read_only=True, mounts=[Mount(SCRATCH, None, type="tmpfs"),
+                                Mount(RESULTS_TARGET, None, type="tmpfs")],
+        stop_grace_period=STOP_GRACE_NS)
 
 
 def attach(client, plan: Plan) -> SwarmRun:
