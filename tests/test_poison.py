@@ -46,6 +46,31 @@ def test_no_honest_node_crashes_or_sends_nan_under_any_rule(data_dir, tmp_path, 
         assert math.isfinite(result["rounds"][-1]["global_test"]["f1"])
 
 
+WithheldProFe = attacker_class(ProFe, "withheld")
+
+
+def honest_f1(results, attacker=1):
+    return [r["rounds"][-1]["global_test"]["f1"] for r in results if r["node"] != attacker]
+
+
+def test_under_the_default_rule_bounded_poison_costs_what_a_silent_node_costs(
+        data_dir, tmp_path, monkeypatch):
+    """The norm bound rejects every poisoned update, so the honest nodes end exactly where
+    they end when node 1's updates are all refused at the door (the most a defence can do),
+    and within 2 points of the clean run."""
+    config = ring(data_dir, "mean")
+    assert config.aggregation.norm_bound == 3.0  # the default
+    clean = honest_f1(run_in_process(config, tmp_path / "clean"))
+    runs = {}
+    for name, kind in (("poison", PoisonedProFe), ("withheld", WithheldProFe)):
+        monkeypatch.setattr(node.algorithms, "ALGORITHMS",
+                            PerNode(node.algorithms.ALGORITHMS, {1: kind}))
+        runs[name] = honest_f1(run_in_process(config, tmp_path / name))
+        monkeypatch.undo()
+    assert runs["poison"] == runs["withheld"]
+    assert sum(runs["poison"]) / 3 >= sum(clean) / 3 - 0.02, (runs, clean)
+
+
 def test_a_claimed_sample_count_or_class_count_weighs_what_the_plan_says():
     plan = DataPlan(samples=(10, 30), class_counts=torch.tensor([[5, 5, 0], [10, 0, 20]]))
     own = {"model": Payload({"w": torch.zeros(2)}, {"samples": 10}),
