@@ -57,6 +57,8 @@ def _service(config: FederationConfig, plan: Plan, node_id: int, image: str, dat
     deploy: dict = {"restart_policy": {"condition": "none"}}
     if swarm:
         deploy["endpoint_mode"] = "dnsrr"  # peers connect to the task itself, not a VIP
+        # service labels: `protofed status` and `down` find the run through the manager
+        deploy["labels"] = {LABEL: plan.run_id, NODE_LABEL: str(node_id)}
     # the estimate the Docker backend's capacity check counts, unless deploy.memory says
     limits = {"memory": config.deploy.memory or f"{node_memory(config, container=True) // 2**20}m"}
     if config.deploy.cpus:

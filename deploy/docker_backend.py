@@ -355,10 +355,15 @@ def results_folder(container) -> Path | None:
     return None
 
 
+SWARM_TASK = "com.docker.swarm.service.id"  # a container a swarm service owns
+
+
 def run_containers(client, run_id: str) -> list:
-    """A run's containers, any state; one removed while listing is left out, not an error."""
-    return client.containers.list(all=True, ignore_removed=True,
-                                  filters={"label": f"{LABEL}={run_id}"})
+    """A run's containers, any state, but not a swarm service's tasks (the swarm fleet
+    stops those through their services); one removed while listing is left out."""
+    return [c for c in client.containers.list(all=True, ignore_removed=True,
+                                              filters={"label": f"{LABEL}={run_id}"})
+            if SWARM_TASK not in c.labels]
 
 
 def down_run(client, run_id: str, grace: float = 5.0) -> tuple[int, int]:
@@ -410,6 +415,8 @@ def running_runs(client) -> dict[str, list[tuple[str, str]]]:
     runs: dict[str, list[tuple[str, str]]] = {}
     for container in client.containers.list(all=True, ignore_removed=True,
                                             filters={"label": LABEL}):
+        if SWARM_TASK in container.labels:  # the swarm fleet's
+            continue
         runs.setdefault(container.labels[LABEL], []).append(
             (container.labels.get("protofed.node", "?"), container.status))
     return {run: sorted(states, key=lambda s: int(s[0]) if s[0].isdigit() else -1)

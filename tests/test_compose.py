@@ -65,8 +65,8 @@ def test_only_the_stack_file_has_what_docker_compose_ignores(planned):
     assert all(s["deploy"]["endpoint_mode"] == "dnsrr" for s in stack["services"].values())
     assert stack["networks"]["federation"]["driver"] == "overlay"
     assert stack["services"] == {name: {**service, "deploy": {
-        **service["deploy"], "endpoint_mode": "dnsrr"}} for name, service in
-        compose["services"].items()}
+        **service["deploy"], "endpoint_mode": "dnsrr", "labels": service["labels"]}}
+        for name, service in compose["services"].items()}
 
 
 def test_awkward_paths_survive_the_round_trip(tmp_path):
