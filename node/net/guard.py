@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -26,7 +27,8 @@ log = logging.getLogger(__name__)
 
 CHECK_MS = 10  # how often every connection's unread bytes are compared with the budget
 SLACK_MESSAGES = 4  # the queue bound is checked lazily by ZeroMQ; a message being assembled
-SLACK_BYTES = 8 << 20  # the kernel's receive buffer (tcp_rmem's ceiling is 6 MiB)
+SLACK_BYTES = 8 << 20  # at least: the kernel's receive buffer (tcp_rmem's default ceiling 6 MiB)
+TCP_RMEM = Path("/proc/sys/net/ipv4/tcp_rmem")
 
 TCP_INFO_SIZE = 136
 TCP_INFO_LAST_DATA_RECV = 52  # byte offset of tcpi_last_data_recv (ms), u32
@@ -36,10 +38,21 @@ HANDSHAKE_FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE
                       | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
 
-def unread_budget(queued_messages: int, max_message_bytes: int) -> int:
+def unread_budget(queued_messages: int, max_message_bytes: int,
+                  kernel_buffer: int | None = None) -> int:
     """The unread bytes an honest connection can reach: its full queue of the largest
-    messages, with slack for ZeroMQ's lazy queue bound and the kernel's buffer."""
-    return (queued_messages + SLACK_MESSAGES) * max_message_bytes + SLACK_BYTES
+    messages, with slack for ZeroMQ's lazy queue bound and the kernel's receive buffer
+    (this machine's tcp_rmem ceiling, if larger than SLACK_BYTES)."""
+    buffer = receive_buffer_ceiling() if kernel_buffer is None else kernel_buffer
+    return (queued_messages + SLACK_MESSAGES) * max_message_bytes + max(SLACK_BYTES, buffer)
+
+
+def receive_buffer_ceiling() -> int:
+    """The most a TCP socket's receive buffer may grow to here (0 when unknown)."""
+    try:
+        return int(TCP_RMEM.read_text().split()[2])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def tcp_info(fd: int) -> bytes:
