@@ -28,7 +28,7 @@ from deploy.plan import (
     write_plan,
 )
 from deploy.progress import progress_for
-from deploy.report import format_table, read_node_results, summarize_records
+from deploy.report import ROW_LIMIT, format_table, read_node_results, summarize_records
 from deploy.runner import log_tail, run_status, watch
 from node.config import load
 from node.data.custom import add_search_path
@@ -48,6 +48,8 @@ def _version() -> str:
         return "(not installed)"
 
 
+ALL_HELP = (f"the end table with a row for every node (default: beyond {ROW_LIMIT} nodes, "
+            "the best and worst and any that did not finish)")
 WIDE_HELP = ("the end table with every column, however wide (default: the columns that "
              "fit the terminal)")
 
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--backend", choices=BACKENDS, help="overrides deploy.backend")
     up.add_argument("--run-id", help="name of the results folder (default <name>-<time>)")
     up.add_argument("--wide", action="store_true", help=WIDE_HELP)
+    up.add_argument("--all", action="store_true", dest="every", help=ALL_HELP)
 
     down = commands.add_parser("down", help="stop running federations (local, docker and "
                                "swarm)")
@@ -100,12 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--manager", default="", help="the swarm manager's Docker API "
                          "(default: $DOCKER_HOST, else the local engine)")
     collect.add_argument("--wide", action="store_true", help=WIDE_HELP)
+    collect.add_argument("--all", action="store_true", dest="every", help=ALL_HELP)
 
     report = commands.add_parser("report", help="print the table of a run and write its "
                                  "per-round CSV and pictures again")
     report.add_argument("run", help="a run's folder, or its id under --results-dir")
     report.add_argument("--results-dir", default="results", help="where runs are recorded")
     report.add_argument("--wide", action="store_true", help=WIDE_HELP)
+    report.add_argument("--all", action="store_true", dest="every", help=ALL_HELP)
     return parser
 
 
@@ -146,7 +151,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("protofed: interrupted while starting the nodes", file=sys.stderr)
         return 130
     interrupted, out_of_time = _watch(run, config)
-    return _conclude(plan, config, run, args.wide, interrupted, out_of_time)
+    return _conclude(plan, config, run, args, interrupted, out_of_time)
 
 
 def _stop_on_signals() -> None:
@@ -205,12 +210,13 @@ def _watch(run, config) -> tuple[bool, bool]:
     return interrupted, out_of_time
 
 
-def _conclude(plan, config, run, wide: bool, interrupted: bool, out_of_time: bool) -> int:
+def _conclude(plan, config, run, args: argparse.Namespace, interrupted: bool,
+              out_of_time: bool) -> int:
     """The summary, the table, the files, what went wrong; the exit code."""
     records = read_node_results(plan.results_dir, config.nodes)
     summary = _write_summary(plan, config, run, records)
     # the table first, then the pictures
-    print(format_table(summary, table_width(wide)), flush=True)
+    print(format_table(summary, table_width(args.wide), args.every), flush=True)
     files = write_run_files(plan.results_dir, records)
     stopped = [n["node"] for n in summary["nodes"] if n["status"] == "stopped"]
     if stopped and not (interrupted or out_of_time):
@@ -405,7 +411,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         print(f"protofed: nodes {sorted(set(run.services) - set(exits))} are still running: "
               "their records are as of now", file=sys.stderr)
     return cmd_report(argparse.Namespace(run=str(run_dir), results_dir=args.results_dir,
-                                         wide=args.wide))
+                                         wide=args.wide, every=args.every))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -419,7 +425,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not nodes:
         raise ConfigError(f"{run_dir}: no node-<i>.json results in this folder")
     records = read_node_results(run_dir, nodes)
-    print(format_table(summarize_records(records, run_dir.name), table_width(args.wide)))
+    print(format_table(summarize_records(records, run_dir.name), table_width(args.wide),
+                       args.every))
     _say_files(write_run_files(run_dir, records))
     return 0
 

@@ -193,9 +193,29 @@ def _line_width(columns: list[Column]) -> int:
     return sum(c.width() for c in columns) + 2 * (len(columns) - 1)
 
 
-def format_table(summary: dict[str, Any], width: int | None = None) -> str:
-    """A fixed-width table: one row per node, then the totals, then what the figures mean.
-    With `width`, columns are left out until every line fits (and the footnote says so)."""
+ROW_LIMIT = 20  # more nodes than this: the table shows the extremes (every row with --all)
+EXTREMES = 5
+
+
+def shown_rows(summary: dict[str, Any], every: bool = False) -> list[int]:
+    """Indices of the nodes the table shows: all of them up to ROW_LIMIT (or with
+    `every`), else every node that did not finish and the EXTREMES best and worst by
+    global F1, in node order."""
+    nodes = summary["nodes"]
+    if every or len(nodes) <= ROW_LIMIT:
+        return list(range(len(nodes)))
+    unfinished = {i for i, r in enumerate(nodes) if r["status"] != "finished"
+                  or r["global_f1"] is None}
+    ranked = sorted((i for i in range(len(nodes)) if i not in unfinished),
+                    key=lambda i: (nodes[i]["global_f1"], i))
+    return sorted(unfinished | set(ranked[:EXTREMES]) | set(ranked[-EXTREMES:]))
+
+
+def format_table(summary: dict[str, Any], width: int | None = None,
+                 every: bool = False) -> str:
+    """A fixed-width table: one row per node (the extremes only beyond ROW_LIMIT nodes,
+    unless `every`), then the totals over all nodes, then what the figures mean. With
+    `width`, columns are left out until every line fits (and the footnote says so)."""
     columns = table_columns(summary)
     kept = fitting(columns, width)
     last = len(kept) - 1
@@ -206,9 +226,14 @@ def format_table(summary: dict[str, Any], width: int | None = None) -> str:
 
     rule = next((r["rule"] for r in summary["nodes"] if r.get("rule")), None)
     separator = "  ".join("-" * c.width() for c in kept)
-    rows = [line([c.cells[i] for c in kept]) for i in range(len(summary["nodes"]))]
+    shown = shown_rows(summary, every)
+    rows = [line([c.cells[i] for c in kept]) for i in shown]
     notes = ["F1 and accuracy: the global test set" + (f", {rule} rule" if rule else "")
              + "; in the total row, the mean over the finished nodes."]
+    if len(shown) < len(summary["nodes"]):
+        notes.append(f"Shown: {len(shown)} of {len(summary['nodes'])} nodes, the "
+                     f"{EXTREMES} best and {EXTREMES} worst by global F1 and any that did not "
+                     "finish; the totals are over all of them (--all shows every node).")
     left_out = [c.header for c in columns if c not in kept]
     if left_out:
         notes.append(f"Not shown at this width: {', '.join(left_out)} (--wide shows every "

@@ -120,3 +120,22 @@ def test_report_fits_the_terminal_it_is_given_and_wide_shows_everything(tmp_path
     assert max(map(len, capsys.readouterr().out.splitlines())) <= 80
     assert cli.main(["report", str(tmp_path), "--wide"]) == 0
     assert "iface received" in capsys.readouterr().out
+
+
+def test_beyond_twenty_nodes_the_table_shows_the_extremes_and_all_of_them_with_all(tmp_path):
+    """100 nodes: F1 0.500 + node/1000; node 42 failed. The table shows nodes 0-4 (worst),
+    95-99 (best) and 42, the totals over all 100, and says how to see every row."""
+    for node in range(100):
+        write_node(tmp_path, node, 0.5 + node / 1000,
+                   status="failed" if node == 42 else "finished")
+    summary = summarize(tmp_path, "run", 100)
+    table = format_table(summary)
+    rows = [line.split()[0] for line in table.splitlines()[2:]
+            if line.split() and line.split()[0].isdigit()]
+    assert rows == ["0", "1", "2", "3", "4", "42", "95", "96", "97", "98", "99"]
+    assert f"{sum(1000 + n for n in range(100)):,}" in table  # bytes sent: every node
+    assert "Shown: 11 of 100 nodes" in table and "--all" in table
+    every = format_table(summary, every=True)
+    assert len([line for line in every.splitlines() if line.split()
+                and line.split()[0].isdigit()]) == 100 and "Shown:" not in every
+    assert len(format_table(summarize(tmp_path, "run", 20)).splitlines()) == 20 + 5
