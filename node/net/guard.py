@@ -5,8 +5,9 @@ ZeroMQ bounds a connection's queue in messages (RCVHWM) and each frame in size (
 but not the number of frames in one message: a peer holding a key can send messages of many
 frames just under the cap, which ZeroMQ assembles whole before anything can read them. The
 guard compares each accepted connection's kernel byte counter (tcpi_bytes_received) with
-what the node has read from it and shuts down a connection whose unread bytes exceed its
-budget (``cut_connections``); ZeroMQ then drops the message it was assembling. It also
+what the node has read from it (whenever the process grew by SCAN_GROWTH, and every
+SCAN_SECONDS) and shuts down a connection whose unread bytes exceed its budget
+(``cut_connections``); ZeroMQ then drops the message it was assembling. It also
 counts failed incoming handshakes (``failed_handshakes``), as they happen, not only when the
 node next reads.
 """
@@ -17,6 +18,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +27,10 @@ from zmq.utils.monitor import recv_monitor_message
 
 log = logging.getLogger(__name__)
 
-CHECK_MS = 10  # how often every connection's unread bytes are compared with the budget
+CHECK_MS = 10  # how often the process's memory is looked at
+SCAN_GROWTH = 16 << 20  # growth since the last scan that makes the guard scan at once
+SCAN_SECONDS = 1.0  # and the longest it goes without a scan
+PAGE = os.sysconf("SC_PAGE_SIZE")
 SLACK_MESSAGES = 4  # the queue bound is checked lazily by ZeroMQ; a message being assembled
 SLACK_BYTES = 8 << 20  # at least: the kernel's receive buffer (tcp_rmem's default ceiling 6 MiB)
 TCP_RMEM = Path("/proc/sys/net/ipv4/tcp_rmem")
@@ -51,6 +56,15 @@ def receive_buffer_ceiling() -> int:
     """The most a TCP socket's receive buffer may grow to here (0 when unknown)."""
     try:
         return int(TCP_RMEM.read_text().split()[2])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (0 when /proc cannot be read)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * PAGE
     except (OSError, ValueError, IndexError):
         return 0
 
@@ -123,11 +137,18 @@ class ConnectionGuard:
                 connection.read += nbytes
 
     def _serve(self) -> None:
+        scanned_at, scanned_rss = 0.0, 0
         while not self._stop.is_set():
             while self._monitor.poll(CHECK_MS if not self._connections else 0):
                 self._event(recv_monitor_message(self._monitor, flags=zmq.NOBLOCK))
             if self._connections:
-                self._check()
+                # Reading every connection's counters costs tens of microseconds each: they
+                # are read when the process has grown since the last reading, and every
+                # SCAN_SECONDS; what a connection holds shows in the process's memory.
+                rss, now = resident_bytes(), time.monotonic()
+                if rss - scanned_rss > SCAN_GROWTH or now - scanned_at > SCAN_SECONDS:
+                    self._check()
+                    scanned_at, scanned_rss = now, resident_bytes()
                 self._stop.wait(CHECK_MS / 1000)
 
     def _event(self, message: dict) -> None:
