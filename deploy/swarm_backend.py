@@ -463,6 +463,10 @@ def remove_run(client, run_id: str) -> dict[str, int]:
                         log.warning("could not remove %s %s: %s", kind[:-1], item.name, exc)
                         break
                     time.sleep(0.5)
+    # a swarm removes an overlay network in the background: `down` returns when it is gone
+    ends = time.monotonic() + 60
+    while _with_label(client.networks.list(), run_id) and time.monotonic() < ends:
+        time.sleep(0.5)
     return removed
 
 
