@@ -386,16 +386,23 @@ def test_an_ablation_summary_averages_the_nodes_round_by_round():
     assert ablation._cell(0.2, 0.8) == "**0.200 / 0.80**"
 
 
-def test_the_committed_robustness_report_is_what_its_results_regenerate(tmp_path):
+def assert_regenerated(module, name: str, files: tuple[str, ...], tmp_path) -> None:
+    """`module --report-only` rebuilds the committed `files` of reports/<name> byte for
+    byte from the committed results.json alone."""
     import shutil
 
-    from experiments import robustness
-    folder = REPO / "experiments" / "reports" / "robustness"
-    out = tmp_path / "robustness"
+    folder = REPO / "experiments" / "reports" / name
+    out = tmp_path / name
     out.mkdir()
     shutil.copy(folder / "results.json", out / "results.json")
-    assert robustness.main(["--out", str(out), "--report-only"]) == 0
-    assert (out / "robustness.md").read_text() == (folder / "robustness.md").read_text()
+    assert module.main(["--out", str(out), "--report-only"]) == 0
+    for file in files:
+        assert (out / file).read_bytes() == (folder / file).read_bytes(), file
+
+
+def test_the_committed_robustness_report_is_what_its_results_regenerate(tmp_path):
+    from experiments import robustness
+    assert_regenerated(robustness, "robustness", ("robustness.md",), tmp_path)
 
 
 def test_robustness_counts_the_honest_nodes_an_attack_hit():
@@ -433,3 +440,8 @@ def test_the_committed_network_report_is_rebuilt_byte_for_byte_from_its_archive(
     (tmp_path / "results.json").write_bytes((folder / "results.json").read_bytes())
     assert network.main(["--out", str(tmp_path), "--report-only"]) == 0
     assert (tmp_path / "network.md").read_bytes() == (folder / "network.md").read_bytes()
+
+
+def test_the_committed_scale_report_is_what_its_results_regenerate(tmp_path):
+    from experiments import scale
+    assert_regenerated(scale, "scale", ("scale.md", "scale.svg"), tmp_path)
