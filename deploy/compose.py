@@ -10,7 +10,9 @@ import yaml
 
 from deploy.capacity import node_memory
 from deploy.docker_backend import (
+    KEYS_MOUNT,
     LABEL,
+    RESULTS_MOUNT,
     SCRATCH,
     container_command,
     container_environment,
@@ -21,11 +23,10 @@ from deploy.docker_backend import (
 from deploy.plan import Plan, keys_dir
 from deploy.swarm_backend import (
     CONFIG_TARGET,
-    KEYS_TARGET,
     NODE_LABEL,
-    RESULTS_TARGET,
     node_command,
     node_environment,
+    pinned_machine,
 )
 from node.config import FederationConfig
 from node.net.security import PUBLIC_FILE, secret_file
@@ -59,11 +60,7 @@ def _service(config: FederationConfig, plan: Plan, node_id: int, image: str, dat
         deploy["endpoint_mode"] = "dnsrr"  # peers connect to the task itself, not a VIP
         # service labels: `protofed status` and `down` find the run through the manager
         deploy["labels"] = {LABEL: plan.run_id, NODE_LABEL: str(node_id)}
-    # the estimate the Docker backend's capacity check counts, unless deploy.memory says
-    limits = {"memory": config.deploy.memory or f"{node_memory(config, container=True) // 2**20}m"}
-    if config.deploy.cpus:
-        limits["cpus"] = str(config.deploy.cpus)
-    deploy["resources"] = {"limits": limits}
+    deploy["resources"] = {"limits": limits(config)}
     name = service_name(plan, node_id)
     # The Docker backend's privileges, less the pids limit: Compose file 3.8 has no key for
     # it. A Swarm stack also ignores no-new-privileges.
@@ -91,12 +88,9 @@ def stack_document(config: FederationConfig, plan: Plan, image: str) -> dict:
     for spec in plan.nodes:
         node_id = spec.node_id
         service_labels = {**labels, NODE_LABEL: str(node_id)}
-        limits = {"memory": f"{node_memory(config, container=True) // 2**20}m"}
-        if config.deploy.cpus:
-            limits["cpus"] = str(config.deploy.cpus)
         deploy = {"restart_policy": {"condition": "none"}, "endpoint_mode": "dnsrr",
-                  "labels": service_labels, "resources": {"limits": limits}}
-        pinned = config.deploy.pin[node_id] if node_id < len(config.deploy.pin) else ""
+                  "labels": service_labels, "resources": {"limits": limits(config)}}
+        pinned = pinned_machine(config, node_id)
         if pinned:
             deploy["placement"] = {"constraints": [f"node.hostname=={pinned}"]}
         service = {
@@ -106,7 +100,7 @@ def stack_document(config: FederationConfig, plan: Plan, image: str) -> dict:
             "environment": dict(item.split("=", 1) for item in node_environment(config)),
             "labels": service_labels, "networks": [NETWORK], "deploy": deploy,
             "volumes": [{"type": "tmpfs", "target": SCRATCH},
-                        {"type": "tmpfs", "target": RESULTS_TARGET}],
+                        {"type": "tmpfs", "target": RESULTS_MOUNT}],
             "configs": [{"source": "federation", "target": CONFIG_TARGET, "uid": uid,
                          "gid": gid, "mode": 0o444}]}
         if keys.is_dir():
@@ -114,8 +108,8 @@ def stack_document(config: FederationConfig, plan: Plan, image: str) -> dict:
             secrets[name] = {"file": str((keys / secret_file(node_id)).resolve()),
                              "labels": service_labels}
             service["configs"].append({"source": "public-keys", "uid": uid, "gid": gid,
-                                       "target": f"{KEYS_TARGET}/{PUBLIC_FILE}", "mode": 0o444})
-            service["secrets"] = [{"source": name, "target": f"{KEYS_TARGET}/"
+                                       "target": f"{KEYS_MOUNT}/{PUBLIC_FILE}", "mode": 0o444})
+            service["secrets"] = [{"source": name, "target": f"{KEYS_MOUNT}/"
                                    f"{secret_file(node_id)}", "uid": uid, "gid": gid,
                                    "mode": 0o400}]
         services[service_name(plan, node_id)] = service
@@ -125,6 +119,15 @@ def stack_document(config: FederationConfig, plan: Plan, image: str) -> dict:
     if secrets:
         document["secrets"] = secrets
     return document
+
+
+def limits(config: FederationConfig) -> dict[str, str]:
+    """A service's resource limits: the memory the capacity check counted (deploy.memory,
+    else the container estimate) and deploy.cpus."""
+    found = {"memory": config.deploy.memory or f"{node_memory(config, container=True) // 2**20}m"}
+    if config.deploy.cpus:
+        found["cpus"] = str(config.deploy.cpus)
+    return found
 
 
 def service_name(plan: Plan, node_id: int) -> str:

