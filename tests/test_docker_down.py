@@ -9,7 +9,8 @@ from deploy import docker_backend
 def test_down_counts_the_containers_it_stopped_even_when_up_removed_them_first(monkeypatch,
                                                                                tmp_path):
     found = [SimpleNamespace(labels={"protofed.node": str(i)},
-                             attrs={"Mounts": [{"Destination": docker_backend.RESULTS_MOUNT,
+                             attrs={"Mounts": [{"Type": "bind",  # as the engine lists it
+                                                "Destination": docker_backend.RESULTS_MOUNT,
                                                 "Source": str(tmp_path)}]})
              for i in range(3)]
     stopped, logs_saved = [], []
