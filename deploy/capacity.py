@@ -1,46 +1,202 @@
-"""One capacity rule for every backend: nodes x memory per node must fit the memory a host
-can give, checked before anything starts.
+"""One capacity rule for every backend: the federation's nodes must fit the memory a host can
+give, checked before any node starts, from what one node of this very config was measured
+to use.
 
-What a node counts differs by backend for one reason: a local process may briefly use more
-than its average, so the estimate is the measured average; a container's figure is also
-its hard memory limit (an OOM kill beyond it), so it must cover the peak. `deploy.memory`
-replaces both.
+The measurement (`measure_footprint`) runs in a fresh process, `python -m deploy.capacity`:
+it loads what a node loads, builds node 0's algorithm, trains PROBE_BATCHES batches,
+evaluates one batch and codes its messages, and reads its own resident memory at each
+step. From that footprint:
+
+- a local node is forked from the warm launcher and shares the runtime and the dataset with
+  it: the federation needs the shared part once, and per node what the probe added on top
+  of it plus its in-neighbours' messages;
+- a container shares nothing: per node, the probe's whole peak plus its in-neighbours'
+  messages (also the container's memory limit).
+
+`deploy.memory` replaces the per-node figure of both.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from node.config import FederationConfig, memory_bytes
 from node.errors import DeployError
 
+if TYPE_CHECKING:
+    from deploy.plan import Plan
+
 MiB, GiB = 1024**2, 1024**3
-# Measured: 475 MB average RSS over the 20 nodes of a full-MNIST ProFe run.
-LOCAL_NODE_MEMORY = 450 * MiB
-# Measured peak RSS of an MNIST node ~0.8 GB; the container's limit when deploy.memory is unset.
-CONTAINER_NODE_MEMORY = GiB
 HEADROOM = 0.9  # of a machine's available memory, leave a tenth to everything else
+PROBE_BATCHES = 2  # memory per batch does not grow with the number of batches
+PROBE_TIMEOUT = 300.0
+# A forked node touches its copy-on-write share of the launcher's Python heap, and runs
+# ZeroMQ's threads and buffers, none of which the probe has: measured 1.1 to 1.3 times the
+# probe's private growth (scale report, local nodes).
+FORKED_NODE_FACTOR = 1.25
+CONTAINER_LIMIT_MARGIN = 1.5  # a container's limit over its estimate: beyond it, an OOM kill
 
 
-def node_memory(config: FederationConfig, container: bool) -> int:
-    """Bytes one node counts: deploy.memory, else the backend's measured figure."""
+@dataclass(frozen=True)
+class NodeFootprint:
+    """Resident bytes of one node of a config, as measured by the probe."""
+
+    runtime: int  # Python, torch and the node's code loaded
+    shared: int  # ... and the dataset and global test set: what forked nodes share
+    peak: int  # the most while training, evaluating and coding its messages
+    per_neighbour: int  # one in-neighbour's messages of a round, held encoded and decoded
+
+    def forked_node(self, in_degree: int) -> int:
+        """What one more node forked from the warm launcher adds."""
+        private = max(0, self.peak - self.shared)
+        return round(FORKED_NODE_FACTOR * private) + in_degree * self.per_neighbour
+
+    def container_node(self, in_degree: int) -> int:
+        """What one node alone in its container holds at its peak."""
+        return self.peak + in_degree * self.per_neighbour
+
+
+def node_memory(config: FederationConfig, footprint: NodeFootprint | None, in_degree: int,
+                container: bool) -> int:
+    """Bytes one node counts: deploy.memory, else its estimate from the measured footprint."""
     if config.deploy.memory:
         return memory_bytes(config.deploy.memory)
-    return CONTAINER_NODE_MEMORY if container else LOCAL_NODE_MEMORY
+    if footprint is None:
+        raise DeployError("no measured footprint and no deploy.memory: nothing to count")
+    return footprint.container_node(in_degree) if container else footprint.forked_node(
+        in_degree)
 
 
-def check_memory(config: FederationConfig, available: int, container: bool, where: str) -> None:
-    """Refuse a federation whose nodes would not fit in `available` bytes of `where`
-    (0: unknown, nothing is refused)."""
-    per_node = node_memory(config, container)
-    needed = config.nodes * per_node
+def container_limit(config: FederationConfig, footprint: NodeFootprint | None,
+                    in_degree: int) -> int:
+    """A node container's memory limit (beyond it the kernel kills the node): deploy.memory,
+    else the estimate with CONTAINER_LIMIT_MARGIN, in whole MiB."""
+    if config.deploy.memory:
+        return memory_bytes(config.deploy.memory)
+    estimate = node_memory(config, footprint, in_degree, container=True)
+    return -(-round(CONTAINER_LIMIT_MARGIN * estimate) // MiB) * MiB
+
+
+def in_degrees(plan: Plan) -> list[int]:
+    """Every planned node's number of in-neighbours, in node order."""
+    return [len(member.in_neighbours) for member in plan.nodes]
+
+
+def with_limits(config: FederationConfig, footprint: NodeFootprint | None,
+                plan: Plan) -> Plan:
+    """The plan with each node container's memory limit (see container_limit)."""
+    return replace(plan, memory_limits={
+        member.node_id: container_limit(config, footprint, len(member.in_neighbours))
+        for member in plan.nodes})
+
+
+def need(config: FederationConfig, footprint: NodeFootprint | None, in_degrees: list[int],
+         container: bool) -> tuple[int, str]:
+    """Bytes `in_degrees`' nodes need together (a local run: with what they all share from
+    the launcher), and what that estimate came from, in words."""
+    per_node = [node_memory(config, footprint, d, container) for d in in_degrees]
+    shared = 0 if container or config.deploy.memory or footprint is None else footprint.shared
+    low, high = min(per_node, default=0) / MiB, max(per_node, default=0) / MiB
+    each = f"{low:.0f} MiB" if round(low) == round(high) else f"{low:.0f}-{high:.0f} MiB"
+    if config.deploy.memory:
+        source = f"deploy.memory {each} per node"
+    elif container:
+        source = f"measured {each} per node"
+    else:
+        source = f"measured {shared / MiB:.0f} MiB shared by all, {each} per node"
+    return shared + sum(per_node), source
+
+
+def check_memory(config: FederationConfig, footprint: NodeFootprint | None,
+                 in_degrees: list[int], available: int, container: bool, where: str) -> None:
+    """Refuse nodes (their in-degrees given) that would not fit in `available` bytes of
+    `where` (0: unknown, nothing is refused)."""
+    needed, source = need(config, footprint, in_degrees, container)
     if available and needed > HEADROOM * available:
-        source = "deploy.memory" if config.deploy.memory else "measured"
+        nodes = f"{len(in_degrees)} {'' if container else 'local '}nodes"
         raise DeployError(
-            f"{config.nodes} {'' if container else 'local '}nodes need about "
-            f"{needed / GiB:.1f} GiB ({source} {per_node / MiB:.0f} MiB per node) but "
-            f"{where} has {available / GiB:.1f} GiB available: use fewer nodes, a smaller "
+            f"{nodes} need about {needed / GiB:.1f} GiB ({source}) but {where} has "
+            f"{available / GiB:.1f} GiB available: use fewer nodes, a smaller "
             "deploy.memory, or a larger host")
+
+
+def probe(source: Path, overrides: tuple[str, ...]) -> NodeFootprint:
+    """Measure one node of the config in `source` (with `overrides`) in a fresh process."""
+    command = [sys.executable, "-m", "deploy.capacity", str(source.resolve())]
+    for item in overrides:
+        command += ["--set", item]
+    package_root = str(Path(__file__).resolve().parent.parent)  # found from any folder
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
+    try:
+        done = subprocess.run(command, check=False, capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT, env=env)
+    except subprocess.TimeoutExpired:
+        raise DeployError(f"measuring one node's memory took over {PROBE_TIMEOUT:.0f} s "
+                          "(set deploy.memory to skip the measurement)") from None
+    if done.returncode != 0:
+        raise DeployError("measuring one node's memory failed (set deploy.memory to skip "
+                          f"the measurement):\n{done.stderr[-2000:]}")
+    return NodeFootprint(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFootprint:
+    """Load, build and exercise node 0 of `config` in this process; its resident memory.
+
+    In a fresh process the runtime and the dataset are loaded first and count as shared;
+    in a process forked from the warm launcher (`forked`) all the launcher held is shared,
+    and the private pages the node made (smaps) count as its own.
+    """
+    import resource
+
+    from deploy.local import warm_torch
+    from node.algorithms import create
+    from node.net.guard import resident_bytes
+    from node.net.message import decode_message, encode_message
+    from node.runtime import evaluate, kind_codecs, load_node_data, prepare_process
+
+    runtime = resident_bytes()
+    if not forked:
+        warm_torch()
+    _, device = prepare_process(config, 0)
+    data = load_node_data(config, 0, device)
+    shared = runtime if forked else resident_bytes()
+    keep = PROBE_BATCHES * config.train.batch_size
+    algorithm = create(config.algorithm, config, replace(
+        data, train_x=data.train_x[:keep], train_y=data.train_y[:keep]), device, 0)
+    algorithm.train_round(1)
+    batch = config.train.eval_batch_size
+    evaluate(algorithm, data.global_x[:batch], data.global_y[:batch], data.num_classes, batch)
+    per_neighbour = 0
+    codecs = kind_codecs(config, algorithm.kinds)
+    for kind, payload in algorithm.payload().items():
+        frames = encode_message(0, 1, kind, payload.tensors, codecs.get(kind, "fp32"),
+                                payload.meta)
+        message = decode_message(frames, max_bytes=1 << 40)
+        per_neighbour += sum(len(f) for f in frames) + sum(
+            4 * t.numel() for t in message.tensors.values())
+    now, highest = resident_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = shared + private_bytes() + max(0, highest - now) if forked else max(highest, now)
+    return NodeFootprint(runtime=runtime, shared=shared, peak=peak, per_neighbour=per_neighbour)
+
+
+def private_bytes() -> int:
+    """This process's private pages, clean and dirty (0 when smaps cannot be read)."""
+    total = 0
+    try:
+        for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return total
 
 
 def available_memory() -> int:
@@ -52,3 +208,23 @@ def available_memory() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.capacity",
+                                     description="Measure one node's memory for a config "
+                                                 "(one JSON line on standard output).")
+    parser.add_argument("config")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    from node.config import load
+    from node.data.custom import add_search_path
+
+    add_search_path(Path(args.config).parent)
+    footprint = measure_footprint(load(args.config, tuple(args.set)))
+    print(json.dumps(asdict(footprint)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

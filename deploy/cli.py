@@ -12,6 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
+from deploy import capacity
 from deploy import compose as compose_file
 from deploy import docker_backend as docker
 from deploy import image as docker_image
@@ -363,6 +364,10 @@ def cmd_compose(args: argparse.Namespace) -> int:
     cache_dir = prepare_data(config)
     data_dir = host_data_dir(config).resolve()
     plan = docker.plan_docker(config, Path(args.config), tuple(args.set), run_id)
+    # each service's memory limit: deploy.memory, else measured on one node of this config
+    footprint = None if config.deploy.memory else capacity.probe(Path(args.config),
+                                                                  tuple(args.set))
+    plan = capacity.with_limits(config, footprint, plan)
     engines: list = []
 
     def engine():  # where the image is built (and pushed from): deploy.manager, else here

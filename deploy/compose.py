@@ -8,7 +8,6 @@ from pathlib import Path
 
 import yaml
 
-from deploy.capacity import node_memory
 from deploy.docker_backend import (
     KEYS_MOUNT,
     LABEL,
@@ -60,7 +59,7 @@ def _service(config: FederationConfig, plan: Plan, node_id: int, image: str, dat
         deploy["endpoint_mode"] = "dnsrr"  # peers connect to the task itself, not a VIP
         # service labels: `protofed status` and `down` find the run through the manager
         deploy["labels"] = {LABEL: plan.run_id, NODE_LABEL: str(node_id)}
-    deploy["resources"] = {"limits": limits(config)}
+    deploy["resources"] = {"limits": limits(config, plan, node_id)}
     name = service_name(plan, node_id)
     # The Docker backend's privileges, less the pids limit: Compose file 3.8 has no key for
     # it. A Swarm stack also ignores no-new-privileges.
@@ -89,7 +88,7 @@ def stack_document(config: FederationConfig, plan: Plan, image: str) -> dict:
         node_id = spec.node_id
         service_labels = {**labels, NODE_LABEL: str(node_id)}
         deploy = {"restart_policy": {"condition": "none"}, "endpoint_mode": "dnsrr",
-                  "labels": service_labels, "resources": {"limits": limits(config)}}
+                  "labels": service_labels, "resources": {"limits": limits(config, plan, node_id)}}
         pinned = pinned_machine(config, node_id)
         if pinned:
             deploy["placement"] = {"constraints": [f"node.hostname=={pinned}"]}
@@ -121,10 +120,10 @@ def stack_document(config: FederationConfig, plan: Plan, image: str) -> dict:
     return document
 
 
-def limits(config: FederationConfig) -> dict[str, str]:
-    """A service's resource limits: the memory the capacity check counted (deploy.memory,
-    else the container estimate) and deploy.cpus."""
-    found = {"memory": config.deploy.memory or f"{node_memory(config, container=True) // 2**20}m"}
+def limits(config: FederationConfig, plan: Plan, node_id: int) -> dict[str, str]:
+    """A service's resource limits: deploy.memory, else its memory limit from the plan
+    (measured, see deploy.capacity), and deploy.cpus."""
+    found = {"memory": config.deploy.memory or f"{plan.memory_limits[node_id] // 2**20}m"}
     if config.deploy.cpus:
         found["cpus"] = str(config.deploy.cpus)
     return found

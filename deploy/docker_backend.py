@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy import shaping
-from deploy.capacity import check_memory, node_memory
+from deploy import capacity, shaping
 from deploy.plan import FEDERATION_FILE, Plan, keys_dir, node_arguments
 from deploy.runner import RUN_FILE, run_status
 from node.config import FederationConfig
@@ -86,9 +85,11 @@ def plan_docker(config: FederationConfig, source: Path, overrides: tuple[str, ..
                 federation=federation)
 
 
-def check_capacity(config: FederationConfig, host_memory: int, host_cpus: int) -> None:
+def check_capacity(config: FederationConfig, footprint: capacity.NodeFootprint | None,
+                   plan: Plan, host_memory: int, host_cpus: int) -> None:
     """Refuse a federation that cannot fit this Docker host, before anything starts."""
-    check_memory(config, host_memory, container=True, where="the Docker host")
+    capacity.check_memory(config, footprint, capacity.in_degrees(plan), host_memory,
+                          container=True, where="the Docker host")
     if config.deploy.cpus > host_cpus:
         raise DeployError(f"deploy.cpus = {config.deploy.cpus} exceeds the Docker host's "
                           f"{host_cpus} CPUs")
@@ -282,8 +283,7 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
                 tmpfs={SCRATCH: "size=256m"},
                 **hardening(),
                 nano_cpus=int(config.deploy.cpus * 1e9) or None,
-                # the estimate the capacity check counted, unless deploy.memory says
-                mem_limit=node_memory(config, container=True))
+                mem_limit=plan.memory_limits.get(spec.node_id))  # see deploy.capacity
         shaping.shape_containers(plan.federation, run.containers, network_name(run_id),
                                  INTERFACE)
     except docker.errors.APIError as exc:

@@ -11,11 +11,10 @@ import socket
 from pathlib import Path
 from typing import TextIO
 
+from deploy import capacity, local, shaping
 from deploy import docker_backend as docker
 from deploy import image as docker_image
-from deploy import local, shaping
 from deploy import swarm_backend as swarm
-from deploy.capacity import available_memory, check_memory
 from deploy.plan import Plan, host_data_dir, plan_local, reserve_listeners
 from deploy.runner import Run, log_tail
 from node.config import FederationConfig, shaped_links, user_code
@@ -52,19 +51,25 @@ class LocalLauncher(Launcher):
 
     def plan(self, source: Path, overrides: tuple[str, ...], run_id: str,
              cache_dir: Path | None) -> Plan:
-        check_memory(self.config, available_memory(), container=False, where="this machine")
         shaping.preflight(shaped_links(self.config))
         local.check_user_models(self.config)
         self.listeners = reserve_listeners(self.config)
         try:
-            return plan_local(self.config, source, overrides, run_id,
+            plan = plan_local(self.config, source, overrides, run_id,
                               [sock.getsockname()[1] for sock in self.listeners])
+            # the nodes are forked from this process once it is warm: so is the probe
+            local.warm_up(self.config)
+            footprint = None if self.config.deploy.memory else local.probe_footprint(
+                self.config)
+            capacity.check_memory(self.config, footprint, capacity.in_degrees(plan),
+                                  capacity.available_memory(), container=False,
+                                  where="this machine")
+            return plan
         except BaseException:
             self.release()
             raise
 
     def start(self, plan: Plan) -> local.LocalRun:
-        local.warm_up(plan.federation.config)
         return local.start(plan, self.listeners, self.config.deploy.restarts)
 
     def release(self) -> None:
@@ -85,7 +90,10 @@ class DockerLauncher(Launcher):
         plan = docker.plan_docker(config, source, overrides, run_id)
         self.client = docker.connect()
         info = self.client.info()
-        docker.check_capacity(config, int(info.get("MemTotal", 0)), int(info.get("NCPU", 0)))
+        footprint = None if config.deploy.memory else capacity.probe(source, overrides)
+        docker.check_capacity(config, footprint, plan, int(info.get("MemTotal", 0)),
+                              int(info.get("NCPU", 0)))
+        plan = capacity.with_limits(config, footprint, plan)
         shaping.preflight(shaped_links(config), tools=("tc", "nsenter"))
         if not self.data_dir.is_dir():
             raise ConfigError(f"data.dir {self.data_dir} is not a folder: the containers mount "
@@ -122,7 +130,9 @@ class SwarmLauncher(Launcher):
         self.constraints = {spec.node_id: swarm.placement_constraints(config, available,
                                                                        spec.node_id)
                             for spec in plan.nodes}
-        swarm.check_capacity(config, self.client, available, list(self.constraints.values()))
+        footprint = None if config.deploy.memory else capacity.probe(source, overrides)
+        plan = capacity.with_limits(config, footprint, plan)
+        swarm.check_capacity(config, footprint, plan, self.client, available, self.constraints)
         node_image = config.deploy.image or docker_image.ensure_image(
             self.client, config.deploy.base_image)
         self.image = swarm.push_image(self.client, node_image, config, data_dir)

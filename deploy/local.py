@@ -13,16 +13,20 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from deploy import shaping
 from deploy.plan import Plan, host_data_dir, keys_dir, node_arguments
 from deploy.runner import RUN_FILE, run_status
 from node.config import FederationConfig, user_code
 from node.data.custom import check_models
+from node.errors import DeployError
 from node.lifecycle import MISSED_EXIT, exit_now
+
+if TYPE_CHECKING:
+    from deploy.capacity import NodeFootprint
 
 log = logging.getLogger(__name__)
 
@@ -169,10 +173,9 @@ def warm_up(config: FederationConfig) -> None:
     """
     import torch
 
-    import node.__main__  # noqa: F401 - the node's whole import tree
     from node.runtime import load_node_data
 
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    warm_torch()
     # Maps the dataset and converts the global test set, which every node evaluates on,
     # once for all the nodes (node 0's own share is dropped again).
     # Nodes on a GPU convert their own copy there instead.
@@ -191,6 +194,44 @@ def warm_up(config: FederationConfig) -> None:
         load_dataset(config.data.dataset, host_data_dir(config), download=False)
 
 
+def warm_torch() -> None:
+    """Import the node's whole tree and torch's optimizer machinery (torch imports its
+    compiler stack the first time an optimizer is built)."""
+    import torch
+
+    import node.__main__  # noqa: F401 - the node's whole import tree
+
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+
+
+def probe_footprint(config: FederationConfig) -> NodeFootprint:
+    """Measure node 0 of `config` in a process forked from this warm one, as nodes are."""
+    from deploy.capacity import NodeFootprint, measure_footprint
+
+    readable, writable = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: it never returns from here
+        try:
+            os.close(readable)
+            try:
+                answer = asdict(measure_footprint(config, forked=True))
+            except BaseException as exc:  # noqa: BLE001 - reported to the launcher
+                answer = {"error": f"{type(exc).__name__}: {exc}"}
+            os.write(writable, json.dumps(answer).encode())
+        finally:
+            exit_now(0)
+    os.close(writable)
+    with os.fdopen(readable, "rb") as pipe:
+        answer = json.loads(pipe.read() or b'{"error": "the probe ended without a word"}')
+    os.waitpid(pid, 0)
+    if "error" in answer:
+        raise DeployError(f"measuring one node's memory failed (set deploy.memory to skip "
+                          f"the measurement): {answer['error']}")
+    return NodeFootprint(**answer)
+
+
 def check_user_models(config: FederationConfig) -> int:
     """Build every model given by import path once, on the dataset's shape, before any node
     starts: a model that breaks the contract is a config error, not N crashed nodes."""
@@ -204,9 +245,11 @@ def check_user_models(config: FederationConfig) -> int:
     return check_models(config, channels, size, dataset.num_classes)
 
 
-def fork_node(plan: Plan, node_id: int, listeners: list[socket.socket]) -> ForkedNode:
+def fork_node(plan: Plan, node_id: int, listeners: list[socket.socket],
+              gate: tuple[int, int] | None = None) -> ForkedNode:
     """Start one node as a fork of this (warm) process, in its own session, its output
-    in logs/node-<i>.log, listening on the socket the launcher bound for it."""
+    in logs/node-<i>.log, listening on the socket the launcher bound for it. With a `gate`
+    (a pipe's read and write ends) the node waits until the launcher closes the write end."""
     log_path = plan.results_dir / "logs" / f"node-{node_id}.log"
     keys = str(keys_dir(plan)) if keys_dir(plan).is_dir() else None
     arguments = node_arguments(str(plan.federation_file), node_id, str(plan.results_dir),
@@ -230,6 +273,10 @@ def fork_node(plan: Plan, node_id: int, listeners: list[socket.socket]) -> Forke
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        if gate:  # in its own group already, so a stop while it waits reaches it
+            os.close(gate[1])  # its copy of the write end would keep the gate shut forever
+            os.read(gate[0], 1)  # returns (end of file) once the launcher closes its own
+            os.close(gate[0])
         output = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(output, 1)
         os.dup2(output, 2)
@@ -252,11 +299,14 @@ def fork_node(plan: Plan, node_id: int, listeners: list[socket.socket]) -> Forke
 def start(plan: Plan, listeners: list[socket.socket], restarts: int = 0) -> LocalRun:
     """Start every node, each in its own session with its log file, each on the listening
     socket the launcher bound for it (so its port cannot be taken). Nodes are forked from
-    this process after `warm_up`. The run keeps the sockets, so a node started again
+    this process after `warm_up`, all of them before any runs: each forked node would
+    otherwise compete for the CPU with this process while it forks the next (at 100 nodes on
+    2 cores the forking took 20 s). The run keeps the sockets, so a node started again
     listens on the same port."""
+    gate = os.pipe()
 
     def launch(node_id: int) -> ForkedNode:
-        return fork_node(plan, node_id, listeners)
+        return fork_node(plan, node_id, listeners, gate if gate[1] >= 0 else None)
 
     run = LocalRun(plan, restarts_left=restarts, launch=launch, listeners=list(listeners))
     try:
@@ -268,6 +318,10 @@ def start(plan: Plan, listeners: list[socket.socket], restarts: int = 0) -> Loca
             run.stop()
             run.remove()
         raise
+    finally:
+        os.close(gate[1])  # every node goes on
+        os.close(gate[0])
+        gate = (-1, -1)  # a node started again later does not wait
     write_run_file(run, "running")
     return run
 

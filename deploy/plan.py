@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.config import FederationConfig, shaped_links
@@ -27,6 +27,8 @@ class Plan:
     overrides: tuple[str, ...]
     results_dir: Path
     federation: Federation
+    # each node container's memory limit in bytes (deploy.capacity), set by its launcher
+    memory_limits: dict[int, int] = field(default_factory=dict)
 
     @property
     def nodes(self) -> tuple[Member, ...]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from deploy.plan import Plan
-from deploy.report import read_node_results
+from deploy.report import RecordReader
 
 RUN_FILE = "run.json"
 STOP_EXITS = frozenset({128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT,
@@ -40,13 +40,14 @@ def watch(run: Run, on_progress: Callable[[list[dict]], None], interval: float =
     nodes = len(run.plan.nodes)
     ends = None if deadline is None else time.monotonic() + deadline
     reported = -interval  # when progress was last read
+    records = RecordReader(run.plan.results_dir, nodes)
     while True:
         exits = run.poll_exits()
         now = time.monotonic()
         # Nodes exit one after another at the end: reading every result file at each exit
         # would delay the end by as many reads as there are nodes.
         if len(exits) == nodes or now - reported >= interval:
-            on_progress(read_node_results(run.plan.results_dir, nodes))
+            on_progress(records.read())
             reported = now
         if len(exits) == nodes:
             return True

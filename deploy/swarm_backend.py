@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.capacity import HEADROOM, GiB, node_memory
+from deploy import capacity
+from deploy.capacity import HEADROOM, GiB
 from deploy.docker_backend import (
     CONFIG_MOUNT,
     DATA_MOUNT,
@@ -86,24 +87,26 @@ def connect(manager: str = ""):
     return client
 
 
-def check_capacity(config: FederationConfig, client, available: list[tuple[str, str]],
-                   constraints: list[list[str]]) -> None:
+def check_capacity(config: FederationConfig, footprint: capacity.NodeFootprint | None,
+                   plan: Plan, client, available: list[tuple[str, str]],
+                   constraints: dict[int, list[str]]) -> None:
     """Refuse, before anything starts, nodes that would not fit the machines they go to."""
     memory = {n.id: int(n.attrs["Description"]["Resources"].get("MemoryBytes", 0))
               for n in client.nodes.list()}
-    per_node = node_memory(config, container=True)
     ids = {hostname: node for node, hostname in available}
-    counts: dict[str, int] = {}
-    for where in constraints:
+    needs: dict[str, int] = {}
+    for member in plan.nodes:
+        where = constraints.get(member.node_id) or []
         target = where[0].split("==")[1] if where else ""
         target = ids.get(target, target)
-        counts[target] = counts.get(target, 0) + 1
-    for node, count in counts.items():
-        if node and memory.get(node) and count * per_node > HEADROOM * memory[node]:
+        needs[target] = needs.get(target, 0) + capacity.node_memory(
+            config, footprint, len(member.in_neighbours), container=True)
+    for node, needed in needs.items():
+        if node and memory.get(node) and needed > HEADROOM * memory[node]:
             hostname = next((h for i, h in available if i == node), node)
-            raise DeployError(f"{count} nodes on {hostname} need {count * per_node / GiB:.1f} "
-                              f"GiB but it has {memory[node] / GiB:.1f} GiB: use fewer nodes, "
-                              "a smaller deploy.memory or more machines")
+            raise DeployError(f"the nodes placed on {hostname} need {needed / GiB:.1f} GiB but "
+                              f"it has {memory[node] / GiB:.1f} GiB: use fewer nodes, a "
+                              "smaller deploy.memory or more machines")
 
 
 def machines(client) -> list[tuple[str, str]]:
@@ -431,7 +434,7 @@ def _service(client, config: FederationConfig, plan: Plan, node_id: int, image: 
         env=node_environment(config), user=container_user(), labels=labels,
         container_labels=labels, networks=[network], endpoint_spec=EndpointSpec(mode="dnsrr"),
         restart_policy=RestartPolicy(condition="none"),
-        resources=Resources(mem_limit=node_memory(config, container=True),
+        resources=Resources(mem_limit=plan.memory_limits.get(node_id),
                             cpu_limit=int(config.deploy.cpus * 1e9) or None),
         constraints=constraints, configs=shared, secrets=secrets, cap_drop=["ALL"],
         read_only=True, mounts=[Mount(SCRATCH, None, type="tmpfs"),

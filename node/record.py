@@ -36,6 +36,8 @@ class RoundRecord:
     communication_seconds: float = 0.0
     aggregation_seconds: float = 0.0
     evaluation_seconds: float = 0.0
+    recorded_at: float = 0.0  # Unix time the round's record was made (every metric in it)
+    cpu_seconds: float = 0.0  # CPU time of the node's process (all its threads) until then
     missing_peers: list[int] = field(default_factory=list)
     rejected_peers: list[int] = field(default_factory=list)
     bytes_sent: int = 0
@@ -67,6 +69,7 @@ class NodeRecord:
     train_samples: int | None = None
     test_samples: int | None = None
     global_test_samples: int | None = None
+    started_at: float | None = None  # Unix time this node's process began
     setup_seconds: float | None = None
     handshake_seconds: float | None = None
     elapsed_seconds: float | None = None

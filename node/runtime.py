@@ -152,6 +152,7 @@ class Recorder:
     path: Path
     result: NodeRecord
     started: float = field(default_factory=time.monotonic)
+    started_at: float = field(default_factory=time.time)  # the same moment, as Unix time
     stream: bool = False  # also write each version to standard output (record_stream)
     writes: int = 0
 
@@ -218,7 +219,8 @@ def build_node(federation: Federation, node_id: int, connect: Callable[[int], Tr
         node=node_id, status="starting", algorithm=config.algorithm,
         config_digest=config.digest(), config_name=config.name,
         in_neighbours=list(member.in_neighbours), out_neighbours=list(member.out_neighbours),
-        rounds_total=config.rounds, threads=threads, device=str(device))
+        rounds_total=config.rounds, threads=threads, device=str(device),
+        started_at=recorder.started_at)
     recorder.write()
     data = load_node_data(config, node_id, device)
     algorithm = create(config.algorithm, config, data, device, node_id)
@@ -267,7 +269,11 @@ class Node:
         result = self.recorder.result
         result.machine = os.environ.get("PROTOFED_MACHINE") or None  # set on a swarm
         handshake_started = time.monotonic()
-        peers.handshake(config.timeouts.startup)
+        # A first start evaluates its initial model (round 0) while ZeroMQ's threads run the
+        # connections' handshakes: at 100 nodes on 2 cores both take about 15 s. A process
+        # started again after a crash usually rejoins later rounds and skips round 0.
+        initial = peers.handshake(config.timeouts.startup, None if self.previous else (
+            lambda: self._evaluate(algorithm, data)))
         result.handshake_seconds = time.monotonic() - handshake_started
         result.status = "running"
         first = 1
@@ -275,7 +281,8 @@ class Node:
             first = peers.joined_round + 1
             self._rejoin(self.previous, first)
         else:
-            result.rounds.append(self._round_record(0, algorithm, data, peers, {}, {}, [], []))
+            result.rounds.append(self._round_record(0, algorithm, data, peers, {}, {}, [], [],
+                                                    evaluated=initial))
             self._fill_totals(peers)  # a node stopped in round 1 still adds up to its rows
         self.recorder.write()
         for round_ in range(first, config.rounds + 1):
@@ -344,17 +351,27 @@ class Node:
 
     def _round_record(self, round_: int, algorithm: Algorithm, data: NodeData, peers: Peers,
                       train_stats: dict, timings: dict, missing: list[int],
-                      rejected: list[int]) -> RoundRecord:
-        batch = self.config.train.eval_batch_size
-        started = time.monotonic()
-        local = evaluate(algorithm, data.test_x, data.test_y, data.num_classes, batch)
-        global_ = evaluate(algorithm, data.global_x, data.global_y, data.num_classes, batch)
+                      rejected: list[int],
+                      evaluated: tuple[Evaluation, Evaluation, float] | None = None,
+                      ) -> RoundRecord:
+        """The round's record: `evaluated` (local, global, seconds) if the model was
+        evaluated already, else evaluated now."""
+        local, global_, seconds = evaluated or self._evaluate(algorithm, data)
         record = RoundRecord(
             round=round_, local_test=local, global_test=global_, train=train_stats, **timings,
-            evaluation_seconds=time.monotonic() - started, missing_peers=missing,
+            evaluation_seconds=seconds, recorded_at=time.time(),
+            cpu_seconds=time.process_time(), missing_peers=missing,
             rejected_peers=rejected)
         _count_round_bytes(record, peers)
         return record
+
+    def _evaluate(self, algorithm: Algorithm,
+                  data: NodeData) -> tuple[Evaluation, Evaluation, float]:
+        """The model on the node's local test set and on the global one; the seconds it took."""
+        batch, started = self.config.train.eval_batch_size, time.monotonic()
+        local = evaluate(algorithm, data.test_x, data.test_y, data.num_classes, batch)
+        global_ = evaluate(algorithm, data.global_x, data.global_y, data.num_classes, batch)
+        return local, global_, time.monotonic() - started
 
     def _fill_totals(self, peers: Peers) -> None:
         meter = peers.meter

@@ -5,6 +5,7 @@ the Swarm's settings only in the stack file."""
 import pytest
 import yaml
 
+from deploy.capacity import MiB, NodeFootprint, with_limits
 from deploy.compose import compose_document, write_compose
 from deploy.docker_backend import (
     SCRATCH,
@@ -73,7 +74,7 @@ def test_awkward_paths_survive_the_round_trip(tmp_path):
     """Quoting is the YAML library's: a data folder with spaces, a colon, '#' and quotes."""
     folder = tmp_path / "my data: #1 'x' \"y\""
     folder.mkdir()
-    config = deploy_config(tmp_path, nodes=2)
+    config = deploy_config(tmp_path, nodes=2, deploy={"memory": "1g"})
     plan = plan_docker(config, tmp_path / "c.toml", (), "run-3")
     write_plan(plan)
     compose, _ = written(config, plan, folder)
@@ -86,10 +87,13 @@ def test_without_keys_a_service_has_none_and_its_memory_is_the_estimate(tmp_path
     config = deploy_config(tmp_path, nodes=2, deploy={"security": "none"})
     plan = plan_docker(config, tmp_path / "c.toml", (), "run-2")
     write_plan(plan)
+    measured = NodeFootprint(runtime=200 * MiB, shared=300 * MiB, peak=400 * MiB,
+                             per_neighbour=2 * MiB)
+    plan = with_limits(config, measured, plan)
     services = compose_document(config, plan, "img:1", tmp_path)["services"]
     for node_id, service in enumerate(services.values()):
-        # no deploy.memory: the estimate the capacity check counted (1 GiB), not unlimited
-        assert service["deploy"]["resources"] == {"limits": {"memory": "1024m"}}
+        # no deploy.memory: 1.5 x the measured peak and one neighbour's messages, not unlimited
+        assert service["deploy"]["resources"] == {"limits": {"memory": "603m"}}
         assert "--keys" not in service["command"]
         assert [v["target"] for v in service["volumes"]] == [
             "/config/federation.json", "/results", "/data", SCRATCH]

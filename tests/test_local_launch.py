@@ -9,43 +9,69 @@ import sys
 
 import pytest
 
-from deploy import local
-from deploy.capacity import (
-    CONTAINER_NODE_MEMORY,
-    LOCAL_NODE_MEMORY,
-    available_memory,
-    check_memory,
-    node_memory,
-)
+from deploy import capacity, local
+from deploy.capacity import MiB, NodeFootprint, available_memory, check_memory, node_memory
 from deploy.plan import write_plan
 from node.config import from_dict
 from node.errors import DeployError
 from tests.helpers import REPO, deploy_config, local_plan, protofed, run_federation
 
+FOOTPRINT = NodeFootprint(runtime=200 * MiB, shared=300 * MiB, peak=340 * MiB,
+                          per_neighbour=MiB)
 
-def test_capacity_is_nodes_times_the_measured_footprint():
+
+def test_capacity_counts_the_shared_part_once_and_each_node_by_its_in_degree():
     config = from_dict({"nodes": 20})
-    check_memory(config, 20 * LOCAL_NODE_MEMORY * 2, container=False, where="here")  # fits
-    with pytest.raises(DeployError, match=r"20 local nodes need about 8.8 GiB \(measured "
-                                          r"450 MiB per node\) but here has 8.0 GiB"):
-        check_memory(config, 8 * 1024**3, container=False, where="here")
-    # a container's figure is its limit, which covers the peak: the same rule, 1 GiB each
-    assert node_memory(config, container=True) == CONTAINER_NODE_MEMORY == 1024**3
-    with pytest.raises(DeployError, match=r"20 nodes need about 20.0 GiB .* the Docker host"):
-        check_memory(config, 16 * 1024**3, container=True, where="the Docker host")
-    # deploy.memory replaces both; unknown availability refuses nothing
+    # a forked node: 1.25 x the 40 MiB it added over the shared 300, plus 1 MiB per neighbour
+    assert node_memory(config, FOOTPRINT, 4, container=False) == 50 * MiB + 4 * MiB
+    assert capacity.need(config, FOOTPRINT, [4] * 20, container=False)[0] == \
+        300 * MiB + 20 * 54 * MiB
+    check_memory(config, FOOTPRINT, [4] * 20, 2 * 1024**3, container=False, where="here")
+    with pytest.raises(DeployError, match=r"20 local nodes need about 1.3 GiB \(measured 300 "
+                                          r"MiB shared by all, 54 MiB per node\) but here has "
+                                          r"1.0 GiB"):
+        check_memory(config, FOOTPRINT, [4] * 20, 1024**3, container=False, where="here")
+    # a container shares nothing: its whole peak plus its neighbours' messages
+    assert node_memory(config, FOOTPRINT, 4, container=True) == 344 * MiB
+    with pytest.raises(DeployError, match=r"20 nodes need about 6.7 GiB \(measured 344 MiB "
+                                          r"per node\) but the Docker host"):
+        check_memory(config, FOOTPRINT, [4] * 20, 4 * 1024**3, container=True,
+                     where="the Docker host")
+    # its limit: 1.5 x the estimate, in whole MiB
+    assert capacity.container_limit(config, FOOTPRINT, 4) == 516 * MiB
+    # deploy.memory replaces every estimate (no measurement needed); unknown availability
+    # refuses nothing
     small = from_dict({"nodes": 20, "deploy": {"memory": "100m"}})
-    assert node_memory(small, container=False) == node_memory(small, container=True) == 100 << 20
-    check_memory(small, 3 * 1024**3, container=False, where="here")
-    check_memory(config, 0, container=False, where="here")
+    assert node_memory(small, None, 4, container=False) == 100 << 20
+    assert capacity.container_limit(small, None, 9) == 100 << 20
+    check_memory(small, None, [4] * 20, 3 * 1024**3, container=False, where="here")
+    check_memory(config, FOOTPRINT, [4] * 20, 0, container=False, where="here")
 
 
-def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(tmp_path):
-    nodes = int(available_memory() / LOCAL_NODE_MEMORY) + 10
-    done = protofed("up", "-c", REPO / "examples" / "quick.toml", "--set", f"nodes={nodes}",
-                    "--set", f"deploy.results_dir={tmp_path}", timeout=120)
+def test_the_probe_measures_one_node_of_the_config(data_dir):
+    """A fresh process's footprint: the runtime, then the data on top, then the node's own
+    peak; a neighbour's message is the int16 model and prototypes, encoded and decoded."""
+    quick = REPO / "examples" / "quick.toml"
+    footprint = capacity.probe(quick, (f"data.dir={data_dir}",))
+    assert 0 < footprint.runtime < footprint.shared < footprint.peak
+    # ProFe's student in int16 (2 bytes a weight) and fp32 once decoded: 6 bytes a weight
+    assert 400_000 < footprint.per_neighbour < 1_000_000
+
+
+def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(tmp_path,
+                                                                           data_dir):
+    quick = REPO / "examples" / "quick.toml"
+    footprint = capacity.probe(quick, (f"data.dir={data_dir}",))
+    nodes = 5  # the smallest fully connected federation this machine cannot hold
+    while capacity.need(from_dict({"nodes": nodes}), footprint, [nodes - 1] * nodes,
+                        container=False)[0] < 1.2 * available_memory():
+        nodes += 5
+    done = protofed("up", "-c", quick, "--set", f"nodes={nodes}", "--set",
+                    f"data.dir={data_dir}", "--set", f"deploy.results_dir={tmp_path}",
+                    timeout=120)
     assert done.returncode == 1, done.stderr
     assert f"{nodes} local nodes need about" in done.stderr
+    assert "(measured " in done.stderr and "MiB shared by all" in done.stderr
     assert not any(tmp_path.iterdir())  # nothing was planned or started
 
 
@@ -91,7 +117,7 @@ def test_ctrl_c_while_the_nodes_start_stops_those_already_started(tmp_path, monk
     write_plan(plan)
     started = []
 
-    def fork_node(plan, node_id, listeners):
+    def fork_node(plan, node_id, listeners, gate=None):
         if node_id == 2:
             raise KeyboardInterrupt
         # like a forked node: its own session, the stop signals it was forked under unblocked

@@ -45,6 +45,27 @@ def test_handshake_then_round_exchange_with_exact_byte_accounting():
     assert a.meter.total(SENT, kind="model") > 20  # int16: 10 values, 2 bytes each, + header
 
 
+def test_work_given_to_the_handshake_runs_after_the_hellos_and_before_the_wait():
+    """A node evaluates its initial model while its peers connect: the hellos are out
+    before that work starts, and the wait's timeout starts after it."""
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1], outs=[1])
+    b = make_peers(hub, 1, ins=[0], outs=[0])
+    seen = {}
+
+    def work():
+        seen["hello sent"] = a.meter.total(SENT, peer=1, kind="control")
+        time.sleep(0.5)  # longer than the wait's timeout below
+        return "evaluated"
+
+    other = threading.Thread(target=b.handshake, args=(5.0,))
+    other.start()
+    assert a.handshake(0.4, work) == "evaluated"
+    other.join()
+    assert seen["hello sent"] > 0
+    assert a.hello_from == {1} and a.ack_from == {1}
+
+
 def test_handshake_times_out_naming_the_silent_neighbours():
     hub = MemoryHub()
     a = make_peers(hub, 0, ins=[2], outs=[1])

@@ -39,10 +39,11 @@ def test_a_node_back_after_the_last_round_is_missed_not_finished(data_dir, tmp_p
 
     real = Peers.handshake
 
-    def late(self, timeout):
-        real(self, timeout)
+    def late(self, timeout, while_waiting=None):
+        done = real(self, timeout, while_waiting)
         if self.node_id == 1:
             self.joined_round = self.rounds  # the others are in their last round already
+        return done
 
     monkeypatch.setattr(Peers, "handshake", late)
     config = mnist_config(data_dir, 600, name="late", nodes=2, rounds=1, algorithm="fedavg",

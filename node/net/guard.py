@@ -5,17 +5,21 @@ ZeroMQ bounds a connection's queue in messages (RCVHWM) and each frame in size (
 but not the number of frames in one message: a peer holding a key can send messages of many
 frames just under the cap, which ZeroMQ assembles whole before anything can read them. The
 guard compares each accepted connection's kernel byte counter (tcpi_bytes_received) with
-what the node has read from it (whenever the process grew by SCAN_GROWTH, and every
-SCAN_SECONDS) and shuts down a connection whose unread bytes exceed its budget
+what the node has read from it (whenever the process grew by SCAN_GROWTH while bytes
+arrive, and every SCAN_SECONDS while they do) and shuts down a connection whose unread bytes
+exceed its budget
 (``cut_connections``); ZeroMQ then drops the message it was assembling. It also
 counts failed incoming handshakes (``failed_handshakes``), as they happen, not only when the
-node next reads.
+node next reads. The thread sleeps until a connection receives bytes (edge-triggered epoll on
+the accepted sockets): with a hundred nodes on a machine, a guard polling every 10 ms cost more
+CPU than the machine had (each wake-up costs about 100 us here).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -27,9 +31,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 log = logging.getLogger(__name__)
 
-CHECK_MS = 10  # how often the process's memory is looked at
+CHECK_MS = 10  # while bytes arrive, how often the process's memory is looked at
 SCAN_GROWTH = 16 << 20  # growth since the last scan that makes the guard scan at once
-SCAN_SECONDS = 1.0  # and the longest it goes without a scan
+SCAN_SECONDS = 1.0  # and the longest it goes without a scan while bytes arrive
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SLACK_MESSAGES = 4  # the queue bound is checked lazily by ZeroMQ; a message being assembled
 SLACK_BYTES = 8 << 20  # at least: the kernel's receive buffer (tcp_rmem's default ceiling 6 MiB)
@@ -117,6 +121,11 @@ class ConnectionGuard:
         self._connections: dict[int, _Connection] = {}  # socket inode -> its connection
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._arrivals = select.epoll()  # edge-triggered on every accepted connection
+        self._wake_read, self._wake_write = os.pipe()  # stop() wakes the thread through it
+        self._poller = zmq.Poller()
+        for source in (self._monitor, self._arrivals.fileno(), self._wake_read):
+            self._poller.register(source, zmq.POLLIN)
         self._thread = threading.Thread(target=self._serve, name="protofed-guard", daemon=True)
 
     def start(self) -> None:
@@ -125,8 +134,12 @@ class ConnectionGuard:
     def stop(self) -> None:
         """End the thread (before the ROUTER closes)."""
         self._stop.set()
+        os.write(self._wake_write, b"x")
         self._thread.join(timeout=5)
         self._monitor.close(0)
+        self._arrivals.close()
+        os.close(self._wake_read)
+        os.close(self._wake_write)
 
     def read(self, fd: int, nbytes: int) -> None:
         """The node read a message of `nbytes` from connection `fd` (any thread)."""
@@ -137,18 +150,28 @@ class ConnectionGuard:
                 connection.read += nbytes
 
     def _serve(self) -> None:
-        scanned_at, scanned_rss = 0.0, 0
+        scanned_at, scanned_rss, arrived = time.monotonic(), resident_bytes(), False
         while not self._stop.is_set():
-            while self._monitor.poll(CHECK_MS if not self._connections else 0):
+            # Asleep until a monitor event, bytes on a connection, or (while bytes have
+            # arrived since the last scan) the next periodic scan is due.
+            wait = max(0, int((scanned_at + SCAN_SECONDS - time.monotonic()) * 1000)) \
+                if arrived else None
+            ready = dict(self._poller.poll(wait))
+            while self._monitor.poll(0):
                 self._event(recv_monitor_message(self._monitor, flags=zmq.NOBLOCK))
-            if self._connections:
-                # Reading a connection's counters costs about 6 us (0.58 ms for 99): they
-                # are read when the process has grown since the last reading, and every
-                # SCAN_SECONDS; what a connection holds shows in the process's memory.
-                rss, now = resident_bytes(), time.monotonic()
-                if rss - scanned_rss > SCAN_GROWTH or now - scanned_at > SCAN_SECONDS:
-                    self._check()
-                    scanned_at, scanned_rss = now, resident_bytes()
+            if self._arrivals.fileno() in ready:
+                self._arrivals.poll(0)  # edge-triggered: reading the events re-arms them
+                arrived = True
+            if not arrived or not self._connections:
+                continue
+            # Reading a connection's counters costs about 6 us (0.58 ms for 99): they are
+            # read when the process has grown since the last reading, and every
+            # SCAN_SECONDS; what a connection holds shows in the process's memory.
+            rss, now = resident_bytes(), time.monotonic()
+            if rss - scanned_rss > SCAN_GROWTH or now - scanned_at >= SCAN_SECONDS:
+                self._check()
+                scanned_at, scanned_rss, arrived = now, resident_bytes(), False
+            if self._arrivals.fileno() in ready:  # bytes keep coming: coalesce wake-ups
                 self._stop.wait(CHECK_MS / 1000)
 
     def _event(self, message: dict) -> None:
@@ -160,10 +183,18 @@ class ConnectionGuard:
             if inode is not None:
                 with self._lock:
                     self._connections[inode] = _Connection(fd)
+                try:
+                    self._arrivals.register(fd, select.EPOLLIN | select.EPOLLET)
+                except OSError:  # closed already (or, reused, still registered): nothing new
+                    pass
         elif event == zmq.EVENT_DISCONNECTED:
             self._forget(fd)
 
     def _forget(self, fd: int) -> None:
+        try:
+            self._arrivals.unregister(fd)
+        except OSError:  # closing the socket removed it already
+            pass
         with self._lock:
             for inode in [i for i, c in self._connections.items() if c.fd == fd]:
                 del self._connections[inode]

@@ -9,14 +9,17 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
 from node.errors import PeerTimeout, ProtocolError
 from node.net.message import CONTROL_KINDS, Message, decode_message, encode_message, frame_bytes
 from node.net.transport import Transport
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -338,10 +341,13 @@ class Peers:
                        encode_message(self.node_id, 0, "hello", meta={"answer": 1}))
 
     # -- phases --------------------------------------------------------------------------
-    def handshake(self, timeout: float) -> None:
-        """Hello every out-neighbour and wait for their acks and every in-neighbour's hello."""
+    def handshake(self, timeout: float, while_waiting: Callable[[], T] | None = None) -> T | None:
+        """Hello every out-neighbour and wait (up to `timeout` seconds) for their acks and
+        every in-neighbour's hello. `while_waiting` runs between the hellos and the wait,
+        while ZeroMQ's threads connect; what it returns is returned."""
         for peer in self.out_neighbours:
             self._send(peer, 0, "hello", encode_message(self.node_id, 0, "hello"))
+        done_meanwhile = while_waiting() if while_waiting else None
         deadline = time.monotonic() + timeout
         while not self._handshake_done():
             remaining = deadline - time.monotonic()
@@ -354,6 +360,7 @@ class Peers:
                     f"in-neighbours {silent_in}")
             self.poll(min(remaining, 0.2))
         self.handshake_done = True
+        return done_meanwhile
 
     def _handshake_done(self) -> bool:
         return (self.ack_from >= set(self.out_neighbours)
