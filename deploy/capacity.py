@@ -37,10 +37,6 @@ MiB, GiB = 1024**2, 1024**3
 HEADROOM = 0.9  # of a machine's available memory, leave a tenth to everything else
 PROBE_BATCHES = 2  # memory per batch does not grow with the number of batches
 PROBE_TIMEOUT = 300.0
-# A forked node touches its copy-on-write share of the launcher's Python heap, and runs
-# ZeroMQ's threads and buffers, none of which the probe has: measured 1.1 to 1.3 times the
-# probe's private growth (scale report, local nodes).
-FORKED_NODE_FACTOR = 1.25
 CONTAINER_LIMIT_MARGIN = 1.5  # a container's limit over its estimate: beyond it, an OOM kill
 
 
@@ -55,8 +51,7 @@ class NodeFootprint:
 
     def forked_node(self, in_degree: int) -> int:
         """What one more node forked from the warm launcher adds."""
-        private = max(0, self.peak - self.shared)
-        return round(FORKED_NODE_FACTOR * private) + in_degree * self.per_neighbour
+        return max(0, self.peak - self.shared) + in_degree * self.per_neighbour
 
     def container_node(self, in_degree: int) -> int:
         """What one node alone in its container holds at its peak."""
@@ -115,16 +110,18 @@ def need(config: FederationConfig, footprint: NodeFootprint | None, in_degrees: 
 
 
 def check_memory(config: FederationConfig, footprint: NodeFootprint | None,
-                 in_degrees: list[int], available: int, container: bool, where: str) -> None:
+                 in_degrees: list[int], available: int, container: bool, where: str) -> str:
     """Refuse nodes (their in-degrees given) that would not fit in `available` bytes of
-    `where` (0: unknown, nothing is refused)."""
+    `where` (0: unknown, nothing is refused); else say in one line what they need."""
     needed, source = need(config, footprint, in_degrees, container)
+    nodes = f"{len(in_degrees)} {'' if container else 'local '}nodes"
     if available and needed > HEADROOM * available:
-        nodes = f"{len(in_degrees)} {'' if container else 'local '}nodes"
         raise DeployError(
             f"{nodes} need about {needed / GiB:.1f} GiB ({source}) but {where} has "
             f"{available / GiB:.1f} GiB available: use fewer nodes, a smaller "
             "deploy.memory, or a larger host")
+    have = f"{available / GiB:.1f} GiB available" if available else "availability unknown"
+    return f"memory: about {needed / GiB:.2f} GiB for {nodes} ({source}); {where}: {have}"
 
 
 def probe(source: Path, overrides: tuple[str, ...]) -> NodeFootprint:

@@ -142,6 +142,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     cache_dir = prepare_data(config)  # once per federation, before any node exists
     plan = launcher.plan(Path(args.config), overrides, run_id, cache_dir)
     _write_or_release(plan, launcher)
+    if launcher.memory_note:
+        print(f"protofed: {launcher.memory_note}", file=sys.stderr)
     print(f"protofed: run {run_id}: {config.nodes} {config.algorithm} nodes "
           f"({config.deploy.backend}) on {config.topology.kind} topology, {config.rounds} "
           f"rounds, results in {plan.results_dir}", file=sys.stderr)

@@ -86,13 +86,14 @@ def plan_docker(config: FederationConfig, source: Path, overrides: tuple[str, ..
 
 
 def check_capacity(config: FederationConfig, footprint: capacity.NodeFootprint | None,
-                   plan: Plan, host_memory: int, host_cpus: int) -> None:
-    """Refuse a federation that cannot fit this Docker host, before anything starts."""
-    capacity.check_memory(config, footprint, capacity.in_degrees(plan), host_memory,
-                          container=True, where="the Docker host")
+                   plan: Plan, host_memory: int, host_cpus: int) -> str:
+    """Refuse a federation that cannot fit this Docker host, before anything starts; else
+    what it needs, in one line."""
     if config.deploy.cpus > host_cpus:
         raise DeployError(f"deploy.cpus = {config.deploy.cpus} exceeds the Docker host's "
                           f"{host_cpus} CPUs")
+    return capacity.check_memory(config, footprint, capacity.in_degrees(plan), host_memory,
+                                 container=True, where="the Docker host")
 
 
 @dataclass

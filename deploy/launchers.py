@@ -26,6 +26,7 @@ class Launcher(abc.ABC):
 
     def __init__(self, config: FederationConfig) -> None:
         self.config = config
+        self.memory_note = ""  # what the capacity check counted, in one line
         self.refuse_unrunnable()
 
     def refuse_unrunnable(self) -> None:
@@ -61,9 +62,9 @@ class LocalLauncher(Launcher):
             local.warm_up(self.config)
             footprint = None if self.config.deploy.memory else local.probe_footprint(
                 self.config)
-            capacity.check_memory(self.config, footprint, capacity.in_degrees(plan),
-                                  capacity.available_memory(), container=False,
-                                  where="this machine")
+            self.memory_note = capacity.check_memory(
+                self.config, footprint, capacity.in_degrees(plan),
+                capacity.available_memory(), container=False, where="this machine")
             return plan
         except BaseException:
             self.release()
@@ -91,8 +92,9 @@ class DockerLauncher(Launcher):
         self.client = docker.connect()
         info = self.client.info()
         footprint = None if config.deploy.memory else capacity.probe(source, overrides)
-        docker.check_capacity(config, footprint, plan, int(info.get("MemTotal", 0)),
-                              int(info.get("NCPU", 0)))
+        self.memory_note = docker.check_capacity(config, footprint, plan,
+                                                 int(info.get("MemTotal", 0)),
+                                                 int(info.get("NCPU", 0)))
         plan = capacity.with_limits(config, footprint, plan)
         shaping.preflight(shaped_links(config), tools=("tc", "nsenter"))
         if not self.data_dir.is_dir():
@@ -132,7 +134,8 @@ class SwarmLauncher(Launcher):
                             for spec in plan.nodes}
         footprint = None if config.deploy.memory else capacity.probe(source, overrides)
         plan = capacity.with_limits(config, footprint, plan)
-        swarm.check_capacity(config, footprint, plan, self.client, available, self.constraints)
+        self.memory_note = swarm.check_capacity(config, footprint, plan, self.client,
+                                                available, self.constraints)
         node_image = config.deploy.image or docker_image.ensure_image(
             self.client, config.deploy.base_image)
         self.image = swarm.push_image(self.client, node_image, config, data_dir)

@@ -89,8 +89,9 @@ def connect(manager: str = ""):
 
 def check_capacity(config: FederationConfig, footprint: capacity.NodeFootprint | None,
                    plan: Plan, client, available: list[tuple[str, str]],
-                   constraints: dict[int, list[str]]) -> None:
-    """Refuse, before anything starts, nodes that would not fit the machines they go to."""
+                   constraints: dict[int, list[str]]) -> str:
+    """Refuse, before anything starts, nodes that would not fit the machines they go to;
+    else what each machine is to hold, in one line."""
     memory = {n.id: int(n.attrs["Description"]["Resources"].get("MemoryBytes", 0))
               for n in client.nodes.list()}
     ids = {hostname: node for node, hostname in available}
@@ -101,12 +102,16 @@ def check_capacity(config: FederationConfig, footprint: capacity.NodeFootprint |
         target = ids.get(target, target)
         needs[target] = needs.get(target, 0) + capacity.node_memory(
             config, footprint, len(member.in_neighbours), container=True)
+    held = []
     for node, needed in needs.items():
+        hostname = next((h for i, h in available if i == node), node) or "any machine"
         if node and memory.get(node) and needed > HEADROOM * memory[node]:
-            hostname = next((h for i, h in available if i == node), node)
             raise DeployError(f"the nodes placed on {hostname} need {needed / GiB:.1f} GiB but "
                               f"it has {memory[node] / GiB:.1f} GiB: use fewer nodes, a "
                               "smaller deploy.memory or more machines")
+        held.append(f"{needed / GiB:.2f} GiB on {hostname}")
+    source = "deploy.memory" if config.deploy.memory else "measured"
+    return f"memory: about {', '.join(held)} ({source})"
 
 
 def machines(client) -> list[tuple[str, str]]:

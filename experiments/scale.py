@@ -4,14 +4,19 @@ pair, int16, fully connected and 6-regular.
     python -m experiments.scale [--nodes 5 10 20 50 100] [--topologies fully_connected
         k_regular] [--rounds 3] [--report-only]
 
-Each cell is one `protofed up` on the local backend, watched from outside (its result
-files every 50 ms, the processes' PSS every PSS_EVERY seconds), with 600 MNIST images per
-node (the subset grows with
-the federation, so one node's work stays the same). Per cell: start-up to round 0, seconds
-per round, CPU seconds of the launcher and every node, peak total PSS, bytes sent per node
-per round, and the exit time after the last result. Cells are kept in
-experiments/reports/scale/results.json across invocations; scale.md and scale.svg are
-rebuilt from that file alone (`--report-only`).
+Each cell is one `protofed up` on the local backend, with the capacity check measuring its
+own estimate. Each node holds the same work at every size: 540 MNIST images (432 to train,
+108 to test) and the same global test set of 1,000 images (its size fixed, not a fraction of
+a subset that grows with the federation: every node evaluates on it every round). Per cell,
+from the nodes' records (their wall-clock and CPU stamps, read after the run, so watching
+costs nothing while it runs): start-up to round 0, seconds per round, the nodes' start-up
+phases, CPU seconds of the launcher and every node, bytes sent per node per round; from the
+kernel: the peak memory of the launcher and all its nodes together (a memory cgroup's
+max_usage_in_bytes: every page counted once, nothing sampled; needs root and cgroup v1's
+memory controller, as on this machine). Sampling every process's PSS instead was starved
+of CPU by the nodes it measured (one sample of 50 busy nodes took 22 s) and missed peaks.
+Cells are kept in experiments/reports/scale/results.json across invocations; scale.md and
+scale.svg are rebuilt from that file alone (`--report-only`).
 """
 
 from __future__ import annotations
@@ -19,25 +24,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from experiments.bench_lifecycle import descendants, node_states, pss_bytes
+from experiments.bench_lifecycle import node_states
 
 OUT = Path(__file__).resolve().parent / "reports" / "scale"
 REPO = Path(__file__).resolve().parent.parent
-IMAGES_PER_NODE = 600
-PSS_EVERY = 0.5  # seconds between PSS samples (result files: every 50 ms)
+IMAGES_PER_NODE = 540  # 432 train + 108 local test
+GLOBAL_TEST = 1000
+CGROUPS = Path("/sys/fs/cgroup/memory")
 DEGREE = 6  # the sparse topology: a random 6-regular graph
 TOPOLOGIES = {"fully_connected": "fully connected", "k_regular": "6-regular"}
-# What the capacity check counts per node. Its measured default (450 MiB, a full-MNIST
-# node) refuses 50 nodes of 600 images each here; 150 MiB is above this config's measured
-# peak per node (the table's peak PSS over nodes).
-NODE_MEMORY = "150m"
+# what `protofed up` prints of its capacity check
+ESTIMATE = re.compile(r"memory: about ([0-9.]+) GiB for")
 
 
 def cell_key(nodes: int, topology: str) -> str:
@@ -45,10 +51,11 @@ def cell_key(nodes: int, topology: str) -> str:
 
 
 def config_text(nodes: int, topology: str, rounds: int, data_dir: str, results: Path) -> str:
-    """The cell's federation: ProFe's defaults (the CNN pair, int16), 600 images a node."""
+    """The cell's federation: ProFe's defaults (the CNN pair, int16), the same data per node."""
     # fewer than 7 nodes have no 6-regular graph: each node then has all the others
     degree = min(DEGREE, nodes - 1)
     graph = f'kind = "{topology}"' + (f"\nk = {degree}" if topology == "k_regular" else "")
+    subset = IMAGES_PER_NODE * nodes + GLOBAL_TEST
     return f"""name = "scale"
 nodes = {nodes}
 rounds = {rounds}
@@ -60,81 +67,111 @@ algorithm = "profe"
 dataset = "mnist"
 dir = "{data_dir}"
 download = false
-subset = {min(70000, IMAGES_PER_NODE * nodes)}
+subset = {subset}
+global_test_fraction = {GLOBAL_TEST / subset!r}
 [timeouts]
 startup = 300
 round = 900
 [deploy]
 results_dir = "{results}"
-memory = "{NODE_MEMORY}"
 """
 
 
-def children_cpu() -> float:
-    """CPU seconds of this process's waited-for descendants so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+def cpu_of(who: int) -> float:
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
 
 
 def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path) -> dict:
-    """Run one cell to the end, watching it; its figures."""
+    """Run one cell to the end; its figures."""
     run_id = f"scale-{topology}-{nodes}"
     config = workdir / f"{run_id}.toml"
     config.write_text(config_text(nodes, topology, rounds, data_dir, workdir / "results"))
     run_dir = workdir / "results" / run_id
-    cpu_before, started = children_cpu(), time.monotonic()
-    launcher = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "-c", str(config),
-                                 "--run-id", run_id], cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
-    done_at: dict[int, float] = {}  # round -> when every node had recorded it
-    finished = None
-    peak_pss, pss_at = 0, 0.0
-    while launcher.poll() is None:
-        states = node_states(run_dir, nodes)
-        now = time.monotonic()
-        recorded = min(len(s.get("rounds") or []) for s in states)
-        for round_ in range(recorded):
-            done_at.setdefault(round_, now - started)
-        if finished is None and all(s.get("status") == "finished" for s in states):
-            finished = now
-        # Reading every process's smaps is costly with 100 nodes on 2 cores (it slowed the
-        # start-up being measured): PSS is sampled less often than the result files.
-        if now - pss_at >= PSS_EVERY:
-            peak_pss = max(peak_pss, sum(pss_bytes(p) for p in descendants(launcher.pid)))
-            pss_at = now
-        time.sleep(0.05)
-    exited = time.monotonic()
-    stderr = launcher.stderr.read() if launcher.stderr else ""
+    cgroup = CGROUPS / f"protofed-{run_id}"
+    cgroup.mkdir()
+    cpu_before = cpu_of(resource.RUSAGE_CHILDREN)
+    launched = time.time()
+    try:
+        launcher = subprocess.run(
+            [sys.executable, "-m", "deploy.cli", "up", "-c", str(config), "--run-id", run_id],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            check=False,  # the launcher and every node it forks are charged to the cgroup
+            preexec_fn=lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid())))
+        exited = time.time()
+        peak_memory = int((cgroup / "memory.max_usage_in_bytes").read_text())
+    finally:
+        cgroup.rmdir()
+    stderr = launcher.stderr
     if launcher.returncode != 0:
         raise SystemExit(f"{run_id}: protofed up failed:\n{stderr[-3000:]}")
+    estimate = ESTIMATE.search(stderr)
     records = node_states(run_dir, nodes)
-    last = max(done_at) if done_at else 0
+    done_at = [max(r["rounds"][k]["recorded_at"] for r in records) - launched
+               for k in range(rounds + 1)]
+    ended = max((run_dir / f"node-{i}.json").stat().st_mtime for i in range(nodes))
+
+    def phase(values: list[float]) -> list[float]:
+        return [round(statistics.median(values), 2), round(max(values), 2)]
+
     return {"nodes": nodes, "topology": topology, "rounds": rounds,
             "in_degree": len(records[0]["in_neighbours"]),
-            "startup_to_round0_s": round(done_at.get(0, exited - started), 2),
-            "seconds_per_round": round((done_at.get(last, 0) - done_at.get(0, 0))
-                                       / max(last, 1), 2),
-            "cpu_seconds": round(children_cpu() - cpu_before, 1),
-            "peak_total_pss_gb": round(peak_pss / 1e9, 2),
+            "startup_to_round0_s": round(done_at[0], 2),
+            "startup_phases_median_max_s": {
+                "setup": phase([r["setup_seconds"] for r in records]),
+                "handshake_with_round0_evaluation": phase(
+                    [r["handshake_seconds"] for r in records]),
+                "round0_evaluation": phase(
+                    [r["rounds"][0]["evaluation_seconds"] for r in records])},
+            "node_cpu_to_round0_s": round(sum(r["rounds"][0]["cpu_seconds"] for r in records), 1),
+            "seconds_per_round": round((done_at[-1] - done_at[0]) / rounds, 2),
+            "aggregation_seconds": round(statistics.median(
+                sum(k["aggregation_seconds"] for k in r["rounds"][1:]) / rounds
+                for r in records), 2),
+            "cpu_seconds": round(cpu_of(resource.RUSAGE_CHILDREN) - cpu_before, 1),
+            "peak_memory_gb": round(peak_memory / 1e9, 2),
+            "capacity_estimate_gb": round(float(estimate.group(1)) * 2**30 / 1e9, 2)
+            if estimate else None,
             "bytes_per_node_per_round": round(sum(r["bytes_sent"] for r in records)
                                               / nodes / rounds),
-            "exit_after_last_result_s": round(exited - (finished or exited), 2),
-            "wall_s": round(exited - started, 1),
+            "exit_after_last_result_s": round(exited - ended, 2),
+            "wall_s": round(exited - launched, 1),
             "mean_f1": round(sum(r["rounds"][-1]["global_test"]["f1"] for r in records)
                              / nodes, 4)}
 
 
 def expected(rows: list[dict], key: str, grows_with: str) -> dict[int, float]:
-    """The figure at each size if it grew as `grows_with` ("nodes" or "in_degree") from
-    the smallest cell of the same topology."""
-    first = min(rows, key=lambda r: r["nodes"])
-    unit = first[key] / first[grows_with]
-    return {r["nodes"]: unit * r[grows_with] for r in rows}
+    """The figure at each size on the straight line in `grows_with` ("nodes" or
+    "in_degree") through the two smallest cells of the same topology."""
+    first, second = rows[0], rows[1]
+    run = second[grows_with] - first[grows_with]
+    slope = (second[key] - first[key]) / run if run else 0.0
+    return {r["nodes"]: first[key] + slope * (r[grows_with] - first[grows_with]) for r in rows}
 
 
-GROWTH = (("peak_total_pss_gb", "nodes", "peak total PSS (GB)"),
+GROWTH = (("peak_memory_gb", "nodes", "peak memory (GB)"),
           ("bytes_per_node_per_round", "in_degree", "bytes sent per node per round"),
+          ("aggregation_seconds", "in_degree", "aggregation s per round (median node)"),
           ("cpu_seconds", "nodes", "CPU seconds"))
+
+
+def why(key: str, ratio: float, rows: list[dict]) -> str:
+    """The end of a growth sentence: '.' when the figure follows its line (within 25%),
+    else the reason it departs."""
+    if abs(ratio - 1) <= 0.25:
+        return "."
+    in_degree_grows = rows[-1]["in_degree"] > rows[1]["in_degree"]
+    if key == "peak_memory_gb" and in_degree_grows:
+        return (": every node holds a round's messages from each in-neighbour, so with the "
+                "in-degree growing with the nodes, memory grows with their square.")
+    if key == "cpu_seconds" and in_degree_grows:
+        return (": every node decodes and aggregates each in-neighbour's messages, so CPU "
+                "grows with the nodes times the in-degree.")
+    if key == "aggregation_seconds":
+        return (": these are wall-clock seconds while every node shares the machine's cores, "
+                "so they grow with the nodes competing for the CPU as well as with the "
+                "in-degree.")
+    return ": not explained here."
 
 
 def render(results: dict, command: str) -> str:
@@ -142,34 +179,50 @@ def render(results: dict, command: str) -> str:
     lines = ["# Scale: ProFe nodes on one machine", "",
              (f"Produced by `{command}` on {results.get('machine', '?')}; rebuild from "
              "results.json with `python -m experiments.scale --report-only`."), "",
-             (f"Local backend, ProFe defaults (the paper's CNN pair, int16), MNIST with "
-              f"{IMAGES_PER_NODE} images per node, CurveZMQ on, seed 1, deploy.memory = "
-              f"{NODE_MEMORY} (what the capacity check counts). Start-up: from "
-              "launching `protofed up` until every node recorded round 0; seconds per "
-              "round: between every node's round 0 and its last round, divided by the "
-              "rounds; CPU: the launcher and every node; PSS: the largest sum over those "
-              f"processes, sampled every {PSS_EVERY:g} s (the result files every 50 ms)."), ""]
+             (f"Local backend, ProFe defaults (the paper's CNN pair, int16), CurveZMQ on, seed "
+              f"1, {results.get('rounds', 3)} rounds. Every node has the same work at every "
+              f"size: {IMAGES_PER_NODE} MNIST images of its own and a global test set of "
+              f"{GLOBAL_TEST:,} images. Start-up: from launching `protofed up` until the last "
+              "node recorded round 0 (its initial model evaluated, every neighbour "
+              "connected); seconds per round: from there to the last node's last round, "
+              "divided by the rounds; CPU: the launcher and every node; peak memory: the "
+              "kernel's peak for the launcher and its nodes together (a memory cgroup, each "
+              "page counted once); estimate: what the capacity check counted before "
+              "starting the nodes (from its probe of one node)."), ""]
     for topology, title in TOPOLOGIES.items():
         rows = sorted((c for c in results["cells"].values() if c["topology"] == topology),
                       key=lambda c: c["nodes"])
         if not rows:
             continue
         lines += [f"## {title}", "",
-                  ("| nodes | in-degree | start-up (s) | s per round | CPU s | peak PSS (GB) | "
-                  "bytes per node per round | exit after last result (s) | mean F1 |"),
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  ("| nodes | in-degree | start-up (s) | s per round | aggregation s per round "
+                   "| CPU s | peak memory (GB) | estimate (GB) | estimate / peak | bytes per node "
+                   "per round | exit after last result (s) | mean F1 |"),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['nodes']} | {r['in_degree']} | {r['startup_to_round0_s']} | "
-                  f"{r['seconds_per_round']} | {r['cpu_seconds']} | {r['peak_total_pss_gb']} | "
+                  f"{r['seconds_per_round']} | {r['aggregation_seconds']} | "
+                  f"{r['cpu_seconds']} | {r['peak_memory_gb']} | "
+                  f"{r['capacity_estimate_gb']} | "
+                  f"{r['capacity_estimate_gb'] / r['peak_memory_gb']:.2f} | "
                   f"{r['bytes_per_node_per_round']:,} | {r['exit_after_last_result_s']} | "
                   f"{r['mean_f1']:.4f} |" for r in rows]
+        lines += ["", ("Start-up phases, median and slowest node (s): setup; handshake (with "
+                  "round 0's evaluation, which runs while it waits); round 0's evaluation; "
+                  "the nodes' CPU seconds until round 0 in all."), ""]
+        for r in rows:
+            phases = r["startup_phases_median_max_s"]
+            lines.append(f"- {r['nodes']} nodes: " + "; ".join(
+                f"{a} / {b}" for a, b in phases.values())
+                + f"; {r['node_cpu_to_round0_s']} CPU s")
         lines.append("")
-        if len(rows) > 1:
+        if len(rows) > 2:
             largest = rows[-1]
             for key, grows_with, label in GROWTH:
                 ratio = largest[key] / expected(rows, key, grows_with)[largest["nodes"]]
-                lines.append(f"- {label} at {largest['nodes']} nodes: {ratio:.2f} times "
-                             f"what growth in proportion to {grows_with.replace('_', '-')} "
-                             f"from {rows[0]['nodes']} nodes predicts.")
+                lines.append(f"- {label} at {largest['nodes']} nodes: {ratio:.2f} times the "
+                             f"straight line in {grows_with.replace('_', '-')} through the "
+                             f"{rows[0]['nodes']}- and {rows[1]['nodes']}-node cells"
+                             + why(key, ratio, rows))
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -193,7 +246,7 @@ def picture(results: dict, path: Path) -> None:
                 continue
             sizes = [r["nodes"] for r in rows]
             line, = axis.plot(sizes, [r[key] for r in rows], marker="o", label=title)
-            if grows_with and len(rows) > 1:
+            if grows_with and len(rows) > 2:
                 guess = expected(rows, key, grows_with)
                 axis.plot(sizes, [guess[n] for n in sizes], linestyle="--",
                           color=line.get_color(), label=f"{title}: expected")
@@ -223,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         data_dir = os.environ.get("PROTOFED_DATA_DIR", str(REPO.parent / "shared" / "datasets"))
         results["machine"] = f"{os.cpu_count()} cores"
+        results["rounds"] = args.rounds
         for nodes in args.nodes:
             for topology in args.topologies:
                 key = cell_key(nodes, topology)

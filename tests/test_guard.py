@@ -50,3 +50,30 @@ def test_many_frame_messages_get_a_connection_closed_and_an_honest_full_queue_do
     finally:
         for transport in (receiver, thief, honest):
             transport.close(0)
+
+
+def test_the_guard_sleeps_while_no_bytes_arrive_and_looks_when_they_do(rings, monkeypatch):  # noqa: F811
+    """An idle node costs nothing: with neighbours connected and silent, the guard does not
+    wake (an earlier guard read the process's memory every 10 ms: 100 idle nodes needed
+    more CPU than this machine has); bytes arriving wake it."""
+    from node.net import guard
+
+    looks = []
+    real = guard.resident_bytes
+    monkeypatch.setattr(guard, "resident_bytes", lambda: looks.append(1) or real())
+    address = free_address()
+    receiver = ZmqTransport(0, address, {}, 1 << 20, rings[0], in_neighbours=[1]).open()
+    sender = ZmqTransport(1, free_address(), {0: address}, 1 << 20, rings[1]).open()
+    try:
+        assert sender.send(0, [b"hello"])
+        assert [peer for peer, _ in drain(receiver, 1.0)] == [1]  # connected and read
+        time.sleep(1.5)  # the periodic look after the hello's bytes comes within a second
+        settled = len(looks)
+        time.sleep(1.0)
+        assert len(looks) == settled  # silent neighbours: no look at all
+        assert sender.send(0, [bytes(200_000)])
+        time.sleep(0.3)
+        assert len(looks) > settled  # bytes arrived: it looked
+    finally:
+        for transport in (receiver, sender):
+            transport.close(0)

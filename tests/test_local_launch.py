@@ -22,13 +22,13 @@ FOOTPRINT = NodeFootprint(runtime=200 * MiB, shared=300 * MiB, peak=340 * MiB,
 
 def test_capacity_counts_the_shared_part_once_and_each_node_by_its_in_degree():
     config = from_dict({"nodes": 20})
-    # a forked node: 1.25 x the 40 MiB it added over the shared 300, plus 1 MiB per neighbour
-    assert node_memory(config, FOOTPRINT, 4, container=False) == 50 * MiB + 4 * MiB
+    # a forked node: the 40 MiB it added over the shared 300, plus 1 MiB per neighbour
+    assert node_memory(config, FOOTPRINT, 4, container=False) == 40 * MiB + 4 * MiB
     assert capacity.need(config, FOOTPRINT, [4] * 20, container=False)[0] == \
-        300 * MiB + 20 * 54 * MiB
+        300 * MiB + 20 * 44 * MiB
     check_memory(config, FOOTPRINT, [4] * 20, 2 * 1024**3, container=False, where="here")
-    with pytest.raises(DeployError, match=r"20 local nodes need about 1.3 GiB \(measured 300 "
-                                          r"MiB shared by all, 54 MiB per node\) but here has "
+    with pytest.raises(DeployError, match=r"20 local nodes need about 1.1 GiB \(measured 300 "
+                                          r"MiB shared by all, 44 MiB per node\) but here has "
                                           r"1.0 GiB"):
         check_memory(config, FOOTPRINT, [4] * 20, 1024**3, container=False, where="here")
     # a container shares nothing: its whole peak plus its neighbours' messages
