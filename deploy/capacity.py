@@ -153,7 +153,6 @@ def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFoo
     """
     import resource
 
-    from deploy.local import warm_torch
     from node.algorithms import create
     from node.net.guard import resident_bytes
     from node.net.message import decode_message, encode_message
@@ -182,6 +181,16 @@ def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFoo
     now, highest = resident_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     peak = shared + private_bytes() + max(0, highest - now) if forked else max(highest, now)
     return NodeFootprint(runtime=runtime, shared=shared, peak=peak, per_neighbour=per_neighbour)
+
+
+def warm_torch() -> None:
+    """Import the node's whole tree and torch's optimizer machinery (torch imports its
+    compiler stack the first time an optimizer is built)."""
+    import torch
+
+    import node.__main__  # noqa: F401 - the node's whole import tree
+
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
 def private_bytes() -> int:

@@ -173,6 +173,7 @@ def warm_up(config: FederationConfig) -> None:
     """
     import torch
 
+    from deploy.capacity import warm_torch
     from node.runtime import load_node_data
 
     warm_torch()
@@ -192,16 +193,6 @@ def warm_up(config: FederationConfig) -> None:
         from node.data import load_dataset
 
         load_dataset(config.data.dataset, host_data_dir(config), download=False)
-
-
-def warm_torch() -> None:
-    """Import the node's whole tree and torch's optimizer machinery (torch imports its
-    compiler stack the first time an optimizer is built)."""
-    import torch
-
-    import node.__main__  # noqa: F401 - the node's whole import tree
-
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
 def probe_footprint(config: FederationConfig) -> NodeFootprint:

@@ -1,6 +1,8 @@
 """The experiment matrix runner's planning and the report generator, on small fixtures."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -445,3 +447,17 @@ def test_the_committed_network_report_is_rebuilt_byte_for_byte_from_its_archive(
 def test_the_committed_scale_report_is_what_its_results_regenerate(tmp_path):
     from experiments import scale
     assert_regenerated(scale, "scale", ("scale.md", "scale.svg"), tmp_path)
+
+
+def test_the_committed_decentralizepy_side_by_side_is_what_its_results_regenerate(tmp_path):
+    from experiments import versus_decentralizepy
+    assert_regenerated(versus_decentralizepy, "versus-decentralizepy", ("table.md",), tmp_path)
+
+
+def test_the_side_by_side_without_decentralizepy_says_how_to_install_it(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "experiments.versus_decentralizepy",
+                           "--decentralizepy-python", str(tmp_path / "no-python"),
+                           "--out", str(tmp_path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1 and "install" in done.stderr

@@ -27,7 +27,7 @@ def test_capacity_counts_the_shared_part_once_and_each_node_by_its_in_degree():
     assert capacity.need(config, FOOTPRINT, [4] * 20, container=False)[0] == \
         300 * MiB + 20 * 44 * MiB
     check_memory(config, FOOTPRINT, [4] * 20, 2 * 1024**3, container=False, where="here")
-    with pytest.raises(DeployError, match=r"20 local nodes need about 1.1 GiB \(measured 300 "
+    with pytest.raises(DeployError, match=r"20 local nodes need about 1.2 GiB \(measured 300 "
                                           r"MiB shared by all, 44 MiB per node\) but here has "
                                           r"1.0 GiB"):
         check_memory(config, FOOTPRINT, [4] * 20, 1024**3, container=False, where="here")
