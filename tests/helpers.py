@@ -136,13 +136,17 @@ def written_plan(tmp_path, **deploy):
 
 def written_docker_plan(tmp_path, **deploy):
     """Three nodes planned for Docker (one container name each) with these [deploy] settings,
-    the run folder written: (config, plan)."""
+    the run folder written, each container's memory limit set from a made-up measurement of
+    400 MiB a node (as the Docker launcher sets it from its probe): (config, plan)."""
+    from deploy.capacity import MiB, NodeFootprint, with_limits
     from deploy.docker_backend import plan_docker
 
     config = deploy_config(tmp_path, deploy=deploy)
     plan = plan_docker(config, tmp_path / "c.toml", (), "run-1")
     write_plan(plan)
-    return config, plan
+    measured = NodeFootprint(runtime=250 * MiB, shared=350 * MiB, peak=400 * MiB,
+                             per_neighbour=MiB)
+    return config, with_limits(config, measured, plan)
 
 
 def free_address():
