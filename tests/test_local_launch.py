@@ -71,11 +71,11 @@ def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(tmp_
                                                                            data_dir):
     quick = REPO / "examples" / "quick.toml"
     footprint = capacity.probe(quick, (f"data.dir={data_dir}",))
-    # a fully connected federation measured to need more than the machine's whole memory
-    # (the memory available just now moves with whatever else runs)
+    # a fully connected federation whose messages alone (each node holding a round's from
+    # every other) need more than the machine's whole memory: refused whatever else the
+    # probe measures and whatever else runs just now
     nodes = 5
-    while capacity.need(from_dict({"nodes": nodes}), footprint, [nodes - 1] * nodes,
-                        container=False)[0] < 1.2 * total_memory():
+    while nodes * (nodes - 1) * footprint.per_neighbour < 1.2 * total_memory():
         nodes += 5
     done = protofed("up", "-c", quick, "--set", f"nodes={nodes}", "--set",
                     f"data.dir={data_dir}", "--set", f"deploy.results_dir={tmp_path}",
