@@ -61,18 +61,21 @@ def test_the_guard_sleeps_while_no_bytes_arrive_and_looks_when_they_do(rings, mo
     looks = []
     real = guard.resident_bytes
     monkeypatch.setattr(guard, "resident_bytes", lambda: looks.append(1) or real())
+    monkeypatch.setattr(guard, "SCAN_SECONDS", 0.3)
     address = free_address()
     receiver = ZmqTransport(0, address, {}, 1 << 20, rings[0], in_neighbours=[1]).open()
     sender = ZmqTransport(1, free_address(), {0: address}, 1 << 20, rings[1]).open()
     try:
         assert sender.send(0, [b"hello"])
-        assert [peer for peer, _ in drain(receiver, 1.0)] == [1]  # connected and read
-        time.sleep(1.5)  # the periodic look after the hello's bytes comes within a second
+        assert [peer for peer, _ in drain(receiver, 0.5)] == [1]  # connected and read
+        time.sleep(0.6)  # the periodic look after the hello's bytes comes within SCAN_SECONDS
         settled = len(looks)
         time.sleep(1.0)
         assert len(looks) == settled  # silent neighbours: no look at all
         assert sender.send(0, [bytes(200_000)])
-        time.sleep(0.3)
+        deadline = time.monotonic() + 5.0
+        while len(looks) == settled and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(looks) > settled  # bytes arrived: it looked
     finally:
         for transport in (receiver, sender):

@@ -57,20 +57,24 @@ def test_capacity_counts_the_shared_part_once_and_each_node_by_its_in_degree():
     check_memory(config, FOOTPRINT, [4] * 20, 0, container=False, where="here")
 
 
-def test_the_probe_measures_one_node_of_the_config(data_dir):
+@pytest.fixture(scope="module")
+def quick_footprint(data_dir):
+    """One node of examples/quick.toml measured by a fresh process, as for a container."""
+    return capacity.probe(REPO / "examples" / "quick.toml", (f"data.dir={data_dir}",))
+
+
+def test_the_probe_measures_one_node_of_the_config(quick_footprint):
     """A fresh process's footprint: the runtime, then the data on top, then the node's own
     peak; a neighbour's message is the int16 model and prototypes, encoded and decoded."""
-    quick = REPO / "examples" / "quick.toml"
-    footprint = capacity.probe(quick, (f"data.dir={data_dir}",))
+    footprint = quick_footprint
     assert 0 < footprint.runtime < footprint.shared < footprint.peak
     # ProFe's student in int16 (2 bytes a weight) and fp32 once decoded: 6 bytes a weight
     assert 400_000 < footprint.per_neighbour < 1_000_000
 
 
-def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(tmp_path,
-                                                                           data_dir):
-    quick = REPO / "examples" / "quick.toml"
-    footprint = capacity.probe(quick, (f"data.dir={data_dir}",))
+def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(
+        tmp_path, data_dir, quick_footprint):
+    quick, footprint = REPO / "examples" / "quick.toml", quick_footprint
     # a fully connected federation whose messages alone (each node holding a round's from
     # every other) need more than the machine's whole memory: refused whatever else the
     # probe measures and whatever else runs just now
