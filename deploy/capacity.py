@@ -156,7 +156,13 @@ def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFoo
     from node.algorithms import create
     from node.net.guard import resident_bytes
     from node.net.message import decode_message, encode_message
-    from node.runtime import evaluate, kind_codecs, load_node_data, prepare_process
+    from node.runtime import (
+        evaluate,
+        kind_codecs,
+        load_node_data,
+        prepare_process,
+        release_free_memory,
+    )
 
     runtime = resident_bytes()
     if not forked:
@@ -179,8 +185,11 @@ def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFoo
         per_neighbour += sum(len(f) for f in frames) + sum(
             4 * t.numel() for t in message.tensors.values())
     now, highest = resident_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    peak = shared + private_bytes() + max(0, highest - now) if forked else max(highest, now)
-    return NodeFootprint(runtime=runtime, shared=shared, peak=peak, per_neighbour=per_neighbour)
+    transient = max(0, highest - now)  # what training or evaluation held for a moment
+    release_free_memory()  # as a node does after training and after aggregating
+    own = private_bytes() if forked else max(0, resident_bytes() - shared)
+    return NodeFootprint(runtime=runtime, shared=shared, peak=shared + own + transient,
+                         per_neighbour=per_neighbour)
 
 
 def warm_torch() -> None:

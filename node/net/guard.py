@@ -5,14 +5,15 @@ ZeroMQ bounds a connection's queue in messages (RCVHWM) and each frame in size (
 but not the number of frames in one message: a peer holding a key can send messages of many
 frames just under the cap, which ZeroMQ assembles whole before anything can read them. The
 guard compares each accepted connection's kernel byte counter (tcpi_bytes_received) with
-what the node has read from it (whenever the process grew by SCAN_GROWTH while bytes
-arrive, and every SCAN_SECONDS while they do) and shuts down a connection whose unread bytes
+what the node has read from it (whenever the process grew by SCAN_GROWTH, and every
+SCAN_SECONDS while bytes arrive) and shuts down a connection whose unread bytes
 exceed its budget
 (``cut_connections``); ZeroMQ then drops the message it was assembling. It also
 counts failed incoming handshakes (``failed_handshakes``), as they happen, not only when the
-node next reads. The thread sleeps until a connection receives bytes (edge-triggered epoll on
-the accepted sockets): with a hundred nodes on a machine, a guard polling every 10 ms cost more
-CPU than the machine had (each wake-up costs about 100 us here).
+node next reads. The thread looks at the process's memory every IDLE_MS, and every CHECK_MS
+while bytes arrive (edge-triggered epoll on the accepted sockets) or memory grows: with a
+hundred nodes on a machine, a guard looking every 10 ms whatever happened cost more CPU than
+the machine had (each wake-up costs about 100 us here).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from zmq.utils.monitor import recv_monitor_message
 log = logging.getLogger(__name__)
 
 CHECK_MS = 10  # while bytes arrive, how often the process's memory is looked at
+IDLE_MS = 250  # and while nothing seems to arrive
 SCAN_GROWTH = 16 << 20  # growth since the last scan that makes the guard scan at once
 SCAN_SECONDS = 1.0  # and the longest it goes without a scan while bytes arrive
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -152,27 +154,29 @@ class ConnectionGuard:
     def _serve(self) -> None:
         scanned_at, scanned_rss, arrived = time.monotonic(), resident_bytes(), False
         while not self._stop.is_set():
-            # Asleep until a monitor event, bytes on a connection, or (while bytes have
-            # arrived since the last scan) the next periodic scan is due.
-            wait = max(0, int((scanned_at + SCAN_SECONDS - time.monotonic()) * 1000)) \
-                if arrived else None
-            ready = dict(self._poller.poll(wait))
+            # Asleep until a monitor event, bytes on a connection, or IDLE_MS. epoll reports
+            # a connection only if its bytes are still unread when the thread looks, and
+            # ZeroMQ reads them at once: arrivals are a hint, the memory look every IDLE_MS
+            # the guarantee.
+            due = scanned_at + SCAN_SECONDS - time.monotonic() if arrived else IDLE_MS / 1000
+            ready = dict(self._poller.poll(max(0, int(min(due, IDLE_MS / 1000) * 1000))))
             while self._monitor.poll(0):
                 self._event(recv_monitor_message(self._monitor, flags=zmq.NOBLOCK))
             if self._arrivals.fileno() in ready:
                 self._arrivals.poll(0)  # edge-triggered: reading the events re-arms them
                 arrived = True
-            if not arrived or not self._connections:
+            if not self._connections:
                 continue
             # Reading a connection's counters costs about 6 us (0.58 ms for 99): they are
             # read when the process has grown since the last reading, and every
-            # SCAN_SECONDS; what a connection holds shows in the process's memory.
+            # SCAN_SECONDS while bytes arrive; what a connection holds shows in the
+            # process's memory.
             rss, now = resident_bytes(), time.monotonic()
-            if rss - scanned_rss > SCAN_GROWTH or now - scanned_at >= SCAN_SECONDS:
+            if rss - scanned_rss > SCAN_GROWTH or (arrived and now - scanned_at >= SCAN_SECONDS):
                 self._check()
                 scanned_at, scanned_rss, arrived = now, resident_bytes(), False
-            if self._arrivals.fileno() in ready:  # bytes keep coming: coalesce wake-ups
-                self._stop.wait(CHECK_MS / 1000)
+            if self._arrivals.fileno() in ready or rss - scanned_rss > SCAN_GROWTH // 4:
+                self._stop.wait(CHECK_MS / 1000)  # bytes are coming: look again soon
 
     def _event(self, message: dict) -> None:
         event, fd = message["event"], message["value"]
