@@ -11,7 +11,7 @@ exceed its budget
 (``cut_connections``); ZeroMQ then drops the message it was assembling. It also
 counts failed incoming handshakes (``failed_handshakes``), as they happen, not only when the
 node next reads. The thread looks at the process's memory every IDLE_MS, and every CHECK_MS
-while bytes arrive (edge-triggered epoll on the accepted sockets) or memory grows: with a
+while bytes arrive (edge-triggered epoll on the accepted sockets): with a
 hundred nodes on a machine, a guard looking every 10 ms whatever happened cost more CPU than
 the machine had (each wake-up costs about 100 us here).
 """
@@ -19,6 +19,7 @@ the machine had (each wake-up costs about 100 us here).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import select
 import socket
@@ -159,13 +160,15 @@ class ConnectionGuard:
             # ZeroMQ reads them at once: arrivals are a hint, the memory look every IDLE_MS
             # the guarantee.
             due = scanned_at + SCAN_SECONDS - time.monotonic() if arrived else IDLE_MS / 1000
-            ready = dict(self._poller.poll(max(0, int(min(due, IDLE_MS / 1000) * 1000))))
+            # at least 1 ms: a wait rounded down to 0 would spin until the scan is due
+            ready = dict(self._poller.poll(max(1, math.ceil(min(due, IDLE_MS / 1000) * 1000))))
             while self._monitor.poll(0):
                 self._event(recv_monitor_message(self._monitor, flags=zmq.NOBLOCK))
             if self._arrivals.fileno() in ready:
                 self._arrivals.poll(0)  # edge-triggered: reading the events re-arms them
                 arrived = True
-            if not self._connections:
+            if not self._connections:  # nothing to scan, nothing pending
+                arrived = False
                 continue
             # Reading a connection's counters costs about 6 us (0.58 ms for 99): they are
             # read when the process has grown since the last reading, and every
@@ -175,7 +178,7 @@ class ConnectionGuard:
             if rss - scanned_rss > SCAN_GROWTH or (arrived and now - scanned_at >= SCAN_SECONDS):
                 self._check()
                 scanned_at, scanned_rss, arrived = now, resident_bytes(), False
-            if self._arrivals.fileno() in ready or rss - scanned_rss > SCAN_GROWTH // 4:
+            if self._arrivals.fileno() in ready:
                 self._stop.wait(CHECK_MS / 1000)  # bytes are coming: look again soon
 
     def _event(self, message: dict) -> None:
