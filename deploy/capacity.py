@@ -156,13 +156,7 @@ def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFoo
     from node.algorithms import create
     from node.net.guard import resident_bytes
     from node.net.message import decode_message, encode_message
-    from node.runtime import (
-        evaluate,
-        kind_codecs,
-        load_node_data,
-        prepare_process,
-        release_free_memory,
-    )
+    from node.runtime import evaluate, kind_codecs, load_node_data, prepare_process
 
     runtime = resident_bytes()
     if not forked:
@@ -186,8 +180,7 @@ def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFoo
             4 * t.numel() for t in message.tensors.values())
     now, highest = resident_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     transient = max(0, highest - now)  # what training or evaluation held for a moment
-    release_free_memory()  # as a node does after training and after aggregating
-    own = private_bytes() if forked else max(0, resident_bytes() - shared)
+    own = private_bytes() if forked else max(0, now - shared)
     return NodeFootprint(runtime=runtime, shared=shared, peak=shared + own + transient,
                          per_neighbour=per_neighbour)
 

@@ -326,7 +326,6 @@ class Node:
                    peers: Peers) -> RoundRecord:
         started = time.monotonic()
         train_stats = algorithm.train_round(round_)
-        release_free_memory()  # the batches' activations, freed, before messages pile up
         trained = time.monotonic()
         missing: set[int] = set()
         rejected: set[int] = set()
@@ -346,7 +345,6 @@ class Node:
             communicated = time.monotonic()
             rejected.update(algorithm.aggregate(own, received))
             del updates, received  # the neighbours' decoded tensors, before the next wait
-            release_free_memory()
             timings["communication_seconds"] += communicated - step_started
             timings["aggregation_seconds"] += time.monotonic() - communicated
         return self._round_record(round_, algorithm, data, peers, train_stats, timings,
@@ -398,26 +396,6 @@ class Node:
             setattr(result, key, value)
         for key, earlier in (result.before_restart or {}).items():
             setattr(result, key, add_counts(getattr(result, key), earlier))
-
-
-def release_free_memory() -> None:
-    """Hand the C heap's free pages back to the system (glibc's malloc_trim; nothing
-    elsewhere). Freed memory otherwise stays in the process: a hundred nodes waiting for
-    their neighbours each held about 20 MiB of it."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_MALLOC_TRIM = _malloc_trim()
 
 
 def _count_round_bytes(record: RoundRecord, peers: Peers) -> None:
