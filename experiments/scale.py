@@ -89,7 +89,7 @@ def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path
     config.write_text(config_text(nodes, topology, rounds, data_dir, workdir / "results"))
     run_dir = workdir / "results" / run_id
     cgroup = CGROUPS / f"protofed-{run_id}"
-    cgroup.mkdir()
+    cgroup.mkdir(exist_ok=True)  # one left by a run that was killed is empty
     cpu_before = cpu_of(resource.RUSAGE_CHILDREN)
     launched = time.time()
     try:
