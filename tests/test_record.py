@@ -84,3 +84,24 @@ def test_watch_gives_up_at_its_deadline_and_leaves_the_nodes_running(tmp_path):
     run = FakeRun(tmp_path, 3)
     run.poll_exits = dict  # nobody ever exits
     assert not watch(run, lambda results: None, interval=0.0, deadline=0.0)
+
+
+def test_the_reader_parses_a_record_again_only_once_its_file_was_replaced(tmp_path,
+                                                                         monkeypatch):
+    """The watcher reads every record twice a second: unchanged files are not parsed again,
+    a replaced one (nodes rename a new file over it) is, and a missing one reads as missing."""
+    from deploy import report
+
+    for node in (0, 1):
+        Recorder(tmp_path / f"node-{node}.json", NodeRecord(node=node, status="running")).write()
+    parsed = []
+    real = NodeRecord.from_dict
+    monkeypatch.setattr(report.NodeRecord, "from_dict",
+                        lambda raw: parsed.append(raw["node"]) or real(raw))
+    reader = report.RecordReader(tmp_path, 3)
+    assert [r.status for r in reader.read()] == ["running", "running", "missing"]
+    assert [r.status for r in reader.read()] == ["running", "running", "missing"]
+    assert parsed == [0, 1]
+    Recorder(tmp_path / "node-1.json", NodeRecord(node=1, status="finished")).write()
+    assert [r.status for r in reader.read()] == ["running", "finished", "missing"]
+    assert parsed == [0, 1, 1]
