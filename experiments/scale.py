@@ -274,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     store = args.out / "results.json"
     results = json.loads(store.read_text()) if store.is_file() else {"cells": {}}
     if not args.report_only:
+        if not os.access(CGROUPS, os.W_OK):
+            raise SystemExit(f"python -m experiments.scale: {CGROUPS} is not writable here; "
+                             "the peak memory is read from a memory cgroup (cgroup v1's "
+                             "memory controller, as root)")
         data_dir = os.environ.get("PROTOFED_DATA_DIR", str(REPO.parent / "shared" / "datasets"))
         results["machine"] = f"{os.cpu_count()} cores"
         results["rounds"] = args.rounds
