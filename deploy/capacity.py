@@ -2,16 +2,17 @@
 give, checked before any node starts, from what one node of this very config was measured
 to use.
 
-The measurement (`measure_footprint`) runs in a fresh process, `python -m deploy.capacity`:
-it loads what a node loads, builds node 0's algorithm, trains PROBE_BATCHES batches,
-evaluates one batch and codes its messages, and reads its own resident memory at each
-step. From that footprint:
+The measurement (`measure_footprint`) loads what a node loads, builds node 0's algorithm,
+trains PROBE_BATCHES batches, evaluates one batch and codes its messages, and reads its own
+resident memory at each step. From that footprint:
 
 - a local node is forked from the warm launcher and shares the runtime and the dataset with
-  it: the federation needs the shared part once, and per node what the probe added on top
-  of it plus its in-neighbours' messages;
-- a container shares nothing: per node, the probe's whole peak plus its in-neighbours'
-  messages (also the container's memory limit).
+  it, so the probe is forked from it too (`deploy.local.probe_footprint`): the federation
+  needs the shared part once, and per node what the probe added on top of it plus its
+  in-neighbours' messages;
+- a container shares nothing, so the probe is a fresh process (`python -m deploy.capacity`,
+  `probe`): per node, its whole peak plus its in-neighbours' messages, and
+  CONTAINER_LIMIT_MARGIN times that as the container's memory limit.
 
 `deploy.memory` replaces the per-node figure of both.
 """
@@ -173,8 +174,7 @@ def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFoo
     per_neighbour = 0
     codecs = kind_codecs(config, algorithm.kinds)
     for kind, payload in algorithm.payload().items():
-        frames = encode_message(0, 1, kind, payload.tensors, codecs.get(kind, "fp32"),
-                                payload.meta)
+        frames = encode_message(0, 1, kind, payload.tensors, codecs[kind], payload.meta)
         message = decode_message(frames, max_bytes=1 << 40)
         per_neighbour += sum(len(f) for f in frames) + sum(
             4 * t.numel() for t in message.tensors.values())

@@ -91,15 +91,16 @@ class DockerLauncher(Launcher):
         plan = docker.plan_docker(config, source, overrides, run_id)
         self.client = docker.connect()
         info = self.client.info()
+        shaping.preflight(shaped_links(config), tools=("tc", "nsenter"))
+        if not self.data_dir.is_dir():
+            raise ConfigError(f"data.dir {self.data_dir} is not a folder: the containers mount "
+                              "it as their dataset folder (set data.dir or PROTOFED_DATA_DIR)")
+        # measured after the quick checks: the probe takes a few seconds
         footprint = None if config.deploy.memory else capacity.probe(source, overrides)
         self.memory_note = docker.check_capacity(config, footprint, plan,
                                                  int(info.get("MemTotal", 0)),
                                                  int(info.get("NCPU", 0)))
         plan = capacity.with_limits(config, footprint, plan)
-        shaping.preflight(shaped_links(config), tools=("tc", "nsenter"))
-        if not self.data_dir.is_dir():
-            raise ConfigError(f"data.dir {self.data_dir} is not a folder: the containers mount "
-                              "it as their dataset folder (set data.dir or PROTOFED_DATA_DIR)")
         self.image = config.deploy.image or docker_image.ensure_image(
             self.client, config.deploy.base_image)
         return plan

@@ -24,37 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from experiments.processes import process_tree, uss_and_pss
+
 OUT = Path(__file__).resolve().parent / "reports" / "lifecycle"
 REPO = Path(__file__).resolve().parent.parent
-
-
-def pss_bytes(pid: int) -> int:
-    """Proportional set size of one process (0 when it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def descendants(pid: int) -> list[int]:
-    """The process and every process below it."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo += children.get(current, [])
-    return found
 
 
 def node_states(run_dir: Path, nodes: int) -> list[dict]:
@@ -98,7 +71,7 @@ results_dir = "{workdir / 'results'}"
             round0 = now - started
         if finished is None and all(s.get("status") == "finished" for s in states):
             finished = now
-        peak_pss = max(peak_pss, sum(pss_bytes(p) for p in descendants(launcher.pid)))
+        peak_pss = max(peak_pss, sum(uss_and_pss(p)[1] for p in process_tree(launcher.pid)))
         time.sleep(0.05)
     exited = time.monotonic()
     if finished is None:  # the command was gone before the next look at the files

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import time
 from pathlib import Path
 
 from experiments.bench_lifecycle import node_states
+from experiments.processes import children_cpu
 
 OUT = Path(__file__).resolve().parent / "reports" / "scale"
 REPO = Path(__file__).resolve().parent.parent
@@ -77,11 +77,6 @@ results_dir = "{results}"
 """
 
 
-def cpu_of(who: int) -> float:
-    usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
-
-
 def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path) -> dict:
     """Run one cell to the end; its figures."""
     run_id = f"scale-{topology}-{nodes}"
@@ -90,7 +85,7 @@ def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path
     run_dir = workdir / "results" / run_id
     cgroup = CGROUPS / f"protofed-{run_id}"
     cgroup.mkdir(exist_ok=True)  # one left by a run that was killed is empty
-    cpu_before = cpu_of(resource.RUSAGE_CHILDREN)
+    cpu_before = children_cpu()
     launched = time.time()
     try:
         launcher = subprocess.run(
@@ -128,7 +123,7 @@ def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path
             "aggregation_seconds": round(statistics.median(
                 sum(k["aggregation_seconds"] for k in r["rounds"][1:]) / rounds
                 for r in records), 2),
-            "cpu_seconds": round(cpu_of(resource.RUSAGE_CHILDREN) - cpu_before, 1),
+            "cpu_seconds": round(children_cpu() - cpu_before, 1),
             "peak_memory_gb": round(peak_memory / 1e9, 2),
             "capacity_estimate_gb": round(float(estimate.group(1)) * 2**30 / 1e9, 2)
             if estimate else None,

@@ -47,7 +47,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,8 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+
+from experiments.processes import children_cpu, process_tree, uss_and_pss
 
 OUT = Path(__file__).resolve().parent / "reports" / "versus-decentralizepy"
 REPO = Path(__file__).resolve().parent.parent
@@ -70,45 +71,6 @@ INSTALL = ("git clone https://github.com/sacs-epfl/decentralizepy /work/dpy/src;
            "the docstring of experiments/versus_decentralizepy.py)")
 LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[[^\]]*\]\[[^\]]*\] (.*)$")
 MIB = 1024 * 1024
-
-
-def children_cpu() -> float:
-    """CPU seconds of this process's waited-for descendants so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def tree(root: int) -> dict[int, int]:
-    """{pid: parent pid} for root and every process below it."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int(
-                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    found, todo = {root: parents.get(root, 0)}, [root]
-    while todo:
-        current = todo.pop()
-        for pid, parent in parents.items():
-            if parent == current and pid not in found:
-                found[pid] = parent
-                todo.append(pid)
-    return found
-
-
-def memory(pid: int) -> tuple[int, int]:
-    """(USS, PSS) of one process in bytes; (0, 0) when it is gone."""
-    fields: dict[str, int] = {}
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            name, _, rest = line.partition(":")
-            if name in ("Pss", "Private_Clean", "Private_Dirty"):
-                fields[name] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        return 0, 0
-    return fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0), fields.get("Pss", 0)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -128,8 +90,8 @@ def watch(proc: subprocess.Popen) -> dict:
     peak_pss, started = 0, time.monotonic()
     while proc.poll() is None:
         pss_total = 0
-        for pid, parent in tree(proc.pid).items():
-            uss, pss = memory(pid)
+        for pid, parent in process_tree(proc.pid).items():
+            uss, pss = uss_and_pss(pid)
             peak_uss[pid] = max(peak_uss.get(pid, 0), uss)
             last_cpu[pid] = max(last_cpu.get(pid, 0.0), cpu_seconds(pid))
             parents[pid] = parent

@@ -16,16 +16,16 @@ from __future__ import annotations
 import collections
 import ctypes
 import logging
-import os
 import socket
 import struct
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import zmq
 import zmq.utils.z85
+
+from node.net.sleeper import SleepingThread
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def attach_filter(fd: int, program: list[tuple[int, int, int, int]]) -> None:
         raise OSError(ctypes.get_errno(), "SO_ATTACH_FILTER failed")
 
 
-class ZapHandler:
+class ZapHandler(SleepingThread):
     """A thread answering libzmq's ZAP requests under an AdmissionPolicy."""
 
     def __init__(self, context: zmq.Context, node_id: int, owner_of: Callable[[bytes], int | None],
@@ -146,31 +146,17 @@ class ZapHandler:
         self._socket = context.socket(zmq.ROUTER)
         self._socket.linger = 0
         self._socket.bind(ZAP_ENDPOINT)
-        self._stop = threading.Event()
         self._filtered: list[str] = []
-        self._wake_read, self._wake_write = os.pipe()  # stop() wakes the thread through it
-        self._poller = zmq.Poller()
-        self._poller.register(self._socket, zmq.POLLIN)
-        self._poller.register(self._wake_read, zmq.POLLIN)
-        self._thread = threading.Thread(target=self._serve, name="protofed-zap", daemon=True)
+        super().__init__("protofed-zap", [self._socket])
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        os.write(self._wake_write, b"x")
-        self._thread.join(timeout=5)
+    def _release(self) -> None:
         self._socket.close(0)
-        os.close(self._wake_read)
-        os.close(self._wake_write)
 
     def _serve(self) -> None:
         while not self._stop.is_set():
             # Asleep until a request or stop(); while a ban lasts, awake every POLL_MS to
-            # lift it in time (a hundred nodes each waking every 50 ms cost the machine a
-            # tenth of its CPU).
-            ready = dict(self._poller.poll(POLL_MS if self._filtered else None))
+            # lift it in time.
+            ready = self._wait(POLL_MS if self._filtered else None)
             if self._socket in ready:
                 self._answer(self._socket.recv_multipart())
             self._apply_bans()

@@ -31,6 +31,8 @@ from pathlib import Path
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from node.net.sleeper import SleepingThread
+
 log = logging.getLogger(__name__)
 
 CHECK_MS = 10  # while bytes arrive, how often the process's memory is looked at
@@ -112,7 +114,7 @@ class _Connection:
     read: int = 0  # message bytes the node has read from it
 
 
-class ConnectionGuard:
+class ConnectionGuard(SleepingThread):
     """A thread watching the accepted connections of one ROUTER socket."""
 
     def __init__(self, router: zmq.Socket, node_id: int, budget: int) -> None:
@@ -123,26 +125,12 @@ class ConnectionGuard:
             zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | HANDSHAKE_FAILURES)
         self._connections: dict[int, _Connection] = {}  # socket inode -> its connection
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._arrivals = select.epoll()  # edge-triggered on every accepted connection
-        self._wake_read, self._wake_write = os.pipe()  # stop() wakes the thread through it
-        self._poller = zmq.Poller()
-        for source in (self._monitor, self._arrivals.fileno(), self._wake_read):
-            self._poller.register(source, zmq.POLLIN)
-        self._thread = threading.Thread(target=self._serve, name="protofed-guard", daemon=True)
+        super().__init__("protofed-guard", [self._monitor, self._arrivals.fileno()])
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """End the thread (before the ROUTER closes)."""
-        self._stop.set()
-        os.write(self._wake_write, b"x")
-        self._thread.join(timeout=5)
+    def _release(self) -> None:  # stop() ends the thread before the ROUTER closes
         self._monitor.close(0)
         self._arrivals.close()
-        os.close(self._wake_read)
-        os.close(self._wake_write)
 
     def read(self, fd: int, nbytes: int) -> None:
         """The node read a message of `nbytes` from connection `fd` (any thread)."""
@@ -161,7 +149,7 @@ class ConnectionGuard:
             # the guarantee.
             due = scanned_at + SCAN_SECONDS - time.monotonic() if arrived else IDLE_MS / 1000
             # at least 1 ms: a wait rounded down to 0 would spin until the scan is due
-            ready = dict(self._poller.poll(max(1, math.ceil(min(due, IDLE_MS / 1000) * 1000))))
+            ready = self._wait(max(1, math.ceil(min(due, IDLE_MS / 1000) * 1000)))
             while self._monitor.poll(0):
                 self._event(recv_monitor_message(self._monitor, flags=zmq.NOBLOCK))
             if self._arrivals.fileno() in ready:
