@@ -38,6 +38,10 @@ MiB, GiB = 1024**2, 1024**3
 HEADROOM = 0.9  # of a machine's available memory, leave a tenth to everything else
 PROBE_BATCHES = 2  # memory per batch does not grow with the number of batches
 PROBE_TIMEOUT = 300.0
+# A neighbour can be one round ahead (not more: it waits for this node's messages), so a
+# node may hold its next round's messages beside this round's.
+ROUNDS_HELD = 2
+ROBUST_COPIES = 2  # float64 copies of the neighbours' values a robust rule holds at once
 CONTAINER_LIMIT_MARGIN = 1.5  # a container's limit over its estimate: beyond it, an OOM kill
 
 
@@ -48,7 +52,7 @@ class NodeFootprint:
     runtime: int  # Python, torch and the node's code loaded
     shared: int  # ... and the dataset and global test set: what forked nodes share
     peak: int  # the most while training, evaluating and coding its messages
-    per_neighbour: int  # one in-neighbour's messages of a round, held encoded and decoded
+    per_neighbour: int  # one in-neighbour's messages of a round, as this node holds them
 
     def forked_node(self, in_degree: int) -> int:
         """What one more node forked from the warm launcher adds."""
@@ -152,6 +156,7 @@ def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFoo
     in a process forked from the warm launcher (`forked`) all the launcher held is shared,
     and the private pages the node made (smaps) count as its own.
     """
+    import gc
     import resource
 
     from node.algorithms import create
@@ -176,11 +181,21 @@ def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFoo
     for kind, payload in algorithm.payload().items():
         frames = encode_message(0, 1, kind, payload.tensors, codecs[kind], payload.meta)
         message = decode_message(frames, max_bytes=1 << 40)
-        per_neighbour += sum(len(f) for f in frames) + sum(
-            4 * t.numel() for t in message.tensors.values())
+        # held in their wire form until aggregated; the mean then decodes one tensor of one
+        # peer at a time, the robust rules stack every peer's values in float64 and sort them
+        per_neighbour += ROUNDS_HELD * sum(len(f) for f in frames) + (
+            0 if config.aggregation.rule == "mean"
+            else ROBUST_COPIES * sum(8 * t.numel() for t in message.tensors.values()))
+    gc.collect()  # a node collects sooner or later: count what that copies from the launcher
     now, highest = resident_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     transient = max(0, highest - now)  # what training or evaluation held for a moment
-    own = private_bytes() if forked else max(0, now - shared)
+    if forked:
+        # file pages only this probe has touched (code, the dataset's cache) are in the page
+        # cache once for every node: shared; the pages it wrote are its own
+        clean, own = private_bytes()
+        shared += clean
+    else:
+        own = max(0, now - shared)
     return NodeFootprint(runtime=runtime, shared=shared, peak=shared + own + transient,
                          per_neighbour=per_neighbour)
 
@@ -195,16 +210,16 @@ def warm_torch() -> None:
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
-def private_bytes() -> int:
-    """This process's private pages, clean and dirty (0 when smaps cannot be read)."""
-    total = 0
+def private_bytes() -> tuple[int, int]:
+    """This process's private pages, clean and dirty ((0, 0) when smaps cannot be read)."""
+    found = {"Private_Clean:": 0, "Private_Dirty:": 0}
     try:
         for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
-            if line.startswith(("Private_Clean:", "Private_Dirty:")):
-                total += int(line.split()[1]) * 1024
+            if line.startswith(tuple(found)):
+                found[line.split()[0]] = int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        return 0
-    return total
+        return 0, 0
+    return found["Private_Clean:"], found["Private_Dirty:"]
 
 
 def available_memory() -> int:

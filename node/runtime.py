@@ -344,7 +344,7 @@ class Node:
             missing.update(step_missing)
             communicated = time.monotonic()
             rejected.update(algorithm.aggregate(own, received))
-            del updates, received  # the neighbours' decoded tensors, before the next wait
+            del updates, received  # the neighbours' messages, before the next wait
             timings["communication_seconds"] += communicated - step_started
             timings["aggregation_seconds"] += time.monotonic() - communicated
         return self._round_record(round_, algorithm, data, peers, train_stats, timings,

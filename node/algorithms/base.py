@@ -16,7 +16,7 @@ from node.settings import FederationConfig
 class Payload:
     """What travels for one message kind: named tensors and integer metadata."""
 
-    tensors: dict[str, torch.Tensor]
+    tensors: Mapping[str, torch.Tensor]  # received ones decode each time they are read
     meta: dict[str, int] = field(default_factory=dict)
 
 

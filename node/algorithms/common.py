@@ -130,9 +130,33 @@ def state_payload(model: nn.Module, samples: int) -> Payload:
     return Payload(tensors=state, meta={"samples": samples})
 
 
-def checked_state(reference: Mapping[str, torch.Tensor], payload: Payload) -> tuple[dict, int]:
-    """A received model's tensors and weight, after checking names and shapes match ours."""
-    tensors = payload.tensors
+class ReadAs(Mapping[str, torch.Tensor]):
+    """A checked model read lazily: each lookup reads the received tensor (a message kept in
+    its wire form decodes again) in this node's dtype. Averaging then decodes one tensor of
+    one peer at a time, instead of holding every neighbour's model decoded at once."""
+
+    __slots__ = ("_dtypes", "_tensors")
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor],
+                 dtypes: Mapping[str, torch.dtype]) -> None:
+        self._tensors, self._dtypes = tensors, dtypes
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._tensors[name].to(self._dtypes[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dtypes)
+
+    def __len__(self) -> int:
+        return len(self._dtypes)
+
+
+def checked_state(reference: Mapping[str, torch.Tensor],
+                  payload: Payload) -> tuple[Mapping[str, torch.Tensor], int, float]:
+    """A received model's tensors (read lazily, see ReadAs), weight and norm, after checking
+    names and shapes match ours and every value is finite."""
+    tensors = {name: payload.tensors[name] for name in payload.tensors}  # read once for the
+    # checks (a received message decodes on every read), freed on return
     if set(tensors) != set(reference):
         raise ProtocolError("model parameters differ from this node's model: "
                             f"{sorted(set(tensors) ^ set(reference))[:3]}")
@@ -145,7 +169,8 @@ def checked_state(reference: Mapping[str, torch.Tensor], payload: Payload) -> tu
     samples = payload.meta.get("samples", 0)
     if not 1 <= samples <= MAX_SAMPLES:
         raise ProtocolError(f"model weight 'samples' must be in 1..{MAX_SAMPLES}, got {samples}")
-    return {name: tensors[name].to(ref.dtype) for name, ref in reference.items()}, samples
+    return (ReadAs(payload.tensors, {name: ref.dtype for name, ref in reference.items()}),
+            samples, state_norm(tensors))
 
 
 # Inputs a freshly aggregated model is tried on before this node adopts it.
@@ -189,7 +214,7 @@ def prototype_payload(prototypes: torch.Tensor, counts: torch.Tensor) -> Payload
 def checked_prototypes(payload: Payload, num_classes: int,
                        dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Expand a received prototype payload to dense (prototypes [C, D], counts [C])."""
-    t = payload.tensors
+    t = dict(payload.tensors)
     if set(t) != {"prototypes", "classes", "counts"}:
         raise ProtocolError(f"prototype payload has tensors {sorted(t)}")
     protos, classes, counts = t["prototypes"], t["classes"], t["counts"]
@@ -281,7 +306,7 @@ def require_kind(update: Mapping[str, Payload], kind: str) -> Payload:
 class Contributions:
     """This node's payload and every in-neighbour's that passed the checks, own first."""
 
-    states: list[tuple[dict[str, torch.Tensor], int]]
+    states: list[tuple[Mapping[str, torch.Tensor], int]]
     prototypes: list[tuple[torch.Tensor, torch.Tensor]]
     rejected: list[int]
 
@@ -304,16 +329,22 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     prototypes = [own_prototypes(own["prototypes"], num_classes, dim, node_id)
                   ] if with_prototypes else []
 
+    model_norms: dict[int, float] = {}
+
     def check(peer: int, update: Mapping[str, Payload]) -> tuple:
-        state = checked_state(reference, require_kind(update, "model")) if with_model else None
+        state, norm = None, None
+        if with_model:
+            view, samples, norm = checked_state(reference, require_kind(update, "model"))
+            state = (view, samples)
         protos = (checked_prototypes(require_kind(update, "prototypes"), num_classes, dim)
                   if with_prototypes else None)
-        return planned(peer, state, protos, plan, node_id)
+        update = planned(peer, state, protos, plan, node_id)
+        if norm is not None:
+            model_norms[peer] = norm
+        return update
 
     rejected: list[int] = []
     checked = dict(_each_or_rejected(received, check, node_id, rejected))
-    model_norms = {peer: state_norm(state[0]) for peer, (state, _) in checked.items()
-                   if state is not None}
     model_reference = norm_reference(state_norm(reference), list(model_norms.values())
                                      ) if with_model else 0.0
     prototype_norms = {peer: largest_prototype_norm(*protos)

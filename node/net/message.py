@@ -7,7 +7,7 @@ spec order. Nothing received is ever unpickled: only msgpack and fixed-size nume
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgpack
@@ -27,14 +27,35 @@ MAX_TENSORS = 4096
 MAX_META_ENTRIES = 64
 
 
+class WireTensors(Mapping[str, torch.Tensor]):
+    """A received message's tensors kept in their wire form until read: each lookup decodes
+    a new tensor. A node holds a round's messages from every in-neighbour while it waits,
+    and int16 on the wire is half of float32 in memory."""
+
+    __slots__ = ("_frames", "_specs")
+
+    def __init__(self, specs: dict[str, TensorSpec],
+                 frames: dict[str, bytes | memoryview]) -> None:
+        self._specs, self._frames = specs, frames
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return decode(self._specs[name], self._frames[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
 @dataclass(frozen=True)
 class Message:
-    """One decoded message from a peer."""
+    """One checked message from a peer; its tensors decode when read."""
 
     sender: int
     round: int
     kind: str
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    tensors: Mapping[str, torch.Tensor] = field(default_factory=dict)
     meta: dict[str, int] = field(default_factory=dict)
 
 
@@ -75,7 +96,8 @@ def decode_message(frames: Sequence[bytes] | Sequence[memoryview], *, max_bytes:
     if len(raw_specs) != len(frames) - 1:
         raise ProtocolError(f"header lists {len(raw_specs)} tensors but {len(frames) - 1} "
                             "data frames arrived")
-    tensors: dict[str, torch.Tensor] = {}
+    specs: dict[str, TensorSpec] = {}
+    kept: dict[str, bytes | memoryview] = {}
     expanded = 0
     for raw_spec, data in zip(raw_specs, frames[1:]):
         try:
@@ -85,15 +107,17 @@ def decode_message(frames: Sequence[bytes] | Sequence[memoryview], *, max_bytes:
             if expanded > max_bytes:
                 raise ProtocolError(f"tensor {spec.name!r}: the message expands beyond the "
                                     f"cap of {max_bytes} bytes")
-            if spec.name in tensors:
+            if spec.name in specs:
                 raise ProtocolError(f"tensor {spec.name!r} appears twice")
-            tensors[spec.name] = decode(spec, data)
+            decode(spec, data)  # the check: decoding again later gives the same tensor
+            specs[spec.name], kept[spec.name] = spec, data
         except QuantizationError as exc:
             raise ProtocolError(f"bad tensor spec: {exc}") from None
         except (ValueError, TypeError, OverflowError, MemoryError) as exc:
             # a spec the checks above let through but numpy or torch cannot lay out
             raise ProtocolError(f"tensor cannot be decoded: {exc}") from None
-    return Message(sender=sender, round=round_, kind=kind, tensors=tensors, meta=dict(meta))
+    return Message(sender=sender, round=round_, kind=kind, tensors=WireTensors(specs, kept),
+                   meta=dict(meta))
 
 
 def _unpack_header(frame: bytes) -> dict:
