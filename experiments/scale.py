@@ -46,6 +46,9 @@ TOPOLOGIES = {"fully_connected": "fully connected", "k_regular": "6-regular"}
 ESTIMATE = re.compile(r"memory: about ([0-9.]+) GiB for")
 
 
+PHASES = ("setup", "handshake_with_round0_evaluation", "round0_evaluation")
+
+
 def cell_key(nodes: int, topology: str) -> str:
     return f"{topology}/{nodes}"
 
@@ -206,8 +209,9 @@ def render(results: dict, command: str) -> str:
                   "the nodes' CPU seconds until round 0 in all."), ""]
         for r in rows:
             phases = r["startup_phases_median_max_s"]
+            # by name: results.json keeps its keys sorted, not in the caption's order
             lines.append(f"- {r['nodes']} nodes: " + "; ".join(
-                f"{a} / {b}" for a, b in phases.values())
+                f"{phases[name][0]} / {phases[name][1]}" for name in PHASES)
                 + f"; {r['node_cpu_to_round0_s']} CPU s")
         lines.append("")
         if len(rows) > 2:
