@@ -17,6 +17,7 @@ from deploy import compose as compose_file
 from deploy import docker_backend as docker
 from deploy import image as docker_image
 from deploy import swarm_backend as swarm
+from deploy.dynamics import dynamics
 from deploy.launchers import fleets, launcher_for, refuse_user_code
 from deploy.pictures import RunFiles, write_run_files
 from deploy.pictures import preload as preload_pictures
@@ -227,7 +228,7 @@ def _conclude(plan, config, run, args: argparse.Namespace, interrupted: bool,
               "stopped from outside (`protofed down`, or a signal sent to them)",
               file=sys.stderr)
     # a stopped node was asked to stop (said above): only a failure gets its log's tail
-    failed = [n for n in summary["nodes"] if n["status"] not in ("finished", "stopped")]
+    failed = [n for n in summary["nodes"] if n["status"] not in ("finished", "stopped", "left")]
     for row in [] if interrupted else failed:
         node_id = row["node"]
         why = " (killed: out of memory)" if node_id in getattr(run, "oom_killed", ()) else ""
@@ -292,7 +293,8 @@ def _write_summary(plan, config, run, records) -> dict:
     summary = summarize_records(records, plan.run_id, {
         "config_digest": plan.federation.config.digest(), "algorithm": config.algorithm,
         "topology": config.topology.kind, "rounds": config.rounds,
-        "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())}},
+        "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())},
+        **dynamics(records, config.report.target_f1)},
         exit_codes=dict(run.exit_codes))
     (plan.results_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

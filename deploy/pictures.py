@@ -14,14 +14,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from deploy.dynamics import consensus_by_round, node_distances
+from node.net.message import PAYLOAD_KINDS
 from node.record import NodeRecord, RoundRecord, final_evaluation
 
 log = logging.getLogger(__name__)
 
 CSV_NAME = "rounds.csv"
 CSV_COLUMNS = ("node", "round", "kind", "peer", "bytes_sent", "bytes_received", "f1",
-               "accuracy", "seconds", "transfer_seconds")
+               "accuracy", "seconds", "transfer_seconds", "consensus_distance",
+               "distance_from_mean")
 PICTURES = ("topology", "bytes_per_round", "f1_per_round")
+# drawn where the run has what they show: model sketches; a graph that changed
+DYNAMIC_PICTURES = ("consensus_per_round", "edge_activity")
 PICTURE_SIZES = {"bytes_per_round": (10.0, 4.4)}  # two panels side by side
 FORMATS = ("png", "svg")
 PICTURES_HINT = "pictures need matplotlib: pip install -e '.[experiments]'"
@@ -49,11 +54,15 @@ def round_rows(records: list[NodeRecord]) -> list[dict]:
     transfer_seconds, in runs with [links], is how long what came from that peer took on
     its link (empty when not timed)."""
     rows = []
+    consensus = consensus_by_round(records)
+    distances = node_distances(records)
     for node in records:
         for record in node.rounds:
             common = {"node": node.node, "round": record.round, "f1": record.global_test.f1,
                       "accuracy": record.global_test.accuracy,
-                      "seconds": round(round_seconds(record), 6)}
+                      "seconds": round(round_seconds(record), 6),
+                      "consensus_distance": _blank(consensus.get(record.round)),
+                      "distance_from_mean": _blank(distances.get((node.node, record.round)))}
             pairs = sorted({(peer, kind)
                             for by_peer in (record.bytes_sent_by_peer,
                                             record.bytes_received_by_peer)
@@ -70,6 +79,35 @@ def round_rows(records: list[NodeRecord]) -> list[dict]:
                              "bytes_received":
                                  record.bytes_received_by_peer.get(peer, {}).get(kind, 0)})
     return [{column: row[column] for column in CSV_COLUMNS} for row in rows]
+
+
+def _blank(value: float | None) -> float | str:
+    return "" if value is None else value
+
+
+def active_rounds(records: list[NodeRecord]) -> tuple[int, dict[tuple[int, int], int]]:
+    """(rounds that exchanged anything, {(u, v): rounds in which u sent v a model or
+    prototypes}), from the bytes each node recorded per round and peer."""
+    rounds: set[int] = set()
+    edges: dict[tuple[int, int], int] = {}
+    for node in records:
+        for record in node.rounds:
+            for peer, kinds in record.bytes_sent_by_peer.items():
+                if any(kind in PAYLOAD_KINDS for kind in kinds):
+                    rounds.add(record.round)
+                    edges[(node.node, int(peer))] = edges.get((node.node, int(peer)), 0) + 1
+    return len(rounds), edges
+
+
+def graph_changed(records: list[NodeRecord]) -> bool:
+    """Whether some node's payload peers differed between two rounds it exchanged in."""
+    for node in records:
+        seen = {frozenset(peer for peer, kinds in r.bytes_sent_by_peer.items()
+                          if any(kind in PAYLOAD_KINDS for kind in kinds))
+                for r in node.rounds if r.round > 0}
+        if len(seen - {frozenset()}) > 1:
+            return True
+    return False
 
 
 def edge_bytes(records: list[NodeRecord]) -> dict[tuple[int, int], int]:
@@ -208,6 +246,10 @@ def draw(run_dir: Path, records: list[NodeRecord]) -> tuple[Path, ...]:
     import matplotlib.figure  # noqa: F401 - fail here, once, when it is not installed
 
     painters = dict(zip(PICTURES, (_topology, _bytes_per_round, _f1_per_round)))
+    if any(value is not None for value in consensus_by_round(records).values()):
+        painters["consensus_per_round"] = _consensus_per_round
+    if graph_changed(records):
+        painters["edge_activity"] = _edge_activity
     if hasattr(os, "fork") and threading.active_count() == 1:
         drawn = _draw_forked(run_dir, records, painters)  # one core each; safe: no threads
     else:
@@ -396,6 +438,43 @@ def _bytes_per_round(figure, records: list[NodeRecord]) -> None:
         stacked.legend(fontsize="small", loc="upper left")
     stacked.set_title("sent so far, by kind", fontsize="medium")
     figure.suptitle("bytes sent by message kind (round 0: the hellos)")
+
+
+def _consensus_per_round(figure, records: list[NodeRecord]) -> None:
+    consensus = {r: v for r, v in consensus_by_round(records).items() if v is not None}
+    axes = figure.add_subplot()
+    axes.plot(list(consensus), list(consensus.values()), marker="o")
+    if all(v > 0 for v in consensus.values()):
+        axes.set_yscale("log")
+    axes.set_xlabel("round")
+    axes.set_ylabel("consensus distance")
+    axes.set_title("Mean squared distance of the models from their average")
+    axes.grid(alpha=0.3)
+
+
+def _edge_activity(figure, records: list[NodeRecord]) -> None:
+    import matplotlib
+    import networkx as nx
+
+    rounds, active = active_rounds(records)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(node.node for node in records)
+    graph.add_edges_from(active)
+    axes = figure.add_subplot()
+    layout = nx.circular_layout(graph)
+    colour_map = matplotlib.colormaps["plasma"]
+    shares = [active[e] / max(rounds, 1) for e in graph.edges]
+    nx.draw_networkx_nodes(graph, layout, ax=axes, node_color="lightgrey", node_size=400)
+    nx.draw_networkx_labels(graph, layout, ax=axes, font_size=8)
+    nx.draw_networkx_edges(graph, layout, ax=axes, edge_color=[colour_map(s) for s in shares],
+                           width=[0.4 + 2.6 * s for s in shares], arrows=True, arrowsize=7,
+                           connectionstyle="arc3,rad=0.08", node_size=400, alpha=0.7)
+    scale = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0, 1),
+                                         cmap=colour_map)
+    figure.colorbar(scale, ax=axes, label=f"share of the {rounds} exchanging rounds an edge "
+                                          "carried models or prototypes")
+    axes.set_title(f"How often each edge was active ({len(active)} edges used)")
+    axes.set_axis_off()
 
 
 def _f1_per_round(figure, records: list[NodeRecord]) -> None:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from node.record import NodeRecord, final_evaluation
 
-ENDED = ("finished", "failed", "stopped", "dead", "missed")
+ENDED = ("finished", "failed", "stopped", "dead", "missed", "left")
 
 
 def clock_text(seconds: float) -> str:

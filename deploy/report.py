@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deploy.dynamics import describe
 from node.record import Evaluation, NodeRecord, final_evaluation
 
 
@@ -94,7 +95,7 @@ def summarize_records(records: list[NodeRecord], run_id: str,
                    "bytes_received": sum(r["bytes_received"] for r in rows)},
         "mean_global_f1": _mean([r["global_f1"] for r in finished]),
         "mean_global_accuracy": _mean([r["global_accuracy"] for r in finished]),
-        "failed_nodes": [r["node"] for r in rows if r["status"] != "finished"],
+        "failed_nodes": [r["node"] for r in rows if r["status"] not in ("finished", "left")],
     }
     summary.update(extra or {})
     return summary
@@ -254,6 +255,7 @@ def format_table(summary: dict[str, Any], width: int | None = None,
         notes.append(f"Shown: {len(shown)} of {len(summary['nodes'])} nodes, the "
                      f"{EXTREMES} best and {EXTREMES} worst by global F1 and any that did not "
                      "finish; the totals are over all of them (--all shows every node).")
+    notes += describe(summary)
     left_out = [c.header for c in columns if c not in kept]
     if left_out:
         notes.append(f"Not shown at this width: {', '.join(left_out)} (--wide shows every "

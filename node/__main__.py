@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             return transport
 
         result = build_node(federation, args.node_id, connect, recorder).run()
-        return 0 if result.status == "finished" else MISSED_EXIT
+        return 0 if result.status in ("finished", "left") else MISSED_EXIT
     except ProtofedError as exc:
         log.error("%s", exc)
         code, error = (2 if isinstance(exc, ConfigError) else 1), f"{type(exc).__name__}: {exc}"

@@ -34,6 +34,16 @@ from topology import TopologyError
 from topology import build as build_topology
 from topology.links import PROFILES as LINK_PROFILES
 from topology.links import Link, edge_links
+from topology.schedule import (
+    PER_ROUND_KINDS,
+    RESAMPLED_KINDS,
+    Drawing,
+    Event,
+    ScenarioError,
+    Schedule,
+    build_schedule,
+    presence,
+)
 
 # Keys that moved to an algorithm's own table: a file using the old place is told where.
 MOVED = {f"train.{key}": f"profe.{key}"
@@ -63,7 +73,7 @@ def load(path: str | Path, overrides: typing.Sequence[str] = ()) -> FederationCo
 def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
     """Make relative file paths absolute against `base` (a config file's folder for the
     paths written in it; the current directory for those given with --set)."""
-    for table, key in (("topology", "path"), ("data", "dir")):
+    for table, key in (("topology", "path"), ("data", "dir"), ("scenario", "file")):
         section = raw.get(table)
         value = section.get(key) if isinstance(section, dict) else None
         if isinstance(value, str) and value and not Path(value).is_absolute():
@@ -90,6 +100,7 @@ def _from_dict(raw: dict[str, Any], source: str,
     # paths still relative came from --set (the file's own were made absolute by `load`):
     # a path typed on the command line is relative to where it was typed
     _resolve_relative_paths(merged, Path.cwd())
+    _read_scenario_file(merged, source)
     tables = method_tables()
     _apply_presets(merged, source)
     methods = {name: _build(cls, merged.pop(name, {}), prefix=f"{name}.", source=source)
@@ -101,6 +112,28 @@ def _from_dict(raw: dict[str, Any], source: str,
     config = dataclasses.replace(config, methods=methods)
     validate(config, source)
     return config
+
+
+def _read_scenario_file(raw: dict[str, Any], source: str) -> None:
+    """Put the events of [scenario] file into the config itself, so nodes (in containers
+    too) never read the file: the resolved config holds them."""
+    table = raw.get("scenario")
+    if not isinstance(table, dict) or not table.get("file"):
+        return
+    path = Path(str(table["file"]))
+    if table.get("events"):
+        raise ConfigError(f"{source}: scenario.file and scenario.events are both set: keep "
+                          "the events in one place")
+    try:
+        events = tomllib.loads(path.read_text()).get("events", [])
+    except OSError as exc:
+        raise ConfigError(f"{source}: scenario.file {path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: scenario.file {path}: not valid TOML: {exc}") from None
+    if not isinstance(events, list):
+        raise ConfigError(f"{source}: scenario.file {path}: [[events]] must be a list of "
+                          "tables")
+    raw["scenario"] = {"file": "", "events": events}
 
 
 def _blame_overrides(exc: ConfigError, source: str,
@@ -290,6 +323,33 @@ def _check_topology(c: FederationConfig, source: str) -> None:
     _check(c.topology.k >= 1, source, "topology.k", f"must be at least 1, got {c.topology.k}")
     _check(c.topology.kind != "file" or bool(c.topology.path), source, "topology.path",
            "must name a graph file when topology.kind = \"file\"")
+    every = c.topology.resample_every
+    _check(every >= 0, source, "topology.resample_every", f"must be 0 or more, got {every}")
+    _check(every == 0 or c.topology.kind in (*RESAMPLED_KINDS, *PER_ROUND_KINDS), source,
+           "topology.resample_every", "draws a random graph again: it applies to kinds "
+           f"{', '.join((*RESAMPLED_KINDS, *PER_ROUND_KINDS))}, not {c.topology.kind!r}")
+
+
+def _check_scenario(c: FederationConfig, source: str) -> None:
+    """[scenario]: each event well formed, then replayed: one line names the first event
+    that contradicts the ones before it or names a node that does not exist."""
+    for i, event in enumerate(c.scenario.events):
+        key = f"scenario.events[{i}]"
+        _check(all(len(edge) == 2 for edge in (*event.edge_down, *event.edge_up)), source,
+               key, "edges are written [u, v]")
+    try:
+        presence(c.nodes, c.rounds, scenario_events(c))
+    except ScenarioError as exc:
+        raise ConfigError(f"{source}: scenario: {exc}") from None
+
+
+def _check_report(c: FederationConfig, source: str) -> None:
+    """[report]."""
+    r = c.report
+    _check(0.0 <= r.target_f1 <= 1.0, source, "report.target_f1",
+           f"must be in [0, 1], got {r.target_f1}")
+    _check(r.consensus_sketch >= 0, source, "report.consensus_sketch",
+           f"must be 0 or more, got {r.consensus_sketch}")
 
 
 def _check_data(c: FederationConfig, source: str) -> None:
@@ -456,7 +516,8 @@ def _check_links(c: FederationConfig, source: str) -> None:
 
 SECTION_CHECKS = (_check_federation, _check_topology, _check_data, _check_model,
                   _check_train, _check_exchange, _check_aggregation, _check_timeouts,
-                  _check_methods, _check_deploy, _check_links)
+                  _check_methods, _check_deploy, _check_links, _check_scenario,
+                  _check_report)
 
 
 def _one_of(value: str, allowed: tuple[str, ...], source: str, key: str) -> None:
@@ -485,6 +546,30 @@ def build_graph(config: FederationConfig):
                               path=t.path or None, directed=t.directed)
     except TopologyError as exc:
         raise ConfigError(f"topology ({t.kind}{': ' + t.path if t.path else ''}): {exc}") from exc
+
+
+def scenario_events(config: FederationConfig) -> list[Event]:
+    """[scenario]'s events as the schedule reads them."""
+    return [Event(round=e.round, leave=tuple(e.leave), back=tuple(e.back), join=tuple(e.join),
+                  edge_down=tuple((u, v) for u, v in e.edge_down),
+                  edge_up=tuple((u, v) for u, v in e.edge_up))
+            for e in config.scenario.events]
+
+
+def drawing(config: FederationConfig) -> Drawing:
+    """How [topology] draws each round's graph."""
+    t = config.topology
+    return Drawing(kind=t.kind, k=t.k, p=t.p, seed=config.seed if t.seed is None else t.seed,
+                   resample_every=t.resample_every)
+
+
+def schedule_over(graph, config: FederationConfig) -> Schedule:
+    """Every round's graph from the static `graph`, [topology] and [scenario]; a round whose
+    graph cannot be drawn is a ConfigError naming the topology and the round."""
+    try:
+        return build_schedule(graph, drawing(config), config.rounds, scenario_events(config))
+    except (TopologyError, ScenarioError) as exc:
+        raise ConfigError(f"topology ({config.topology.kind}): {exc}") from exc
 
 
 def link_conditions(config: FederationConfig) -> dict[tuple[int, int], Link]:

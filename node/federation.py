@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from node.config import FederationConfig, build_graph, from_dict
+import networkx as nx
+
+from node.config import FederationConfig, build_graph, from_dict, schedule_over
 from node.errors import ConfigError, ProtofedError
 from topology import in_neighbours, out_neighbours
+from topology.schedule import Schedule
 
 FORMAT = 1  # bumped when the file's shape changes
 
@@ -45,6 +48,14 @@ class Federation:
             raise ConfigError(f"node id {node_id} is outside 0..{len(self.members) - 1}")
         return self.members[node_id]
 
+    def schedule(self) -> Schedule:
+        """Every round's graph, as every node derives it: from the members' connections,
+        [topology] and [scenario] alone (nodes never read the graph's file)."""
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(len(self.members)))
+        graph.add_edges_from((m.node_id, peer) for m in self.members for peer in m.out_neighbours)
+        return schedule_over(graph, self.config)
+
     def addresses(self, node_ids: Sequence[int]) -> dict[int, str]:
         """Where each of `node_ids` is reached."""
         return {i: self.members[i].address for i in node_ids}
@@ -71,7 +82,8 @@ def resolve(config: FederationConfig, binds: Sequence[str], addresses: Sequence[
         raise ConfigError(f"need {config.nodes} addresses, got {len(binds)} and "
                           f"{len(addresses)}")
     try:
-        graph = build_graph(config)
+        # a node connects to every peer it sends to or hears from in any round
+        graph = schedule_over(build_graph(config), config).union()
     except ProtofedError as exc:
         raise ConfigError(f"{source}: [topology] {exc}") from None
     members = tuple(Member(i, binds[i], addresses[i], tuple(in_neighbours(graph, i)),

@@ -46,6 +46,8 @@ class RoundRecord:
     bytes_received_by_peer: PeerKindBytes = field(default_factory=dict)
     # shaped links: {peer: {kind: seconds}} from each message's sending to its arrival
     transfer_seconds_by_peer: dict[str, dict[str, float]] | None = None
+    # the exchanged model's sketch (node.consensus), base64 float32, for consensus distance
+    model_sketch: str | None = None
 
 
 @dataclass
@@ -53,7 +55,8 @@ class NodeRecord:
     """A node's whole run. Optional parts (None) are left out of the file."""
 
     node: int = -1  # -1: a record that does not say
-    # starting, running, finished, failed, stopped, missed (back after the last round);
+    # starting, running, finished, failed, stopped, missed (back after the last round),
+    # left (left for good as the scenario says);
     # dead: deploy.report's word for a process that ended while its file says it runs
     status: str = "missing"
     algorithm: str = ""
@@ -106,6 +109,8 @@ class NodeRecord:
     machine: str | None = None  # the swarm machine (hostname) the node ran on
     error: str | None = None
     restarts: int | None = None
+    away_rounds: list[int] | None = None  # rounds the scenario keeps this node away
+    model_parameters: int | None = None  # values in the exchanged model (its sketch's source)
     rejoined_at: list[int] | None = None
     before_restart: dict[str, Any] | None = None  # totals of the earlier processes
 

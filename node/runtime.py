@@ -23,7 +23,9 @@ import numpy as np
 import torch
 
 from node.algorithms import Algorithm, DataPlan, NodeData, Payload, create
+from node.algorithms.common import weightless
 from node.config import FederationConfig, shaped_links
+from node.consensus import flat_parameters, sketch, to_text
 from node.data import Dataset, default_data_dir, load_dataset
 from node.data.partition import FederatedSplit, federated_split
 from node.federation import Federation
@@ -32,6 +34,7 @@ from node.net.peers import RECEIVED, SENT, Peers
 from node.net.transport import Transport
 from node.record import Evaluation, NodeRecord, RoundRecord, write_json_atomically
 from node.record_stream import record_lines
+from topology.schedule import Schedule
 
 log = logging.getLogger(__name__)
 
@@ -234,11 +237,14 @@ def build_node(federation: Federation, node_id: int, connect: Callable[[int], Tr
         result.in_link_bandwidth = {
             str(peer): (shaped[(peer, node_id)].bandwidth_bps or 0)
             if (peer, node_id) in shaped else 0 for peer in member.in_neighbours}
+    schedule = federation.schedule()
     peers = Peers(node_id, connect(result.max_message_bytes), in_neighbours=member.in_neighbours,
                   out_neighbours=member.out_neighbours, rounds=config.rounds,
                   max_message_bytes=result.max_message_bytes,
-                  codecs=kind_codecs(config, algorithm.kinds), stamp=bool(shaped))
-    return Node(config, node_id, algorithm, peers, recorder, previous)
+                  codecs=kind_codecs(config, algorithm.kinds), stamp=bool(shaped),
+                  round_in_neighbours=lambda r: schedule.in_neighbours(r, node_id),
+                  left_early=schedule.left_early())
+    return Node(config, node_id, algorithm, peers, recorder, previous, schedule)
 
 
 def kind_codecs(config: FederationConfig, kinds: tuple[str, ...]) -> dict[str, str]:
@@ -253,7 +259,7 @@ class Node:
 
     def __init__(self, config: FederationConfig, node_id: int, algorithm: Algorithm,
                  peers: Peers, recorder: Recorder,
-                 previous: NodeRecord | None = None) -> None:
+                 previous: NodeRecord | None = None, schedule: Schedule | None = None) -> None:
         self.config = config
         self.node_id = node_id
         self.algorithm = algorithm
@@ -261,6 +267,8 @@ class Node:
         self.recorder = recorder
         self.previous = previous  # an earlier, unfinished process's record of this node
         self.own_rounds_from = 0  # index of the first round record this process made
+        # every round's graph and who takes part (static: the members' lists every round)
+        self.schedule = schedule
 
     def run(self) -> NodeRecord:
         """Train for every round and return (and write) the node's result."""
@@ -272,28 +280,40 @@ class Node:
         # A first start evaluates its initial model (round 0) while ZeroMQ's threads run the
         # connections' handshakes: at 100 nodes on 2 cores both take about 15 s. A process
         # started again after a crash usually rejoins later rounds and skips round 0.
-        initial = peers.handshake(config.timeouts.startup, None if self.previous else (
-            lambda: self._evaluate(algorithm, data)))
+        present = [self._present(r) for r in range(config.rounds + 1)]
+        initial = peers.handshake(config.timeouts.startup, None if self.previous or not present[0]
+                                  else (lambda: self._evaluate(algorithm, data)))
         result.handshake_seconds = time.monotonic() - handshake_started
         result.status = "running"
+        away = [r for r, here in enumerate(present) if not here]
+        result.away_rounds = away or None
         first = 1
         if peers.joined_round:  # the others are in that round already: join at the next one
             first = peers.joined_round + 1
             self._rejoin(self.previous, first)
-        else:
+        elif present[0]:
             result.rounds.append(self._round_record(0, algorithm, data, peers, {}, {}, [], [],
                                                     evaluated=initial))
             self._fill_totals(peers)  # a node stopped in round 1 still adds up to its rows
         self.recorder.write()
-        for round_ in range(first, config.rounds + 1):
+        last_here = max(r for r, here in enumerate(present) if here)
+        previous_round = first - 1
+        for round_ in range(first, min(config.rounds, last_here) + 1):
+            if not present[round_]:
+                continue  # away as the scenario says: no training, nothing sent or heard
             peers.current_round = round_
-            record = self._run_round(round_, algorithm, data, peers)
+            # after an absence the others run the rounds it missed first: wait for them too
+            record = self._run_round(round_, algorithm, data, peers,
+                                     rounds_waited=round_ - previous_round)
+            previous_round = round_
             result.rounds.append(record)
             result.rounds_done = round_
             self._fill_totals(peers)
             self.recorder.write()
             log.info("node %d: round %d/%d done: global F1 %.4f, missing %s", node_id, round_,
                      config.rounds, record.global_test.f1, record.missing_peers)
+        if last_here < config.rounds:
+            return self._leave(peers, last_here)
         result.no_goodbye_from = peers.goodbye(config.timeouts.shutdown)
         peers.settle_transfers()
         peers.transport.close(config.timeouts.shutdown)
@@ -311,6 +331,24 @@ class Node:
         self.recorder.write()
         return result
 
+    def _present(self, round_: int) -> bool:
+        return self.schedule is None or self.schedule.present(round_, self.node_id)
+
+    def _leave(self, peers: Peers, last_round: int) -> NodeRecord:
+        """Leave the federation for good after `last_round`, as the scenario says: goodbyes
+        sent (the others do not wait for this node), status "left"."""
+        result = self.recorder.result
+        peers.goodbye(0.0)
+        peers.settle_transfers()
+        peers.transport.close(self.config.timeouts.shutdown)
+        result.status = "left"
+        result.elapsed_seconds = time.monotonic() - self.recorder.started
+        self._fill_totals(peers)
+        self.recorder.write()
+        log.info("node %d: left the federation after round %d, as the scenario says",
+                 self.node_id, last_round)
+        return result
+
     def _rejoin(self, previous: NodeRecord | None, first: int) -> None:
         """Keep an earlier process's rounds and byte totals; note where this one joined."""
         result = self.recorder.result
@@ -323,9 +361,15 @@ class Node:
         log.warning("node %d: rejoined the federation at round %d", self.node_id, first)
 
     def _run_round(self, round_: int, algorithm: Algorithm, data: NodeData,
-                   peers: Peers) -> RoundRecord:
+                   peers: Peers, rounds_waited: int = 1) -> RoundRecord:
+        schedule, me = self.schedule, self.node_id
+        senders = schedule.in_neighbours(round_, me) if schedule else None
+        recipients = schedule.out_neighbours(round_, me) if schedule else None
+        # a node joining late trains nothing in its first round: it only listens, and
+        # starts from its in-neighbours' models and prototypes
+        joining = schedule is not None and schedule.joining(round_, me)
         started = time.monotonic()
-        train_stats = algorithm.train_round(round_)
+        train_stats = {} if joining else algorithm.train_round(round_)
         trained = time.monotonic()
         missing: set[int] = set()
         rejected: set[int] = set()
@@ -336,14 +380,18 @@ class Node:
             own = {kind: payload for kind, payload in algorithm.payload().items()
                    if kind in kinds}
             for kind in kinds:
-                peers.broadcast(round_, kind, own[kind].tensors, own[kind].meta)
-            updates, step_missing = peers.collect(round_, kinds, self.config.timeouts.round,
-                                                  self.config.timeouts.absent)
+                peers.broadcast(round_, kind, own[kind].tensors, own[kind].meta, recipients)
+            updates, step_missing = peers.collect(
+                round_, kinds, self.config.timeouts.round * rounds_waited,
+                self.config.timeouts.absent, senders)
             received = {peer: {kind: Payload(m.tensors, m.meta) for kind, m in by_kind.items()}
                         for peer, by_kind in updates.items()}
             missing.update(step_missing)
             communicated = time.monotonic()
-            rejected.update(algorithm.aggregate(own, received))
+            if joining:
+                own = weightless(own)
+            if received or not joining:
+                rejected.update(algorithm.aggregate(own, received))
             del updates, received  # the neighbours' messages, before the next wait
             timings["communication_seconds"] += communicated - step_started
             timings["aggregation_seconds"] += time.monotonic() - communicated
@@ -362,9 +410,20 @@ class Node:
             round=round_, local_test=local, global_test=global_, train=train_stats, **timings,
             evaluation_seconds=seconds, recorded_at=time.time(),
             cpu_seconds=time.process_time(), missing_peers=missing,
-            rejected_peers=rejected)
+            rejected_peers=rejected, model_sketch=self._model_sketch(algorithm))
         _count_round_bytes(record, peers)
         return record
+
+    def _model_sketch(self, algorithm: Algorithm) -> str | None:
+        """The sketch of the model this node exchanges, for the consensus distance (None
+        for an algorithm that exchanges no model, or with [report] consensus_sketch = 0)."""
+        size = self.config.report.consensus_sketch
+        model = algorithm.payload().get("model") if size else None
+        if model is None:
+            return None
+        vector = flat_parameters(model.tensors)
+        self.recorder.result.model_parameters = len(vector)
+        return to_text(sketch(vector, size, self.config.seed))
 
     def _evaluate(self, algorithm: Algorithm,
                   data: NodeData) -> tuple[Evaluation, Evaluation, float]:

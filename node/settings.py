@@ -39,6 +39,9 @@ class TopologyConfig:
     seed: int | None = None
     path: str = ""
     directed: bool = False
+    # draw the random graph again every N rounds from the seed and the round (0: never;
+    # epidemic and one_peer_exponential change every round unless N says otherwise)
+    resample_every: int = 0
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,38 @@ class LinksConfig:
 
 
 @dataclass(frozen=True)
+class ScenarioEvent:
+    """What happens at the start of one round: nodes that leave, come back or join late,
+    undirected edges [u, v] that go down or come back up."""
+
+    round: int = 0
+    leave: list[int] = field(default_factory=list)
+    back: list[int] = field(default_factory=list)
+    join: list[int] = field(default_factory=list)
+    edge_down: list[list[int]] = field(default_factory=list)
+    edge_up: list[list[int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    """Churn by round: events here, or in a TOML file of [[events]] (read at the entrance)."""
+
+    file: str = ""
+    events: list[ScenarioEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """What the run reports beyond bytes and F1."""
+
+    # the federation's mean F1 to reach: rounds, seconds and bytes until it first does (0: off)
+    target_f1: float = 0.0
+    # values per round of each node's sketch of its model, for the consensus distance
+    # (0: none; at least the model's size: the model itself, exact)
+    consensus_sketch: int = 4096
+
+
+@dataclass(frozen=True)
 class FederationConfig:
     """A whole federation, as one TOML file describes it."""
 
@@ -236,6 +271,8 @@ class FederationConfig:
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
     links: LinksConfig = field(default_factory=LinksConfig)
+    scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
     # each algorithm's own table ([fedhp], ...) by algorithm name, as its module declares it
     # (node.config fills in every registered algorithm's table)
     methods: dict[str, Any] = field(default_factory=dict)

@@ -43,6 +43,9 @@ def two_nodes():
 def test_rows_per_node_round_kind_and_peer():
     rows = pictures.round_rows(two_nodes())
     assert list(rows[0]) == list(pictures.CSV_COLUMNS)
+    assert all(r["consensus_distance"] == r["distance_from_mean"] == "" for r in rows)  # no sketch
+    rows = [{k: v for k, v in r.items() if k not in ("consensus_distance", "distance_from_mean")}
+            for r in rows]
     assert rows[:4] == [
         {"node": 0, "round": 0, "kind": "", "peer": "", "bytes_sent": 0, "bytes_received": 0,
          "f1": 0.1, "accuracy": 0.11, "seconds": 2.0, "transfer_seconds": ""},
@@ -306,3 +309,18 @@ def test_limited_links_are_labelled_with_their_bandwidth():
     records[1].in_link_bandwidth["2"] = 1_000_000  # 2->1 now differs from 1->2
     assert pictures.link_labels(records, symmetric=True)[(1, 2)] == "1→2 50 Mbit/s 2→1 1 Mbit/s"
     assert pictures.link_labels([NodeRecord(node=0)], symmetric=True) == {}
+
+
+def test_rows_carry_the_consensus_distance_from_the_nodes_sketches():
+    import numpy as np
+
+    from node.consensus import to_text
+
+    records = two_nodes()
+    for record, vector in zip(records, ([0.0, 0.0], [2.0, 0.0])):
+        record.rounds[1].model_sketch = to_text(np.array(vector))
+    rows = [r for r in pictures.round_rows(records) if r["round"] == 1]
+    # mean model (1, 0): each node at squared distance 1, the federation's mean 1
+    assert {(r["consensus_distance"], r["distance_from_mean"]) for r in rows} == {(1.0, 1.0)}
+    assert all(r["consensus_distance"] == "" for r in pictures.round_rows(records)
+               if r["round"] == 0)

@@ -299,6 +299,9 @@ BUILDERS: dict[str, Callable[..., nx.DiGraph]] = {
     "small_world": lambda n, *, k, p, seed, **_: small_world(n, k, p, seed),
     "k_regular": lambda n, *, k, seed, **_: k_regular(n, k, seed),
     "file": lambda n, *, path, directed, **_: _from_config_file(path, directed),
+    # drawn anew each round (topology.schedule); every pair is a possible edge
+    "epidemic": lambda n, **_: fully_connected(n),
+    "one_peer_exponential": lambda n, **_: fully_connected(n),
 }
 """Topology kinds by name; each takes n and the keyword options of `build`."""
 

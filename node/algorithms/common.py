@@ -211,6 +211,22 @@ def prototype_payload(prototypes: torch.Tensor, counts: torch.Tensor) -> Payload
                             "counts": counts[classes].to(torch.int64).cpu()})
 
 
+def weightless(payloads: Mapping[str, Payload]) -> dict[str, Payload]:
+    """This node's payloads weighing (next to) nothing in aggregation, for a node joining
+    late: its model counts as one sample (never a zero total), its prototypes carry no
+    class. It starts from its in-neighbours' models and prototypes."""
+    out = {}
+    for kind, payload in payloads.items():
+        tensors, meta = payload.tensors, dict(payload.meta)
+        if "samples" in meta:
+            meta["samples"] = 1
+        if set(tensors) == {"prototypes", "classes", "counts"}:
+            tensors = {"prototypes": tensors["prototypes"][:0], "classes": tensors["classes"][:0],
+                       "counts": tensors["counts"][:0]}
+        out[kind] = Payload(tensors, meta)
+    return out
+
+
 def checked_prototypes(payload: Payload, num_classes: int,
                        dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Expand a received prototype payload to dense (prototypes [C, D], counts [C])."""

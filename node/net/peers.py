@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -148,11 +148,17 @@ class Peers:
 
     def __init__(self, node_id: int, transport: Transport, *, in_neighbours: Iterable[int],
                  out_neighbours: Iterable[int], rounds: int, max_message_bytes: int,
-                 codecs: Mapping[str, str], stamp: bool = False) -> None:
+                 codecs: Mapping[str, str], stamp: bool = False,
+                 round_in_neighbours: Callable[[int], Sequence[int]] | None = None,
+                 left_early: Iterable[int] = ()) -> None:
         self.node_id = node_id
         self.transport = transport
-        self.in_neighbours = sorted(in_neighbours)
+        self.in_neighbours = sorted(in_neighbours)  # in any round: whose hellos it awaits
         self.out_neighbours = sorted(out_neighbours)
+        # who may send payloads for a round, where the graph changes (else in_neighbours)
+        self.round_in_neighbours = round_in_neighbours
+        # peers a scenario takes away for good before the last round: no goodbye to them
+        self.left_early = frozenset(left_early)
         self.rounds = rounds
         self.max_message_bytes = max_message_bytes
         self.codecs = dict(codecs)
@@ -176,14 +182,17 @@ class Peers:
 
     # -- sending -------------------------------------------------------------------------
     def broadcast(self, round_: int, kind: str, tensors: Mapping[str, torch.Tensor] | None = None,
-                  meta: Mapping[str, int] | None = None) -> None:
-        """Send one message to every out-neighbour, through the codec for its kind. A payload
-        holding NaN or infinities is not sent (counted as dropped): it would poison them."""
+                  meta: Mapping[str, int] | None = None,
+                  to: Sequence[int] | None = None) -> None:
+        """Send one message to every out-neighbour (or to those of the round, `to`), through
+        the codec for its kind. A payload holding NaN or infinities is not sent (counted as
+        dropped): it would poison them."""
+        recipients = self.out_neighbours if to is None else to
         if tensors and not all(bool(t.isfinite().all()) for t in tensors.values()
                                if t.is_floating_point()):
             log.error("node %d: its own %s for round %d holds NaN or infinite values: not "
                       "sent", self.node_id, kind, round_)
-            for peer in self.out_neighbours:
+            for peer in recipients:
                 self.meter.drop(peer, 0, f"own {kind} not finite", round_)
             return
         if tensors and kind not in self.codecs:  # a kind the runtime gave no codec: a bug
@@ -193,7 +202,7 @@ class Peers:
             meta = {**(meta or {}), SENT_AT: int(time.time() * 1000)}
         frames = encode_message(self.node_id, round_, kind, tensors,
                                 self.codecs.get(kind, "fp32"), meta)
-        for peer in self.out_neighbours:
+        for peer in recipients:
             self._send(peer, round_, kind, frames)
 
     def _send(self, peer: int, round_: int, kind: str, frames: list[bytes]) -> None:
@@ -269,6 +278,10 @@ class Peers:
             allowed = self.in_neighbours
         if message.sender not in allowed:
             raise ProtocolError(f"sender {message.sender} is not a neighbour for {message.kind}")
+        if (message.kind not in CONTROL_KINDS and self.round_in_neighbours is not None
+                and message.sender not in self.round_in_neighbours(message.round)):
+            raise ProtocolError(f"sender {message.sender} is not an in-neighbour in round "
+                                f"{message.round}")
         if message.round > self.rounds:
             raise ProtocolError(f"round {message.round} is beyond the last round {self.rounds}")
         if not 0 <= message.meta.get("round", 0) <= self.rounds:
@@ -318,6 +331,14 @@ class Peers:
                         self.node_id, peer)
             self.meter.drop(peer, 0, "hello while still taking part", self.current_round)
 
+    def _last_round_from(self, peer: int) -> int:
+        """The last round `peer` sends this node an update in: the last round, or where the
+        graph changes, the last round it is among this node's in-neighbours."""
+        if self.round_in_neighbours is None:
+            return self.rounds
+        return max((r for r in range(1, self.rounds + 1) if peer in self.round_in_neighbours(r)),
+                   default=0)
+
     def _goodbye_from(self, peer: int) -> None:
         """A peer leaves after its last round, whose messages come before its goodbye on the
         same connection: a goodbye before them (a key holder's forgery, or a repeat) is
@@ -325,7 +346,7 @@ class Peers:
         Once this node leaves itself, every goodbye is taken."""
         if peer in self.bye_from:
             self.meter.drop(peer, 0, "repeated goodbye", self.current_round)
-        elif self.leaving or self.latest_round.get(peer, 0) >= self.rounds:
+        elif self.leaving or self.latest_round.get(peer, 0) >= self._last_round_from(peer):
             self.bye_from.add(peer)
         else:
             log.warning("node %d: goodbye from peer %d before its last round: ignored",
@@ -367,36 +388,38 @@ class Peers:
                 and self.hello_from >= set(self.in_neighbours))
 
     def collect(self, round_: int, kinds: Iterable[str], timeout: float,
-                absent_timeout: float | None = None,
+                absent_timeout: float | None = None, senders: Sequence[int] | None = None,
                 ) -> tuple[dict[int, dict[str, Message]], list[int]]:
-        """In-neighbours' updates for `round_`, waiting up to `timeout`; also who was missing.
+        """In-neighbours' (or the round's `senders`') updates for `round_`, waiting up to
+        `timeout`; also who was missing.
 
         Not waited for: neighbours that said goodbye, whose connection is lost, or that
         started again and join after this round. Waited for only `absent_timeout`:
         neighbours that missed the previous collect.
         """
         kinds = tuple(kinds)
+        senders = self.in_neighbours if senders is None else list(senders)
         self.current_round = round_
         for message in self.inbox.discard_before(round_):
             self.meter.drop(message.sender, 0, "stale round", message.round)
         started = time.monotonic()
         deadlines = {p: started + (timeout if p not in self.absent or absent_timeout is None
                                    else min(timeout, absent_timeout))
-                     for p in self.in_neighbours}
+                     for p in senders}
         while True:
             gone = (self.bye_from | self._lost()
                     | {p for p, last in self.rejoins_after.items() if round_ <= last})
             now = time.monotonic()
-            pending = [p for p in self.in_neighbours if p not in gone
+            pending = [p for p in senders if p not in gone
                        and not self.inbox.has(round_, p, kinds) and now < deadlines[p]]
             if not pending:
                 break
             self.poll(min(max(deadlines[p] for p in pending) - now, 0.2))
         while self.poll(0):  # whatever else is already here
             pass
-        updates = self.inbox.take(round_, self.in_neighbours, kinds)
-        missing = [p for p in self.in_neighbours if p not in updates]
-        self.absent = set(missing)
+        updates = self.inbox.take(round_, senders, kinds)
+        missing = [p for p in senders if p not in updates]
+        self.absent = (self.absent - set(senders)) | set(missing)
         return updates, missing
 
     def _lost(self) -> set[int]:
@@ -411,7 +434,9 @@ class Peers:
         node leaves. Returns the in-neighbours that never said goodbye.
         """
         for peer in self.out_neighbours:
-            self._send(peer, self.rounds, "bye", encode_message(self.node_id, self.rounds, "bye"))
+            if peer not in self.left_early:
+                self._send(peer, self.rounds, "bye",
+                           encode_message(self.node_id, self.rounds, "bye"))
         self.leaving = True
         self.transport.farewell()
         deadline = time.monotonic() + timeout
