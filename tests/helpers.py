@@ -161,9 +161,9 @@ def free_address():
 
 def write_config(tmp_path, data_dir, name, *, nodes=3, rounds=2, algorithm="profe",
                  topology="fully_connected", codec="int16", startup=60, round_timeout=60,
-                 deploy="", extra=""):
+                 deploy="", extra="", topology_extra=""):
     """A small federation config file: MNIST subset of 1,500, short timeouts; `deploy`
-    adds lines to [deploy], `extra` whole tables."""
+    adds lines to [deploy], `topology_extra` to [topology], `extra` whole tables."""
     text = f"""
 name = "{name}"
 nodes = {nodes}
@@ -172,6 +172,7 @@ seed = 7
 algorithm = "{algorithm}"
 [topology]
 kind = "{topology}"
+{topology_extra}
 [data]
 dataset = "mnist"
 dir = "{data_dir}"

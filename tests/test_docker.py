@@ -151,7 +151,8 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def three_fc(client, node_image, workdir, data_dir, installed):
-    return run_federation(workdir, data_dir, "dk-three-fc", installed)
+    return run_federation(workdir, data_dir, "dk-three-fc", installed,
+                          extra="[report]\ntarget_f1 = 0.01")
 
 
 def test_containers_finish_and_application_bytes_match(three_fc, client, workdir):
@@ -168,6 +169,16 @@ def test_containers_finish_and_application_bytes_match(three_fc, client, workdir
     assert (run["backend"], run["status"]) == ("docker", "finished")
     assert run["containers"] == {str(i): f"dk-three-fc-node-{i}" for i in range(3)}
     assert run["exit_codes"] == {"0": 0, "1": 0, "2": 0}
+
+
+def test_containers_report_the_consensus_distance_and_the_target(three_fc, workdir):
+    """The figures of a local run, from the records the containers wrote."""
+    done, _ = three_fc
+    summary = json.loads((workdir / "results" / "dk-three-fc" / "summary.json").read_text())
+    assert set(summary["consensus_distance_by_round"]) == {"0", "1", "2"}
+    assert all(v >= 0 for v in summary["consensus_distance_by_round"].values())
+    assert summary["to_target"]["round"] is not None  # a macro-F1 is above 0.01 from the start
+    assert "Consensus distance" in done.stdout
 
 
 def test_a_node_container_is_unprivileged(client, node_image):

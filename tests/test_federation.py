@@ -186,3 +186,23 @@ def test_a_killed_node_is_started_again_and_rejoins_the_running_federation(workd
         assert 2 not in survivor["rounds"][-1]["missing_peers"]
         assert survivor["bytes_sent_by_peer"]["2"] and survivor["bytes_received_by_peer"]["2"]
     assert json.loads((run_dir / "run.json").read_text())["restarts"] == {"2": 1}
+
+
+def test_a_scripted_leave_over_zeromq_exits_zero_and_reports_the_new_figures(workdir,
+                                                                             data_dir):
+    """Real processes on a graph drawn again every round: node 2 leaves for good at round 2;
+    the run exits 0, node 2 is `left`, the others waited for nobody, and the summary has
+    the consensus distance per round and when the mean F1 reached the target."""
+    done, summary, nodes = run_federation(
+        workdir, data_dir, "churn-zmq", nodes=4, rounds=3, algorithm="fedavg",
+        topology="k_regular", codec="fp32",
+        topology_extra="k = 2\nresample_every = 1",
+        extra="[scenario]\nevents = [{round = 2, leave = [2]}]\n[report]\ntarget_f1 = 0.01")
+    assert done.returncode == 0, done.stderr
+    assert [n["status"] for n in nodes] == ["finished", "finished", "left", "finished"]
+    assert [r["round"] for r in nodes[2]["rounds"]] == [0, 1]
+    assert all(not n.get("no_goodbye_from") for n in nodes)
+    assert summary["failed_nodes"] == []
+    assert set(summary["consensus_distance_by_round"]) == {"0", "1", "2", "3"}
+    assert summary["to_target"]["round"] is not None and summary["to_target"]["bytes"] >= 0
+    assert "Consensus distance" in done.stdout and "first reached 0.01" in done.stdout
