@@ -441,11 +441,14 @@ def _bytes_per_round(figure, records: list[NodeRecord]) -> None:
 
 
 def _consensus_per_round(figure, records: list[NodeRecord]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     consensus = {r: v for r, v in consensus_by_round(records).items() if v is not None}
     axes = figure.add_subplot()
     axes.plot(list(consensus), list(consensus.values()), marker="o")
     if all(v > 0 for v in consensus.values()):
         axes.set_yscale("log")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("round")
     axes.set_ylabel("consensus distance")
     axes.set_title("Mean squared distance of the models from their average")
@@ -471,9 +474,9 @@ def _edge_activity(figure, records: list[NodeRecord]) -> None:
                            connectionstyle="arc3,rad=0.08", node_size=400, alpha=0.7)
     scale = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0, 1),
                                          cmap=colour_map)
-    figure.colorbar(scale, ax=axes, label=f"share of the {rounds} exchanging rounds an edge "
-                                          "carried models or prototypes")
-    axes.set_title(f"How often each edge was active ({len(active)} edges used)")
+    figure.colorbar(scale, ax=axes, label=f"share of the {rounds} rounds it was used")
+    axes.set_title(f"How often each edge carried models or prototypes\n"
+                   f"({len(active)} edges used)")
     axes.set_axis_off()
 
 
