@@ -32,6 +32,7 @@ from deploy.plan import (
 from deploy.progress import progress_for
 from deploy.report import ROW_LIMIT, format_table, read_node_results, summarize_records
 from deploy.runner import log_tail, run_status, watch
+from deploy.tensorboard import TensorBoardExport, export
 from node.config import load
 from node.data.custom import add_search_path
 from node.errors import ConfigError, ProtofedError
@@ -70,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--run-id", help="name of the results folder (default <name>-<time>)")
     up.add_argument("--wide", action="store_true", help=WIDE_HELP)
     up.add_argument("--all", action="store_true", dest="every", help=ALL_HELP)
+    up.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard runs (one per "
+                    "node) under DIR/<run-id> as the rounds come in")
 
     down = commands.add_parser("down", help="stop running federations (local, docker and "
                                "swarm)")
@@ -113,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--results-dir", default="results", help="where runs are recorded")
     report.add_argument("--wide", action="store_true", help=WIDE_HELP)
     report.add_argument("--all", action="store_true", dest="every", help=ALL_HELP)
+
+    board = commands.add_parser("tensorboard", help="write a run's records as TensorBoard "
+                                "runs, one per node (then: tensorboard --logdir DIR)")
+    board.add_argument("run", help="a run's folder, or its id under --results-dir")
+    board.add_argument("out", metavar="DIR", help="folder for the TensorBoard runs")
+    board.add_argument("--results-dir", default="results", help="where runs are recorded")
     return parser
 
 
@@ -123,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "logs": cmd_logs,
                 "compose": cmd_compose, "collect": cmd_collect,
-                "report": cmd_report}[args.command](args)
+                "report": cmd_report, "tensorboard": cmd_tensorboard}[args.command](args)
     except ProtofedError as exc:
         print(f"protofed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
@@ -142,6 +151,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     launcher = launcher_for(config)  # refuses what its backend cannot run
     cache_dir = prepare_data(config)  # once per federation, before any node exists
     plan = launcher.plan(Path(args.config), overrides, run_id, cache_dir)
+    # the tensorboard package is looked for before anything is written or started
+    live = TensorBoardExport(Path(args.tensorboard) / run_id, config.to_dict()
+                             ) if args.tensorboard else None
     _write_or_release(plan, launcher)
     if launcher.memory_note:
         print(f"protofed: {launcher.memory_note}", file=sys.stderr)
@@ -154,8 +166,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         launcher.release()
         print("protofed: interrupted while starting the nodes", file=sys.stderr)
         return 130
-    interrupted, out_of_time = _watch(run, config)
-    return _conclude(plan, config, run, args, interrupted, out_of_time)
+    interrupted, out_of_time = _watch(run, config, live)
+    return _conclude(plan, config, run, args, interrupted, out_of_time, live)
 
 
 def _stop_on_signals() -> None:
@@ -186,13 +198,21 @@ def _write_or_release(plan, launcher) -> None:
                           "--run-id") from None
 
 
-def _watch(run, config) -> tuple[bool, bool]:
-    """Show progress until every node ended; (interrupted, out of time). Whatever happens,
-    the run's logs are kept and its nodes removed."""
+def _watch(run, config, live: TensorBoardExport | None = None) -> tuple[bool, bool]:
+    """Show progress (and write the TensorBoard runs, `live`) until every node ended;
+    (interrupted, out of time). Whatever happens, the run's logs are kept and its nodes
+    removed."""
     progress = progress_for(config.rounds)
     interrupted = out_of_time = False
+    show = _preloading(progress.show)
+
+    def show_and_export(records) -> None:
+        show(records)
+        if live is not None:
+            live.update(records)
+
     try:
-        if not watch(run, _preloading(progress.show), deadline=config.timeouts.run or None):
+        if not watch(run, show_and_export, deadline=config.timeouts.run or None):
             out_of_time = True
             progress.finish()
             print(f"protofed: timeouts.run ({config.timeouts.run:g} s) passed before every "
@@ -215,9 +235,13 @@ def _watch(run, config) -> tuple[bool, bool]:
 
 
 def _conclude(plan, config, run, args: argparse.Namespace, interrupted: bool,
-              out_of_time: bool) -> int:
+              out_of_time: bool, live: TensorBoardExport | None = None) -> int:
     """The summary, the table, the files, what went wrong; the exit code."""
     records = read_node_results(plan.results_dir, config.nodes)
+    if live is not None:
+        live.close(records)
+        print(f"protofed: TensorBoard runs: {live.folder} (tensorboard --logdir "
+              f"{live.folder})", file=sys.stderr)
     summary = _write_summary(plan, config, run, records)
     # the table first, then the pictures
     print(format_table(summary, table_width(args.wide), args.every), flush=True)
@@ -423,20 +447,37 @@ def cmd_collect(args: argparse.Namespace) -> int:
                                          wide=args.wide, every=args.every))
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run)
-    if not run_dir.is_dir() and (Path(args.results_dir) / args.run).is_dir():
-        run_dir = Path(args.results_dir) / args.run
+def _run_folder(run: str, results_dir: str) -> Path:
+    """A run's folder, given as a path or as an id under `results_dir`, with node results."""
+    run_dir = Path(run)
+    if not run_dir.is_dir() and (Path(results_dir) / run).is_dir():
+        run_dir = Path(results_dir) / run
     if not run_dir.is_dir():
-        tried = sorted({str(Path(args.run)), str(Path(args.results_dir) / args.run)})
-        raise ConfigError(f"{args.run}: no such run folder (looked for {' and '.join(tried)})")
-    nodes = len(list(run_dir.glob("node-*.json")))
-    if not nodes:
+        tried = sorted({str(Path(run)), str(Path(results_dir) / run)})
+        raise ConfigError(f"{run}: no such run folder (looked for {' and '.join(tried)})")
+    if not any(run_dir.glob("node-*.json")):
         raise ConfigError(f"{run_dir}: no node-<i>.json results in this folder")
-    records = read_node_results(run_dir, nodes)
+    return run_dir
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    run_dir = _run_folder(args.run, args.results_dir)
+    records = read_node_results(run_dir, len(list(run_dir.glob("node-*.json"))))
     print(format_table(summarize_records(records, run_dir.name), table_width(args.wide),
                        args.every))
     _say_files(write_run_files(run_dir, records))
+    return 0
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    run_dir = _run_folder(args.run, args.results_dir)
+    records = read_node_results(run_dir, len(list(run_dir.glob("node-*.json"))))
+    if not (run_dir / FEDERATION_FILE).is_file():
+        raise ConfigError(f"{run_dir}: no {FEDERATION_FILE} here: not a run folder")
+    config = read_federation(run_dir / FEDERATION_FILE).config
+    folder = export(records, config.to_dict(), Path(args.out) / run_dir.name)
+    print(f"protofed: TensorBoard runs of {len(records)} nodes: {folder} (tensorboard "
+          f"--logdir {folder})", file=sys.stderr)
     return 0
 
 

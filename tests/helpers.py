@@ -213,10 +213,11 @@ def read_results(run_dir):
     return summary, nodes
 
 
-def run_federation(tmp_path, data_dir, name, timeout=300, **settings):
-    """`protofed up` to the end: (completed process, summary or None, node results)."""
+def run_federation(tmp_path, data_dir, name, timeout=300, options=(), **settings):
+    """`protofed up` (with `options`) to the end: (completed process, summary or None, node
+    results)."""
     config = write_config(tmp_path, data_dir, name, **settings)
-    done = protofed("up", "-c", config, "--run-id", name, timeout=timeout)
+    done = protofed("up", "-c", config, "--run-id", name, *options, timeout=timeout)
     return done, *read_results(tmp_path / "results" / name)
 
 

@@ -197,7 +197,8 @@ def test_a_scripted_leave_over_zeromq_exits_zero_and_reports_the_new_figures(wor
         workdir, data_dir, "churn-zmq", nodes=4, rounds=3, algorithm="fedavg",
         topology="k_regular", codec="fp32",
         topology_extra="k = 2\nresample_every = 1",
-        extra="[scenario]\nevents = [{round = 2, leave = [2]}]\n[report]\ntarget_f1 = 0.01")
+        extra="[scenario]\nevents = [{round = 2, leave = [2]}]\n[report]\ntarget_f1 = 0.01",
+        options=("--tensorboard", workdir / "boards"))
     assert done.returncode == 0, done.stderr
     assert [n["status"] for n in nodes] == ["finished", "finished", "left", "finished"]
     assert [r["round"] for r in nodes[2]["rounds"]] == [0, 1]
@@ -206,3 +207,27 @@ def test_a_scripted_leave_over_zeromq_exits_zero_and_reports_the_new_figures(wor
     assert set(summary["consensus_distance_by_round"]) == {"0", "1", "2", "3"}
     assert summary["to_target"]["round"] is not None and summary["to_target"]["bytes"] >= 0
     assert "Consensus distance" in done.stdout and "first reached 0.01" in done.stdout
+    # the TensorBoard runs were written as the rounds came in, node 2's up to its leaving
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for node in nodes:
+        events = EventAccumulator(str(workdir / "boards" / "churn-zmq" / f"node-{node['node']}"))
+        events.Reload()
+        assert [(e.step, e.value) for e in events.Scalars("f1/global")] == [
+            (r["round"], pytest.approx(r["global_test"]["f1"], rel=1e-6)) for r in node["rounds"]]
+
+
+def test_a_finished_run_converts_to_tensorboard(three_fc, workdir, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    done = protofed("tensorboard", workdir / "results" / "three-fc", tmp_path)
+    assert done.returncode == 0, done.stderr
+    for node in three_fc[2]:
+        events = EventAccumulator(str(tmp_path / "three-fc" / f"node-{node['node']}"))
+        events.Reload()
+        assert [e.value for e in events.Scalars("bytes/sent")] == [
+            r["bytes_sent"] for r in node["rounds"]]
+    missing = protofed("tensorboard", tmp_path / "nothing", tmp_path)
+    assert missing.returncode == 2 and "no such run folder" in missing.stderr
