@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from deploy import image as docker_image
 from deploy import swarm_backend as swarm
 from deploy.dynamics import dynamics
 from deploy.launchers import fleets, launcher_for, refuse_user_code
+from deploy.monitor import check_port, serve
 from deploy.pictures import RunFiles, write_run_files
 from deploy.pictures import preload as preload_pictures
 from deploy.plan import (
@@ -57,6 +59,9 @@ WIDE_HELP = ("the end table with every column, however wide (default: the column
              "fit the terminal)")
 
 
+MONITOR_PORT = 8765
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="protofed", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -73,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--all", action="store_true", dest="every", help=ALL_HELP)
     up.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard runs (one per "
                     "node) under DIR/<run-id> as the rounds come in")
+    up.add_argument("--monitor", action="store_true", help="serve the live page of the run "
+                    "(see `protofed monitor`) while it runs")
+    up.add_argument("--port", type=int, default=MONITOR_PORT, help="the page's port "
+                    f"(default {MONITOR_PORT})")
 
     down = commands.add_parser("down", help="stop running federations (local, docker and "
                                "swarm)")
@@ -117,6 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--wide", action="store_true", help=WIDE_HELP)
     report.add_argument("--all", action="store_true", dest="every", help=ALL_HELP)
 
+    monitor = commands.add_parser("monitor", help="serve a read-only live page of a run, "
+                                  "running or finished, on 127.0.0.1")
+    monitor.add_argument("run", help="a run's folder, or its id under --results-dir")
+    monitor.add_argument("--port", type=int, default=MONITOR_PORT,
+                         help=f"port (default {MONITOR_PORT})")
+    monitor.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
+                         "127.0.0.1; another one lets other machines read the page)")
+    monitor.add_argument("--results-dir", default="results", help="where runs are recorded")
+
     board = commands.add_parser("tensorboard", help="write a run's records as TensorBoard "
                                 "runs, one per node (then: tensorboard --logdir DIR)")
     board.add_argument("run", help="a run's folder, or its id under --results-dir")
@@ -132,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "logs": cmd_logs,
                 "compose": cmd_compose, "collect": cmd_collect,
-                "report": cmd_report, "tensorboard": cmd_tensorboard}[args.command](args)
+                "report": cmd_report, "tensorboard": cmd_tensorboard,
+                "monitor": cmd_monitor}[args.command](args)
     except ProtofedError as exc:
         print(f"protofed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
@@ -154,6 +173,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     # the tensorboard package is looked for before anything is written or started
     live = TensorBoardExport(Path(args.tensorboard) / run_id, config.to_dict()
                              ) if args.tensorboard else None
+    if args.monitor:
+        check_port("127.0.0.1", args.port)  # a busy port stops `up` before any node starts
     _write_or_release(plan, launcher)
     if launcher.memory_note:
         print(f"protofed: {launcher.memory_note}", file=sys.stderr)
@@ -166,8 +187,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         launcher.release()
         print("protofed: interrupted while starting the nodes", file=sys.stderr)
         return 130
-    interrupted, out_of_time = _watch(run, config, live)
-    return _conclude(plan, config, run, args, interrupted, out_of_time, live)
+    page = _start_monitor(plan.results_dir, args.port) if args.monitor else None
+    try:
+        interrupted, out_of_time = _watch(run, config, live)
+        return _conclude(plan, config, run, args, interrupted, out_of_time, live)
+    finally:
+        if page is not None:
+            page.terminate()
+            page.wait()
 
 
 def _stop_on_signals() -> None:
@@ -467,6 +494,34 @@ def cmd_report(args: argparse.Namespace) -> int:
                        args.every))
     _say_files(write_run_files(run_dir, records))
     return 0
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run)
+    if not run_dir.exists() and (Path(args.results_dir) / args.run).is_dir():
+        run_dir = Path(args.results_dir) / args.run
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"protofed: warning: the page listens on {args.host}: anyone who reaches that "
+              "address can read this run (the page has no login); an SSH port forward to "
+              "127.0.0.1 keeps it private", file=sys.stderr)
+    address = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}/"
+    try:
+        serve(run_dir, args.host, args.port,
+              ready=lambda: print(f"protofed: monitor of {run_dir}: {address}",
+                                  file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _start_monitor(run_dir: Path, port: int) -> subprocess.Popen:
+    """`protofed monitor` of this run in its own process (nothing threaded in the launcher,
+    which forks nodes); stopped when `up` ends."""
+    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "monitor", str(run_dir),
+                                "--port", str(port)], stdin=subprocess.DEVNULL,
+                               start_new_session=True)
+    print(f"protofed: monitor: http://127.0.0.1:{port}/", file=sys.stderr)
+    return process
 
 
 def cmd_tensorboard(args: argparse.Namespace) -> int:

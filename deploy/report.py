@@ -39,7 +39,9 @@ class RecordReader:
                 return self._seen[node_id][1]
             record = NodeRecord.from_dict(json.loads(path.read_text()))
         except (OSError, ValueError, TypeError, AttributeError):
-            return NodeRecord(node=node_id)
+            # not there yet, or half written by something other than a node (nodes replace
+            # their file whole): the last whole version until it is whole again
+            return self._seen[node_id][1] if node_id in self._seen else NodeRecord(node=node_id)
         self._seen[node_id] = (version, record)
         return record
 

@@ -250,7 +250,7 @@ class ReportConfig:
     target_f1: float = 0.0
     # values per round of each node's sketch of its model, for the consensus distance
     # (0: none; at least the model's size: the model itself, exact)
-    consensus_sketch: int = 4096
+    consensus_sketch: int = 1024
 
 
 @dataclass(frozen=True)

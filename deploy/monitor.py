@@ -1,0 +1,295 @@
+"""`protofed monitor RUN`: a read-only web page of a run, running or finished, whatever backend
+wrote it. It reads the record files the nodes already write (no new port on any node) and
+pushes a snapshot to the page by server-sent events at most once a second, when it changed.
+
+Routes (all GET; nothing can be started, stopped or changed from the page):
+  /                   the page (deploy/monitor_page: every script and style is served from
+                      the installed package, nothing from elsewhere)
+  /api/snapshot       the snapshot as JSON
+  /api/events         the snapshot as server-sent events
+  /api/log/<node>     the last lines of a node's log
+  /files/<name>       the run's CSV, JSON and pictures, for download
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import re
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from deploy.dynamics import consensus_by_round, round_means
+from deploy.pictures import PAYLOAD_KINDS, round_seconds
+from deploy.plan import FEDERATION_FILE
+from deploy.report import RecordReader
+from deploy.runner import RUN_FILE
+from node.errors import ConfigError
+from node.record import NodeRecord
+
+PAGE = Path(__file__).resolve().parent / "monitor_page"
+PUSH_EVERY = 1.0  # seconds: the page is updated at most this often
+STALE_AFTER = 30.0  # seconds without a change to a working node's record, at least...
+STALE_ROUNDS = 3.0  # ... or this many of the federation's median seconds per round
+DOWNLOADS = re.compile(r"(rounds\.csv|summary\.json|federation\.json|run\.json"
+                       r"|node-\d+\.json|[a-z_]+\.(png|svg))")
+WORKING = ("starting", "running")
+HINT = "the monitor needs starlette and uvicorn: pip install -e '.[monitor]'"
+
+
+def run_folder(path: Path) -> tuple[Path, int]:
+    """The run folder and its node count; ConfigError naming what is wrong."""
+    if not path.exists():
+        raise ConfigError(f"{path}: no such folder")
+    if not path.is_dir():
+        raise ConfigError(f"{path}: not a folder")
+    federation = path / FEDERATION_FILE
+    if federation.is_file():
+        try:
+            return path, len(json.loads(federation.read_text())["nodes"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path}: {FEDERATION_FILE} cannot be read: {exc}") from None
+    nodes = len(list(path.glob("node-*.json")))
+    if not nodes:
+        raise ConfigError(f"{path}: not a run folder (no {FEDERATION_FILE}, no node-<i>.json)")
+    return path, nodes
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (this machine's processes only)."""
+    try:
+        os.kill(pid, 0)
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+class Monitor:
+    """Snapshots of one run folder (pure reads of its files)."""
+
+    def __init__(self, run_dir: Path, clock=time.time) -> None:
+        self.run_dir, self.nodes = run_folder(run_dir)
+        self.reader = RecordReader(self.run_dir, self.nodes)
+        self.clock = clock
+        self.changed_at: dict[int, tuple[tuple, float]] = {}  # node -> (version, when seen)
+        self.federation = self._federation()
+
+    def _federation(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.run_dir / FEDERATION_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _run_file(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.run_dir / RUN_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def snapshot(self) -> dict[str, Any]:
+        records = self.reader.read()
+        now = self.clock()
+        config = self.federation.get("config", {})
+        run = self._run_file()
+        states = self._states(records, run, now)
+        done = [r.rounds[-1].round for r in records if r.rounds]
+        rounds_total = config.get("rounds") or max((r.rounds_total for r in records), default=0)
+        started = min((r.started_at for r in records if r.started_at), default=None)
+        ended = not any(state in (*WORKING, "stale") for state in states.values())
+        last = max((x.recorded_at for r in records for x in r.rounds), default=None)
+        elapsed = ((last if ended and last else now) - started) if started else None
+        federation_round = min(done) if done else None
+        eta = None
+        if elapsed and federation_round and rounds_total and federation_round < rounds_total:
+            eta = elapsed / federation_round * (rounds_total - federation_round)
+        return {
+            "run_id": self.run_dir.name,
+            "algorithm": config.get("algorithm") or next((r.algorithm for r in records
+                                                          if r.algorithm), ""),
+            "topology": (config.get("topology") or {}).get("kind", ""),
+            "backend": run.get("backend") or (config.get("deploy") or {}).get("backend", ""),
+            "run_status": run.get("status", ""),
+            "rounds_total": rounds_total, "round": federation_round,
+            "elapsed_s": None if elapsed is None else round(elapsed, 1),
+            "eta_s": None if eta is None else round(eta, 1),
+            "nodes": [self._node(r, states[r.node]) for r in records],
+            "edges": self._edges(records),
+            "positions": positions(self.nodes),
+            "per_round": self._per_round(records),
+        }
+
+    def _states(self, records: list[NodeRecord], run: dict, now: float) -> dict[int, str]:
+        """Each node's state: its record's status; `dead` where its process ended while the
+        record says it works (exit code recorded, or a local pid gone); `stale` where a
+        working node's record has not changed for a while."""
+        exits = run.get("exit_codes") or {}
+        pids = run.get("pids") or {}
+        seconds = [round_seconds(x) for r in records for x in r.rounds if x.round > 0]
+        stale_after = max(STALE_AFTER, STALE_ROUNDS * (statistics.median(seconds)
+                                                        if seconds else 0.0))
+        states = {}
+        for record in records:
+            status = record.status if record.status != "missing" else "starting"
+            version = (len(record.rounds), record.status, record.rounds_done)
+            seen = self.changed_at.get(record.node)
+            if seen is None or seen[0] != version:
+                self.changed_at[record.node] = (version, now)
+            if status in WORKING:
+                node = str(record.node)
+                gone = node in exits or (node in pids and not _alive(int(pids[node])))
+                if gone:
+                    status = "dead"
+                elif now - self.changed_at[record.node][1] > stale_after and run.get(
+                        "status", "running") == "running":
+                    status = "stale"
+            states[record.node] = status
+        return states
+
+    @staticmethod
+    def _node(record: NodeRecord, state: str) -> dict[str, Any]:
+        last = record.rounds[-1] if record.rounds else None
+        return {"node": record.node, "state": state,
+                "round": last.round if last else None,
+                "f1": None if last is None else round(last.global_test.f1, 4),
+                "accuracy": None if last is None else round(last.global_test.accuracy, 4),
+                "bytes_sent": record.bytes_sent, "bytes_received": record.bytes_received,
+                "in": len(record.in_neighbours), "out": len(record.out_neighbours),
+                "machine": record.machine or "", "error": record.error or ""}
+
+    @staticmethod
+    def _edges(records: list[NodeRecord]) -> list[dict[str, Any]]:
+        """Every edge that carried bytes: cumulative (every kind) and in the last round."""
+        edges: dict[tuple[int, int], dict[str, int]] = {}
+        for record in records:
+            for peer, kinds in record.bytes_sent_by_peer.items():
+                edge = edges.setdefault((record.node, int(peer)), {"bytes": 0, "last": 0})
+                edge["bytes"] = sum(kinds.values())
+            if record.rounds:
+                for peer, kinds in record.rounds[-1].bytes_sent_by_peer.items():
+                    edge = edges.setdefault((record.node, int(peer)), {"bytes": 0, "last": 0})
+                    edge["last"] = sum(v for k, v in kinds.items() if k in PAYLOAD_KINDS)
+        return [{"from": u, "to": v, **values} for (u, v), values in sorted(edges.items())]
+
+    @staticmethod
+    def _per_round(records: list[NodeRecord]) -> dict[str, Any]:
+        rounds = sorted({x.round for r in records for x in r.rounds})
+        by_kind: dict[str, list[int]] = {}
+        for record in records:
+            for x in record.rounds:
+                for kinds in x.bytes_sent_by_peer.values():
+                    for kind, sent in kinds.items():
+                        by_kind.setdefault(kind, [0] * len(rounds))[rounds.index(x.round)] += sent
+        means = round_means(records)
+        consensus = consensus_by_round(records)
+        return {"rounds": rounds,
+                "mean_f1": [round(means[r], 4) for r in rounds],
+                "f1": {str(r.node): [[x.round, round(x.global_test.f1, 4)] for x in r.rounds]
+                       for r in records},
+                "bytes_by_kind": by_kind,
+                "consensus": [consensus.get(r) for r in rounds]}
+
+    def log_tail(self, node: int, lines: int = 40) -> str:
+        path = self.run_dir / "logs" / f"node-{node}.log"
+        try:
+            with path.open("rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - 64 * 1024))
+                text = handle.read().decode("utf-8", "replace")
+        except OSError:
+            return f"(no log for node {node} here yet)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def positions(nodes: int) -> dict[str, list[float]]:
+    """Node positions on a circle: networkx's circular_layout, as the topology picture."""
+    return {str(i): [round(math.cos(2 * math.pi * i / nodes), 4),
+                     round(math.sin(2 * math.pi * i / nodes), 4)] for i in range(nodes)}
+
+
+def app(monitor: Monitor):
+    """The Starlette application serving `monitor`'s run."""
+    try:
+        from starlette.applications import Starlette
+        from starlette.responses import (
+            FileResponse,
+            JSONResponse,
+            PlainTextResponse,
+            StreamingResponse,
+        )
+        from starlette.routing import Route
+    except ImportError:
+        raise ConfigError(HINT) from None
+
+    async def page(request):
+        return FileResponse(PAGE / "index.html", media_type="text/html")
+
+    async def static(request):
+        name = request.path_params["name"]
+        if name not in {p.name for p in PAGE.iterdir()}:
+            return PlainTextResponse("not found", status_code=404)
+        return FileResponse(PAGE / name)
+
+    async def snapshot(request):
+        return JSONResponse(monitor.snapshot())
+
+    async def events(request):
+        async def stream():
+            last = None
+            while not await request.is_disconnected():
+                text = json.dumps(monitor.snapshot())
+                if text != last:
+                    last = text
+                    yield f"data: {text}\n\n"
+                await asyncio.sleep(PUSH_EVERY)
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    async def log(request):
+        node = request.path_params["node"]
+        if not 0 <= node < monitor.nodes:
+            return PlainTextResponse("no such node", status_code=404)
+        return PlainTextResponse(monitor.log_tail(node))
+
+    async def files(request):
+        name = request.path_params["name"]
+        path = monitor.run_dir / name
+        if not DOWNLOADS.fullmatch(name) or not path.is_file():
+            return PlainTextResponse("not found", status_code=404)
+        return FileResponse(path, filename=name)
+
+    return Starlette(routes=[
+        Route("/", page), Route("/static/{name}", static),
+        Route("/api/snapshot", snapshot), Route("/api/events", events),
+        Route("/api/log/{node:int}", log), Route("/files/{name}", files)])
+
+
+def check_port(host: str, port: int) -> None:
+    """ConfigError when `port` on `host` cannot be bound (in use, or not an address here)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+                              + (" (the port is in use: pick another with --port)"
+                                 if exc.errno == 98 else "")) from None
+
+
+def serve(run_dir: Path, host: str, port: int, ready=None) -> None:
+    """Serve the page of `run_dir` until interrupted."""
+    monitor = Monitor(run_dir)
+    application = app(monitor)
+    check_port(host, port)
+    import uvicorn
+
+    config = uvicorn.Config(application, host=host, port=port, log_level="warning",
+                            lifespan="off")
+    server = uvicorn.Server(config)
+    if ready is not None:
+        ready()
+    server.run()
