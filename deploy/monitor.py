@@ -164,8 +164,13 @@ class Monitor:
 
     @staticmethod
     def _edges(records: list[NodeRecord]) -> list[dict[str, Any]]:
-        """Every edge that carried bytes: cumulative (every kind) and in the last round."""
+        """Every edge that carried bytes: cumulative (every kind), models and prototypes in
+        the sender's last round, and the bandwidth [links] set on it (bits/s, 0: none)."""
         edges: dict[tuple[int, int], dict[str, int]] = {}
+        for record in records:
+            for peer, bits in (record.in_link_bandwidth or {}).items():
+                edges.setdefault((int(peer), record.node), {"bytes": 0, "last": 0})[
+                    "limit"] = int(bits)
         for record in records:
             for peer, kinds in record.bytes_sent_by_peer.items():
                 edge = edges.setdefault((record.node, int(peer)), {"bytes": 0, "last": 0})
@@ -174,7 +179,8 @@ class Monitor:
                 for peer, kinds in record.rounds[-1].bytes_sent_by_peer.items():
                     edge = edges.setdefault((record.node, int(peer)), {"bytes": 0, "last": 0})
                     edge["last"] = sum(v for k, v in kinds.items() if k in PAYLOAD_KINDS)
-        return [{"from": u, "to": v, **values} for (u, v), values in sorted(edges.items())]
+        return [{"from": u, "to": v, "limit": 0, **values}
+                for (u, v), values in sorted(edges.items())]
 
     @staticmethod
     def _per_round(records: list[NodeRecord]) -> dict[str, Any]:

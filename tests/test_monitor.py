@@ -26,8 +26,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def write_node(folder, node, status="running", rounds=1, sent=None):
+def write_node(folder, node, status="running", rounds=1, sent=None, limits=None):
     record = NodeRecord(node=node, status=status, started_at=1000.0, rounds_total=3,
+                        in_link_bandwidth=limits,
                         in_neighbours=[1 - node], out_neighbours=[1 - node],
                         bytes_sent_by_peer=sent or {},
                         rounds=[RoundRecord(round=r, global_test=Evaluation(f1=0.1 * r),
@@ -40,16 +41,17 @@ def test_a_snapshot_says_who_is_dead_stale_or_done(tmp_path):
         {"config": {"rounds": 3, "algorithm": "fedavg", "topology": {"kind": "ring"}},
          "nodes": [{}, {}]}))
     write_node(tmp_path, 0, sent={"1": {"model": 100, "control": 5}})
-    write_node(tmp_path, 1)
+    write_node(tmp_path, 1, limits={"0": 5_000_000})  # [links]: 5 Mbit/s from node 0
     now = [2000.0]
     monitor = Monitor(tmp_path, clock=lambda: now[0])
     first = monitor.snapshot()
     assert [n["state"] for n in first["nodes"]] == ["running", "running"]
-    assert first["edges"] == [{"from": 0, "to": 1, "bytes": 105, "last": 0}]
+    assert first["edges"] == [{"from": 0, "to": 1, "bytes": 105, "last": 0,
+                               "limit": 5_000_000}]
     assert (first["algorithm"], first["topology"], first["rounds_total"]) == (
         "fedavg", "ring", 3)
     now[0] += 60  # nothing changed for a minute: stale
-    write_node(tmp_path, 1, rounds=2)  # node 1 moved on
+    write_node(tmp_path, 1, rounds=2, limits={"0": 5_000_000})  # node 1 moved on
     states = [n["state"] for n in monitor.snapshot()["nodes"]]
     assert states == ["stale", "running"]
     (tmp_path / "run.json").write_text(json.dumps({"status": "running",

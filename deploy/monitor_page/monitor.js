@@ -51,19 +51,25 @@ function drawGraph(s) {
   const mode = document.getElementById("edge-mode").value;
   const value = e => mode === "last" ? e.last : e.bytes;
   const largest = Math.max(1, ...s.edges.map(value));
-  const labelled = s.edges.length <= 30;
-  for (const e of s.edges) {
+  // the last round's graph: only the edges that carried models or prototypes in it
+  const edges = mode === "last" ? s.edges.filter(e => e.last > 0) : s.edges;
+  const labelled = edges.length <= 30;
+  // dense graphs get thinner, fainter lines, so the widths still read as widths
+  const widest = 0.03 * Math.min(1, Math.sqrt(30 / Math.max(edges.length, 1)));
+  const opacity = edges.length <= 30 ? 0.55 : edges.length <= 300 ? 0.35 : 0.12;
+  for (const e of edges) {
     const [x1, y1] = s.positions[e.from], [x2, y2] = s.positions[e.to];
-    const line = element("line", {x1, y1, x2, y2, class: "edge",
-      "stroke-width": 0.004 + 0.03 * value(e) / largest,
+    const line = element("line", {x1, y1, x2, y2, class: "edge" + (e.limit ? " limited" : ""),
+      "stroke-width": 0.002 + widest * value(e) / largest, "stroke-opacity": opacity,
       "data-from": e.from, "data-to": e.to, "data-bytes": e.bytes, "data-last": e.last}, svg);
+    const limit = e.limit ? `, limited to ${(e.limit / 1e6).toFixed(3).replace(/\.?0+$/, "")} Mbit/s` : "";
     element("title", {}, line).textContent =
-      `${e.from} → ${e.to}: ${bytesText(e.bytes)} in all, ${bytesText(e.last)} last round`;
+      `${e.from} → ${e.to}: ${bytesText(e.bytes)} in all, ${bytesText(e.last)} last round${limit}`;
     if (labelled && value(e) > 0) {
       // the label sits a third of the way from the sender: the two directions do not overlap
       const label = element("text", {x: x1 + (x2 - x1) * 0.33, y: y1 + (y2 - y1) * 0.33,
                                      class: "edge-label"}, svg);
-      label.textContent = bytesText(value(e));
+      label.textContent = bytesText(value(e)) + (e.limit ? ` (${limit.slice(13)})` : "");
     }
   }
   const radius = Math.max(0.035, Math.min(0.09, 0.9 / s.nodes.length));
