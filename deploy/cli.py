@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--wide", action="store_true", help=WIDE_HELP)
     collect.add_argument("--all", action="store_true", dest="every", help=ALL_HELP)
 
+    _add_run_views(commands)
+    return parser
+
+
+def _add_run_views(commands) -> None:
+    """The commands that look at a run: report, monitor, tensorboard."""
     report = commands.add_parser("report", help="print the table of a run and write its "
                                  "per-round CSV and pictures again")
     report.add_argument("run", help="a run's folder, or its id under --results-dir")
@@ -140,7 +146,6 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("run", help="a run's folder, or its id under --results-dir")
     board.add_argument("out", metavar="DIR", help="folder for the TensorBoard runs")
     board.add_argument("--results-dir", default="results", help="where runs are recorded")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
