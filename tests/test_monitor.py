@@ -3,6 +3,7 @@ real headless Chromium against a real 3-node federation."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -224,3 +225,16 @@ def test_up_with_monitor_prints_the_address_and_serves_the_run(tmp_path, data_di
     assert done.returncode == 0, done.stderr
     assert f"protofed: monitor: http://127.0.0.1:{port}/" in done.stderr
     assert not _answers(port)  # stopped with the run
+
+
+def test_the_page_names_no_address_but_its_own():
+    """Every script, style and link of the page is a path on the monitor itself (the browser
+    test checks what a real browser loaded)."""
+    from deploy.monitor import PAGE
+
+    for path in PAGE.iterdir():
+        text = path.read_text()
+        urls = [u for u in re.findall(r"(?:https?:)?//[\w.-]+", text)
+                if u != "http://www.w3.org"]  # the SVG namespace: a name, never fetched
+        assert urls == [], (path.name, urls)
+        assert "@import" not in text and "url(" not in text
