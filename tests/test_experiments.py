@@ -449,6 +449,11 @@ def test_the_committed_scale_report_is_what_its_results_regenerate(tmp_path):
     assert_regenerated(scale, "scale", ("scale.md", "scale.svg"), tmp_path)
 
 
+def test_the_committed_dynamic_report_is_what_its_results_regenerate(tmp_path):
+    from experiments import dynamic
+    assert_regenerated(dynamic, "dynamic", ("dynamic.md", "dynamic.svg"), tmp_path)
+
+
 def test_the_committed_decentralizepy_side_by_side_is_what_its_results_regenerate(tmp_path):
     from experiments import versus_decentralizepy
     assert_regenerated(versus_decentralizepy, "versus-decentralizepy", ("table.md",), tmp_path)
