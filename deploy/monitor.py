@@ -98,7 +98,9 @@ class Monitor:
         config = self.federation.get("config", {})
         run = self._run_file()
         states = self._states(records, run, now)
-        done = [r.rounds[-1].round for r in records if r.rounds]
+        # the federation's round: the slowest node still in it (a dead or departed one is not)
+        done = [r.rounds[-1].round for r in records
+                if r.rounds and states[r.node] in (*WORKING, "stale", "finished")]
         rounds_total = config.get("rounds") or max((r.rounds_total for r in records), default=0)
         started = min((r.started_at for r in records if r.started_at), default=None)
         ended = not any(state in (*WORKING, "stale") for state in states.values())
@@ -106,7 +108,8 @@ class Monitor:
         elapsed = ((last if ended and last else now) - started) if started else None
         federation_round = min(done) if done else None
         eta = None
-        if elapsed and federation_round and rounds_total and federation_round < rounds_total:
+        if (not ended and elapsed and federation_round and rounds_total
+                and federation_round < rounds_total):
             eta = elapsed / federation_round * (rounds_total - federation_round)
         return {
             "run_id": self.run_dir.name,
