@@ -40,7 +40,8 @@ function drawSummary(s) {
   const round = s.round === null ? "-" : s.round;
   document.getElementById("summary").textContent =
     `${s.algorithm} on ${s.topology} (${s.backend || "?"}), round ${round} of ${s.rounds_total}` +
-    ` · elapsed ${seconds(s.elapsed_s)} · left about ${seconds(s.eta_s)}` +
+    ` · elapsed ${seconds(s.elapsed_s)}` +
+    (s.eta_s === null ? "" : ` · left about ${seconds(s.eta_s)}`) +
     (s.run_status ? ` · run ${s.run_status}` : "");
   document.title = `protofed ${s.run_id}: round ${round}/${s.rounds_total}`;
 }
