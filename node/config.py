@@ -572,6 +572,16 @@ def schedule_over(graph, config: FederationConfig) -> Schedule:
         raise ConfigError(f"topology ({config.topology.kind}): {exc}") from exc
 
 
+def connections(config: FederationConfig):
+    """Every edge of every round (each round drawn: one that cannot be is a ConfigError
+    naming the round): the connections nodes open."""
+    schedule = schedule_over(build_graph(config), config)
+    try:
+        return schedule.union()
+    except TopologyError as exc:
+        raise ConfigError(f"topology ({config.topology.kind}): {exc}") from exc
+
+
 def link_conditions(config: FederationConfig) -> dict[tuple[int, int], Link]:
     """Every directed edge's link conditions: [links] over the graph's own edge attributes
     (topology.links); a mistake is a ConfigError naming the edge."""

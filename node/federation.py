@@ -14,7 +14,7 @@ from typing import Any
 
 import networkx as nx
 
-from node.config import FederationConfig, build_graph, from_dict, schedule_over
+from node.config import FederationConfig, connections, from_dict, schedule_over
 from node.errors import ConfigError, ProtofedError
 from topology import in_neighbours, out_neighbours
 from topology.schedule import Schedule
@@ -83,7 +83,7 @@ def resolve(config: FederationConfig, binds: Sequence[str], addresses: Sequence[
                           f"{len(addresses)}")
     try:
         # a node connects to every peer it sends to or hears from in any round
-        graph = schedule_over(build_graph(config), config).union()
+        graph = connections(config)
     except ProtofedError as exc:
         raise ConfigError(f"{source}: [topology] {exc}") from None
     members = tuple(Member(i, binds[i], addresses[i], tuple(in_neighbours(graph, i)),

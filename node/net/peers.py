@@ -336,8 +336,9 @@ class Peers:
         graph changes, the last round it is among this node's in-neighbours."""
         if self.round_in_neighbours is None:
             return self.rounds
-        return max((r for r in range(1, self.rounds + 1) if peer in self.round_in_neighbours(r)),
-                   default=0)
+        # from the last round back: a resampled graph has the peer among the last few
+        return next((r for r in range(self.rounds, 0, -1) if peer in self.round_in_neighbours(r)),
+                    0)
 
     def _goodbye_from(self, peer: int) -> None:
         """A peer leaves after its last round, whose messages come before its goodbye on the
