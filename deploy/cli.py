@@ -495,8 +495,11 @@ def _run_folder(run: str, results_dir: str) -> Path:
 def cmd_report(args: argparse.Namespace) -> int:
     run_dir = _run_folder(args.run, args.results_dir)
     records = read_node_results(run_dir, len(list(run_dir.glob("node-*.json"))))
-    print(format_table(summarize_records(records, run_dir.name), table_width(args.wide),
-                       args.every))
+    target = 0.0
+    if (run_dir / FEDERATION_FILE).is_file():
+        target = read_federation(run_dir / FEDERATION_FILE).config.report.target_f1
+    print(format_table(summarize_records(records, run_dir.name, dynamics(records, target)),
+                       table_width(args.wide), args.every))
     _say_files(write_run_files(run_dir, records))
     return 0
 
