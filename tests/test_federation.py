@@ -10,6 +10,7 @@ import csv
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -192,13 +193,17 @@ def test_a_scripted_leave_over_zeromq_exits_zero_and_reports_the_new_figures(wor
                                                                              data_dir):
     """Real processes on a graph drawn again every round: node 2 leaves for good at round 2;
     the run exits 0, node 2 is `left`, the others waited for nobody, and the summary has
-    the consensus distance per round and when the mean F1 reached the target."""
+    the consensus distance per round and when the mean F1 reached the target. The same
+    run writes TensorBoard runs and serves the monitor page (stopped with the run)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     done, summary, nodes = run_federation(
         workdir, data_dir, "churn-zmq", nodes=4, rounds=3, algorithm="fedavg",
         topology="k_regular", codec="fp32",
         topology_extra="k = 2\nresample_every = 1",
         extra="[scenario]\nevents = [{round = 2, leave = [2]}]\n[report]\ntarget_f1 = 0.01",
-        options=("--tensorboard", workdir / "boards"))
+        options=("--tensorboard", workdir / "boards", "--monitor", "--port", str(port)))
     assert done.returncode == 0, done.stderr
     assert [n["status"] for n in nodes] == ["finished", "finished", "left", "finished"]
     assert [r["round"] for r in nodes[2]["rounds"]] == [0, 1]
@@ -207,6 +212,9 @@ def test_a_scripted_leave_over_zeromq_exits_zero_and_reports_the_new_figures(wor
     assert set(summary["consensus_distance_by_round"]) == {"0", "1", "2", "3"}
     assert summary["to_target"]["round"] is not None and summary["to_target"]["bytes"] >= 0
     assert "Consensus distance" in done.stdout and "first reached 0.01" in done.stdout
+    assert f"protofed: monitor: http://127.0.0.1:{port}/" in done.stderr
+    with pytest.raises(OSError):  # the page stopped with the run
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
     # the TensorBoard runs were written as the rounds came in, node 2's up to its leaving
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
