@@ -24,9 +24,10 @@ venv: $(BIN)/protofed
 run: venv
 	$(DATA_ENV) $(BIN)/protofed up -c $(CONFIG)
 
-# Two workers, each test file whole in one of them: most of a federation test is waiting.
+# Three workers on two cores, each test file whole in one of them: most of a federation or
+# container test is waiting for processes.
 test: venv
-	$(DATA_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(DATA_ENV) $(BIN)/python -m pytest -q -n 3 --dist loadfile
 
 # A three-engine Docker Swarm with a registry on this machine (root, Docker installed): see
 # the README's "Docker Swarm" section; the lab is left up for the next run (`down` with
