@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.dynamics import consensus_by_round, round_means
-from deploy.pictures import PAYLOAD_KINDS, round_seconds
+from deploy.pictures import PAYLOAD_KINDS, bytes_by_kind, round_seconds
 from deploy.plan import FEDERATION_FILE
 from deploy.report import RecordReader
 from deploy.runner import RUN_FILE
@@ -187,13 +187,7 @@ class Monitor:
 
     @staticmethod
     def _per_round(records: list[NodeRecord]) -> dict[str, Any]:
-        rounds = sorted({x.round for r in records for x in r.rounds})
-        by_kind: dict[str, list[int]] = {}
-        for record in records:
-            for x in record.rounds:
-                for kinds in x.bytes_sent_by_peer.values():
-                    for kind, sent in kinds.items():
-                        by_kind.setdefault(kind, [0] * len(rounds))[rounds.index(x.round)] += sent
+        rounds, by_kind = bytes_by_kind(records)
         means = round_means(records)
         consensus = consensus_by_round(records)
         return {"rounds": rounds,

@@ -9,7 +9,7 @@ Round 0 evaluates the initial models and exchanges nothing: graph(0) has no edge
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -304,11 +304,3 @@ def build_schedule(static: nx.DiGraph, drawing: Drawing, rounds: int,
     less the edges down; a joining node only listens in its first round (it starts from
     its in-neighbours' models). ScenarioError for events that contradict each other."""
     return Schedule(static, drawing, rounds, presence(static.number_of_nodes(), rounds, events))
-
-
-def events_from(raw: Iterable[dict]) -> list[Event]:
-    """Events from plain dicts (a config's [[scenario.events]])."""
-    return [Event(round=e["round"], leave=tuple(e.get("leave", ())),
-                  back=tuple(e.get("back", ())), join=tuple(e.get("join", ())),
-                  edge_down=tuple(tuple(x) for x in e.get("edge_down", ())),
-                  edge_up=tuple(tuple(x) for x in e.get("edge_up", ()))) for e in raw]
