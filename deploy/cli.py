@@ -13,28 +13,28 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy import capacity
-from deploy import compose as compose_file
-from deploy import docker_backend as docker
-from deploy import image as docker_image
-from deploy import swarm_backend as swarm
-from deploy.dynamics import dynamics
-from deploy.launchers import fleets, launcher_for, refuse_user_code
-from deploy.monitor import check_port, serve
-from deploy.pictures import RunFiles, write_run_files
-from deploy.pictures import preload as preload_pictures
-from deploy.plan import (
-    FEDERATION_FILE,
+from deploy.backends import capacity
+from deploy.backends import compose as compose_file
+from deploy.backends import docker_backend as docker
+from deploy.backends import image as docker_image
+from deploy.backends import swarm_backend as swarm
+from deploy.backends.launchers import fleets, launcher_for, refuse_user_code
+from deploy.backends.plan import (
     Plan,
     host_data_dir,
     new_run_id,
     prepare_data,
     write_plan,
 )
-from deploy.progress import progress_for
-from deploy.report import ROW_LIMIT, format_table, read_node_results, summarize_records
-from deploy.runner import log_tail, run_status, watch
-from deploy.tensorboard import TensorBoardExport, export
+from deploy.backends.runner import run_status, watch
+from deploy.run_folder import FEDERATION_FILE, log_tail, read_node_results
+from deploy.views.dynamics import dynamics
+from deploy.views.monitor import check_port, serve
+from deploy.views.pictures import RunFiles, write_run_files
+from deploy.views.pictures import preload as preload_pictures
+from deploy.views.progress import progress_for
+from deploy.views.report import ROW_LIMIT, format_table, summarize_records
+from deploy.views.tensorboard import TensorBoardExport, export
 from node.config import load
 from node.data.custom import add_search_path
 from node.errors import ConfigError, ProtofedError
@@ -435,7 +435,7 @@ def cmd_compose(args: argparse.Namespace) -> int:
             engines.append(swarm.connect(config.deploy.manager) if config.deploy.manager
                            else docker.connect())
         return engines[0]
-    image = args.image or config.deploy.image
+    image = args.image or config.deploy.backends.image
     if not image:
         image = docker_image.ensure_image(engine(), config.deploy.base_image)
     try:

@@ -5,7 +5,7 @@
 Node 0 of a 20-node FedAvg federation on a 50,000-image MNIST subset (the lifecycle
 bench's setting) loads its share with `node.runtime.load_node_data`, in a fresh process:
 - own: the process loads the dataset itself, as each Docker container does;
-- fork: a launcher warms up (`deploy.local.warm_up`), then forks the node, as `protofed up`
+- fork: a launcher warms up (`deploy.backends.local.warm_up`), then forks the node, as `protofed up`
   does locally.
 Reported: seconds to loaded data, and what loading added to the node process's memory
 (/proc/self/smaps_rollup: RSS, PSS, private dirty = pages only this process holds and
@@ -56,7 +56,7 @@ def node(out):
 if sys.argv[1] == "own":
     node(1)
 else:
-    from deploy.local import warm_up
+    from deploy.backends.local import warm_up
     warm_up(config)  # what `protofed up` loads before it forks the nodes
     read, write = os.pipe()
     pid = os.fork()

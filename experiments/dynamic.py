@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deploy.dynamics import consensus_by_round, round_means
+from deploy.views.dynamics import consensus_by_round, round_means
 from node.config import from_dict
 from node.inprocess import memory_federation, run_in_memory
 from node.record import NodeRecord

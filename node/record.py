@@ -57,7 +57,7 @@ class NodeRecord:
     node: int = -1  # -1: a record that does not say
     # starting, running, finished, failed, stopped, missed (back after the last round),
     # left (left for good as the scenario says);
-    # dead: deploy.report's word for a process that ended while its file says it runs
+    # dead: deploy.views.report's word for a process that ended while its file says it runs
     status: str = "missing"
     algorithm: str = ""
     config_digest: str = ""

@@ -67,7 +67,7 @@ def load_node_data(config: FederationConfig, node_id: int, device: torch.device)
     """This node's share of the dataset, the same split in every process for the same seed."""
     d = config.data
     root = d.dir or default_data_dir()
-    # The launcher fetched the files before any node started (`deploy.plan.prepare_data`):
+    # The launcher fetched the files before any node started (`deploy.backends.plan.prepare_data`):
     # nodes never download, so a federation downloads once and nodes cannot race.
     dataset = load_dataset(d.dataset, root, download=False)
     split = federated_split(dataset.labels, config.nodes, scheme=d.partition,
@@ -107,7 +107,7 @@ def _labels(dataset: Dataset, index: np.ndarray, device: torch.device) -> torch.
 def _global_test_set(name: str, dataset: Dataset, root: str | Path, index: np.ndarray,
                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The federation's global test set, the same for every node: converted once per process
-    and shared read-only (forked nodes share the launcher's copy, see `deploy.local.warm_up`;
+    and shared read-only (forked nodes share the launcher's copy, see `deploy.backends.local.warm_up`;
     in-process nodes share one copy)."""
     key = (name, str(Path(root).resolve()), str(device),
            hashlib.sha256(np.ascontiguousarray(index).tobytes()).hexdigest())

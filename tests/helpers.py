@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from deploy.plan import plan_local, write_plan
+from deploy.backends.plan import plan_local, write_plan
 from node.algorithms import create
 from node.algorithms.base import NodeData, Payload
 from node.algorithms.common import prototype_payload
@@ -138,8 +138,8 @@ def written_docker_plan(tmp_path, **deploy):
     """Three nodes planned for Docker (one container name each) with these [deploy] settings,
     the run folder written, each container's memory limit set from a made-up measurement of
     400 MiB a node (as the Docker launcher sets it from its probe): (config, plan)."""
-    from deploy.capacity import MiB, NodeFootprint, with_limits
-    from deploy.docker_backend import plan_docker
+    from deploy.backends.capacity import MiB, NodeFootprint, with_limits
+    from deploy.backends.docker_backend import plan_docker
 
     config = deploy_config(tmp_path, deploy=deploy)
     plan = plan_docker(config, tmp_path / "c.toml", (), "run-1")

@@ -451,7 +451,7 @@ def ensure_base_image() -> None:
     log.info("building %s into engine 0 (debootstrap, a few minutes)", BASE_IMAGE)
     if not installed("debootstrap"):
         apt_install(["debootstrap"])
-    sh("bash", str(REPO / "deploy" / "make-base-image.sh"), BASE_IMAGE,
+    sh("bash", str(REPO / "deploy" / "backends" / "make-base-image.sh"), BASE_IMAGE,
        env={**os.environ, "DOCKER_HOST": base_url(0)})
 
 

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from deploy import cli, launchers, local
+from deploy import cli
+from deploy.backends import launchers, local
 from node.errors import DeployError
 
 
@@ -102,7 +103,7 @@ def test_follow_prints_the_tail_then_what_is_written_until_the_node_ends(tmp_pat
 
 
 def test_every_backend_the_config_accepts_has_a_launcher():
-    from deploy.launchers import LAUNCHERS
+    from deploy.backends.launchers import LAUNCHERS
     from node.settings import BACKENDS
 
     assert set(LAUNCHERS) == set(BACKENDS)

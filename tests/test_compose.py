@@ -5,15 +5,15 @@ the Swarm's settings only in the stack file."""
 import pytest
 import yaml
 
-from deploy.capacity import MiB, NodeFootprint, with_limits
-from deploy.compose import compose_document, write_compose
-from deploy.docker_backend import (
+from deploy.backends.capacity import MiB, NodeFootprint, with_limits
+from deploy.backends.compose import compose_document, write_compose
+from deploy.backends.docker_backend import (
     SCRATCH,
     container_command,
     container_mounts,
     plan_docker,
 )
-from deploy.plan import write_plan
+from deploy.backends.plan import write_plan
 from tests.helpers import deploy_config
 
 

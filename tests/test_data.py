@@ -24,8 +24,9 @@ import numpy as np
 import pytest
 import torch
 
-from deploy import cli, docker_backend, launchers
-from deploy.plan import prepare_data
+from deploy import cli
+from deploy.backends import docker_backend, launchers
+from deploy.backends.plan import prepare_data
 from node import data
 from node.config import from_dict
 from node.config import load as load_config

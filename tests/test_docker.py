@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy import docker_backend, image
+from deploy.backends import docker_backend, image
 from tests import helpers
 from tests.helpers import protofed_up, read_json, wait_for_rounds, wait_until
 
@@ -118,8 +118,8 @@ def test_the_installed_wheel_runs_from_its_own_copy_and_builds_the_same_image(in
     script are the wheel's, and the image they describe is the checkout's."""
     probe = ("import deploy, node; from deploy import image; "
              "print(deploy.__file__); print(node.__file__); "
-             "print((image.DEPLOY_DIR / 'Dockerfile').is_file(), "
-             "(image.DEPLOY_DIR / 'make-base-image.sh').is_file()); "
+             "print((image.BACKENDS_DIR / 'Dockerfile').is_file(), "
+             "(image.BACKENDS_DIR / 'make-base-image.sh').is_file()); "
              "print(image.image_tag(base_image=image.LOCAL_BASE_IMAGE))")
     done = subprocess.run([str(installed.python), "-c", probe], cwd=installed.cwd,
                           env=installed.env, capture_output=True, text=True, check=True)

@@ -3,7 +3,7 @@ what down reports, without an engine (the engine-backed test is in test_docker.p
 
 from types import SimpleNamespace
 
-from deploy import docker_backend
+from deploy.backends import docker_backend
 
 
 def test_down_counts_the_containers_it_stopped_even_when_up_removed_them_first(monkeypatch,

@@ -8,8 +8,8 @@ import sys
 import networkx as nx
 import pytest
 
-from deploy.dynamics import consensus_by_round, to_target
-from deploy.report import summarize
+from deploy.views.dynamics import consensus_by_round, to_target
+from deploy.views.report import summarize
 from node.config import from_dict
 from node.errors import ConfigError
 from node.federation import resolve
@@ -166,7 +166,7 @@ def test_two_runs_of_a_dynamic_config_agree_and_send_only_along_the_round_graph(
     assert set(consensus) == {0, 1, 2, 3} and all(v is not None and v >= 0
                                                   for v in consensus.values())
     pytest.importorskip("matplotlib")
-    from deploy.pictures import active_rounds, write_run_files
+    from deploy.views.pictures import active_rounds, write_run_files
 
     files = write_run_files(tmp_path / "a", records)
     assert {p.name for p in files.pictures} >= {"consensus_per_round.png", "edge_activity.png"}
@@ -206,5 +206,5 @@ def test_a_scripted_leave_and_late_join_end_as_scripted(data_dir, tmp_path):
     round_two = [r["rounds"][2]["global_test"]["f1"] for r in (results[0], results[2])]
     assert target["round"] is not None and target["bytes"] > 0
     # the means of round 2 are over the two nodes present, not four
-    from deploy.dynamics import round_means
+    from deploy.views.dynamics import round_means
     assert round_means(records)[2] == pytest.approx(sum(round_two) / 2)

@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from deploy import docker_backend
-from deploy.compose import compose_document, render
-from deploy.plan import keys_dir
+from deploy.backends import docker_backend
+from deploy.backends.compose import compose_document, render
+from deploy.backends.plan import keys_dir
 from node.net.security import secret_file
 from tests.helpers import written_docker_plan, written_plan
 

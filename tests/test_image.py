@@ -3,7 +3,7 @@
 import docker.errors
 import pytest
 
-from deploy import image
+from deploy.backends import image
 
 
 class Images:

@@ -8,9 +8,9 @@ import subprocess
 import networkx as nx
 import pytest
 
-from deploy import shaping
-from deploy.plan import write_plan
-from deploy.shaping import Rule, netem_arguments, tc_commands
+from deploy.backends import shaping
+from deploy.backends.plan import write_plan
+from deploy.backends.shaping import Rule, netem_arguments, tc_commands
 from node.config import from_dict
 from node.errors import ConfigError, DeployError
 from tests.helpers import (
@@ -144,8 +144,8 @@ def test_a_shaped_edge_carries_its_bandwidth_and_the_others_are_untouched(tmp_pa
 def test_the_end_of_a_run_and_down_remove_the_rules_from_lo(tmp_path):
     """A run's end (normal, Ctrl-C or a failed start all call LocalRun.remove) and `down` of
     a run whose launcher was killed: both take the rules off lo (real tc, no federation)."""
-    from deploy import local
-    from deploy.launchers import LocalFleet
+    from deploy.backends import local
+    from deploy.backends.launchers import LocalFleet
     rule = [Rule(2, Link(5_000_000), src="127.1.0.1", dport=6001)]
     plan = local_plan(tmp_path, deploy_config(tmp_path, deploy={"security": "none"}))
     write_plan(plan)
@@ -172,7 +172,7 @@ def test_the_end_of_a_run_and_down_remove_the_rules_from_lo(tmp_path):
 
 
 def test_the_table_shows_the_slowest_in_links_achieved_rate_beside_its_setting():
-    from deploy.report import in_link_rates, slowest_in_link
+    from deploy.views.report import in_link_rates, slowest_in_link
     from node.record import NodeRecord, RoundRecord
 
     rounds = [RoundRecord(round=r, bytes_received_by_peer={"0": {"model": 625_000},

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from deploy import capacity, local
-from deploy.capacity import MiB, NodeFootprint, check_memory, node_memory
-from deploy.plan import write_plan
+from deploy.backends import capacity, local
+from deploy.backends.capacity import MiB, NodeFootprint, check_memory, node_memory
+from deploy.backends.plan import write_plan
+from deploy.run_folder import RUN_FILE
 from node.config import from_dict
 from node.errors import DeployError
 from tests.helpers import REPO, deploy_config, local_plan, protofed, run_federation
@@ -145,7 +146,7 @@ def test_ctrl_c_while_the_nodes_start_stops_those_already_started(tmp_path, monk
         with pytest.raises(KeyboardInterrupt):
             local.start(plan, [])
         assert [p.poll() for p in started] == [-signal.SIGTERM] * 2
-        run = json.loads((plan.results_dir / local.RUN_FILE).read_text())
+        run = json.loads((plan.results_dir / RUN_FILE).read_text())
         assert run["status"] == "stopped" and sorted(run["pids"]) == ["0", "1"]
     finally:
         for process in started:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.monitor import Monitor
+from deploy.views.monitor import Monitor
 from node.record import Evaluation, NodeRecord, RoundRecord, write_json_atomically
 from tests.helpers import protofed, protofed_running, write_config
 
@@ -219,7 +219,7 @@ def _shows(driver, node: int, round_: int):
 def test_the_page_names_no_address_but_its_own():
     """Every script, style and link of the page is a path on the monitor itself (the browser
     test checks what a real browser loaded)."""
-    from deploy.monitor import PAGE
+    from deploy.views.monitor import PAGE
 
     for path in PAGE.iterdir():
         text = path.read_text()

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from deploy import pictures
-from deploy.progress import LineProgress, LiveProgress, clock_text, progress_for, seconds_left
+from deploy.views import pictures
+from deploy.views.progress import LineProgress, LiveProgress, clock_text, progress_for, seconds_left
 from node.record import Evaluation, NodeRecord, RoundRecord
 
 

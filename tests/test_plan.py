@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from deploy.docker_backend import DATA_MOUNT, container_command, plan_docker
-from deploy.plan import FEDERATION_FILE, keys_dir, node_arguments, plan_local, write_plan
+from deploy.backends.docker_backend import DATA_MOUNT, container_command, plan_docker
+from deploy.backends.plan import keys_dir, node_arguments, plan_local, write_plan
+from deploy.run_folder import FEDERATION_FILE
 from node.config import from_dict
 from node.errors import ConfigError
 from node.federation import read, resolve

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from deploy.runner import watch
+from deploy.backends.runner import watch
 from node.record import Evaluation, NodeRecord, RoundRecord, final_evaluation
 from node.runtime import Recorder, add_counts
 
@@ -90,15 +90,15 @@ def test_the_reader_parses_a_record_again_only_once_its_file_was_replaced(tmp_pa
                                                                          monkeypatch):
     """The watcher reads every record twice a second: unchanged files are not parsed again,
     a replaced one (nodes rename a new file over it) is, and a missing one reads as missing."""
-    from deploy import report
+    from deploy import run_folder
 
     for node in (0, 1):
         Recorder(tmp_path / f"node-{node}.json", NodeRecord(node=node, status="running")).write()
     parsed = []
     real = NodeRecord.from_dict
-    monkeypatch.setattr(report.NodeRecord, "from_dict",
+    monkeypatch.setattr(run_folder.NodeRecord, "from_dict",
                         lambda raw: parsed.append(raw["node"]) or real(raw))
-    reader = report.RecordReader(tmp_path, 3)
+    reader = run_folder.RecordReader(tmp_path, 3)
     assert [r.status for r in reader.read()] == ["running", "running", "missing"]
     assert [r.status for r in reader.read()] == ["running", "running", "missing"]
     assert parsed == [0, 1]

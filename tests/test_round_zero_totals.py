@@ -32,8 +32,8 @@ def test_a_node_back_after_the_last_round_is_missed_not_finished(data_dir, tmp_p
     """A restart that finds the federation past its last round trains nothing: it is
     `missed`, left out of the means, and its process exits with MISSED_EXIT (not restarted,
     and the run is incomplete)."""
-    from deploy import local
-    from deploy.report import summarize
+    from deploy.backends import local
+    from deploy.views.report import summarize
     from node.lifecycle import MISSED_EXIT
     from node.net.peers import Peers
 

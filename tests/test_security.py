@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import zmq
 
-from deploy.compose import compose_document
-from deploy.docker_backend import container_command, container_mounts, node_folder
-from deploy.plan import keys_dir
+from deploy.backends.compose import compose_document
+from deploy.backends.docker_backend import container_command, container_mounts, node_folder
+from deploy.backends.plan import keys_dir
 from node.config import from_dict
 from node.errors import ConfigError
 from node.net.message import encode_message

@@ -7,9 +7,9 @@ import tarfile
 
 import pytest
 
-from deploy.docker_backend import plan_docker
-from deploy.plan import write_plan
-from deploy.swarm_backend import (
+from deploy.backends.docker_backend import plan_docker
+from deploy.backends.plan import write_plan
+from deploy.backends.swarm_backend import (
     SwarmRun,
     _Output,
     data_context,
@@ -96,7 +96,7 @@ def test_only_a_bind_mount_at_results_names_a_run_folder():
     current folder: `down` wrote its logs into ./logs."""
     from types import SimpleNamespace
 
-    from deploy.docker_backend import results_folder
+    from deploy.backends.docker_backend import results_folder
 
     def container(*mounts):
         return SimpleNamespace(attrs={"Mounts": list(mounts)})

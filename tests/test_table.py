@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from deploy.report import format_table, summarize
+from deploy.views.report import format_table, summarize
 
 
 def write_node(folder, node, f1, prototype_f1=None, status="finished"):

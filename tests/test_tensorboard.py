@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from deploy.tensorboard import TensorBoardExport, export, hyperparameters, scalars
+from deploy.views.tensorboard import TensorBoardExport, export, hyperparameters, scalars
 from node.record import NodeRecord
 from tests.helpers import mnist_config, run_in_process
 

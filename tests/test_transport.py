@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from deploy.plan import reserve_listeners
+from deploy.backends.plan import reserve_listeners
 from node.config import from_dict
 from node.net.transport import ZmqTransport
 from tests.helpers import free_address

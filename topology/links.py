@@ -1,6 +1,6 @@
 """Link conditions per directed edge: bandwidth, delay, jitter and loss, from a default, a
 named profile, the graph's edge attributes and per-edge overrides (in that order, later
-wins). Pure: parsing and resolution only; deploy.shaping turns them into kernel rules."""
+wins). Pure: parsing and resolution only; deploy.backends.shaping turns them into kernel rules."""
 
 from __future__ import annotations
 

@@ -11,12 +11,13 @@ import socket
 from pathlib import Path
 from typing import TextIO
 
-from deploy import capacity, local, shaping
-from deploy import docker_backend as docker
-from deploy import image as docker_image
-from deploy import swarm_backend as swarm
-from deploy.plan import Plan, host_data_dir, plan_local, reserve_listeners
-from deploy.runner import Run, log_tail
+from deploy.backends import capacity, local, shaping
+from deploy.backends import docker_backend as docker
+from deploy.backends import image as docker_image
+from deploy.backends import swarm_backend as swarm
+from deploy.backends.plan import Plan, host_data_dir, plan_local, reserve_listeners
+from deploy.backends.runner import Run
+from deploy.run_folder import log_tail
 from node.config import FederationConfig, shaped_links, user_code
 from node.errors import ConfigError, ProtofedError
 
@@ -101,7 +102,7 @@ class DockerLauncher(Launcher):
                                                  int(info.get("MemTotal", 0)),
                                                  int(info.get("NCPU", 0)))
         plan = capacity.with_limits(config, footprint, plan)
-        self.image = config.deploy.image or docker_image.ensure_image(
+        self.image = config.deploy.backends.image or docker_image.ensure_image(
             self.client, config.deploy.base_image)
         return plan
 
@@ -137,7 +138,7 @@ class SwarmLauncher(Launcher):
         plan = capacity.with_limits(config, footprint, plan)
         self.memory_note = swarm.check_capacity(config, footprint, plan, self.client,
                                                 available, self.constraints)
-        node_image = config.deploy.image or docker_image.ensure_image(
+        node_image = config.deploy.backends.image or docker_image.ensure_image(
             self.client, config.deploy.base_image)
         self.image = swarm.push_image(self.client, node_image, config, data_dir)
         return plan

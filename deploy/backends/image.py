@@ -20,8 +20,8 @@ from node.errors import DeployError
 log = logging.getLogger(__name__)
 
 # Where protofed's packages live: a checkout, or site-packages after `pip install`.
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-DEPLOY_DIR = Path(__file__).resolve().parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+BACKENDS_DIR = Path(__file__).resolve().parent  # the Dockerfile and base-image script
 DISTRIBUTION = "protofed"
 IMAGE_NAME = "protofed-node"
 LOCAL_BASE_IMAGE = "protofed-base:bookworm"
@@ -42,7 +42,7 @@ def content_hash(root: Path = PACKAGE_ROOT, base_image: str = "",
     """A short hash of the code, the requirements, the Dockerfile and the base image name."""
     requirements = project_requirements() if requirements is None else requirements
     digest = hashlib.sha256(f"{base_image}\n{chr(10).join(requirements)}\n".encode())
-    digest.update((DEPLOY_DIR / "Dockerfile").read_bytes() + b"\0")
+    digest.update((BACKENDS_DIR / "Dockerfile").read_bytes() + b"\0")
     for path in source_files(root):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
@@ -87,7 +87,7 @@ def prepare_context(build_dir: Path, root: Path = PACKAGE_ROOT) -> Path:
     deps.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(app, ignore_errors=True)
     app.mkdir()
-    shutil.copy(DEPLOY_DIR / "Dockerfile", build_dir / "Dockerfile")
+    shutil.copy(BACKENDS_DIR / "Dockerfile", build_dir / "Dockerfile")
     requirements = project_requirements()
     (deps / "requirements.txt").write_text("\n".join(requirements) + "\n")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
@@ -130,7 +130,7 @@ def resolve_base_image(client, wanted: str) -> str:
         except docker.errors.APIError as exc:
             print(f"protofed: cannot pull {wanted} ({str(exc).splitlines()[0]})",
                   file=sys.stderr)
-    script = DEPLOY_DIR / "make-base-image.sh"
+    script = BACKENDS_DIR / "make-base-image.sh"
     print(f"protofed: making the local base image {LOCAL_BASE_IMAGE} with debootstrap "
           "(about a minute, once)", file=sys.stderr)
     _run(["bash", str(script), LOCAL_BASE_IMAGE], f"make {LOCAL_BASE_IMAGE}")

@@ -7,10 +7,10 @@ trains PROBE_BATCHES batches, evaluates one batch and codes its messages, and re
 resident memory at each step. From that footprint:
 
 - a local node is forked from the warm launcher and shares the runtime and the dataset with
-  it, so the probe is forked from it too (`deploy.local.probe_footprint`): the federation
+  it, so the probe is forked from it too (`deploy.backends.local.probe_footprint`): the federation
   needs the shared part once, and per node what the probe added on top of it plus its
   in-neighbours' messages;
-- a container shares nothing, so the probe is a fresh process (`python -m deploy.capacity`,
+- a container shares nothing, so the probe is a fresh process (`python -m deploy.backends.capacity`,
   `probe`): per node, its whole peak plus its in-neighbours' messages, and
   CONTAINER_LIMIT_MARGIN times that as the container's memory limit.
 
@@ -32,7 +32,7 @@ from node.config import FederationConfig, memory_bytes
 from node.errors import DeployError
 
 if TYPE_CHECKING:
-    from deploy.plan import Plan
+    from deploy.backends.plan import Plan
 
 MiB, GiB = 1024**2, 1024**3
 HEADROOM = 0.9  # of a machine's available memory, leave a tenth to everything else
@@ -131,7 +131,7 @@ def check_memory(config: FederationConfig, footprint: NodeFootprint | None,
 
 def probe(source: Path, overrides: tuple[str, ...]) -> NodeFootprint:
     """Measure one node of the config in `source` (with `overrides`) in a fresh process."""
-    command = [sys.executable, "-m", "deploy.capacity", str(source.resolve())]
+    command = [sys.executable, "-m", "deploy.backends.capacity", str(source.resolve())]
     for item in overrides:
         command += ["--set", item]
     package_root = str(Path(__file__).resolve().parent.parent)  # found from any folder
@@ -234,7 +234,7 @@ def available_memory() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.capacity",
+    parser = argparse.ArgumentParser(prog="python -m deploy.backends.capacity",
                                      description="Measure one node's memory for a config "
                                                  "(one JSON line on standard output).")
     parser.add_argument("config")

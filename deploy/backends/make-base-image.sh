@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make a local Debian bookworm base image with python3 and venv, with no registry:
 # debootstrap a minimal root filesystem from Debian's repositories and `docker import` it.
-# Usage: deploy/make-base-image.sh [IMAGE]   (default protofed-base:bookworm)
+# Usage: deploy/backends/make-base-image.sh [IMAGE]   (default protofed-base:bookworm)
 set -euo pipefail
 IMAGE="${1:-protofed-base:bookworm}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy.dynamics import consensus_by_round, node_distances
+from deploy.views.dynamics import consensus_by_round, node_distances
 from node.net.message import PAYLOAD_KINDS
 from node.record import NodeRecord, RoundRecord, final_evaluation
 

@@ -8,13 +8,12 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploy.run_folder import FEDERATION_FILE
 from node.config import FederationConfig, shaped_links
 from node.data import default_data_dir, ensure_dataset
 from node.errors import ConfigError
 from node.federation import Federation, Member, resolve
 from node.net.security import generate_keys, write_keys
-
-FEDERATION_FILE = "federation.json"
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ class Plan:
     overrides: tuple[str, ...]
     results_dir: Path
     federation: Federation
-    # each node container's memory limit in bytes (deploy.capacity), set by its launcher
+    # each node container's memory limit in bytes (deploy.backends.capacity), set by its launcher
     memory_limits: dict[int, int] = field(default_factory=dict)
 
     @property

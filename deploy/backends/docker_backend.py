@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy import capacity, shaping
-from deploy.plan import FEDERATION_FILE, Plan, keys_dir, node_arguments
-from deploy.runner import RUN_FILE, run_status
+from deploy.backends import capacity, shaping
+from deploy.backends.plan import Plan, keys_dir, node_arguments
+from deploy.backends.runner import run_status
+from deploy.run_folder import FEDERATION_FILE, RUN_FILE
 from node.config import FederationConfig
 from node.data.cache import CACHE_ENV
 from node.errors import DeployError
@@ -284,7 +285,7 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
                 tmpfs={SCRATCH: "size=256m"},
                 **hardening(),
                 nano_cpus=int(config.deploy.cpus * 1e9) or None,
-                mem_limit=plan.memory_limits.get(spec.node_id))  # see deploy.capacity
+                mem_limit=plan.memory_limits.get(spec.node_id))  # see deploy.backends.capacity
         shaping.shape_containers(plan.federation, run.containers, network_name(run_id),
                                  INTERFACE)
     except docker.errors.APIError as exc:

@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy import capacity
-from deploy.capacity import HEADROOM, GiB
-from deploy.docker_backend import (
+from deploy.backends import capacity
+from deploy.backends.capacity import HEADROOM, GiB
+from deploy.backends.docker_backend import (
     CONFIG_MOUNT,
     DATA_MOUNT,
     INTERFACE,
@@ -38,9 +38,10 @@ from deploy.docker_backend import (
     container_user,
     network_name,
 )
-from deploy.image import IMAGE_NAME
-from deploy.plan import FEDERATION_FILE, Plan, keys_dir
-from deploy.runner import RUN_FILE, run_status
+from deploy.backends.image import IMAGE_NAME
+from deploy.backends.plan import Plan, keys_dir
+from deploy.backends.runner import run_status
+from deploy.run_folder import FEDERATION_FILE, RUN_FILE
 from node.config import FederationConfig
 from node.data import IDX_FOLDERS, VERIFY_ENV, dataset_sources
 from node.data.cache import CACHE_ENV

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from deploy.docker_backend import (
+from deploy.backends.docker_backend import (
     KEYS_MOUNT,
     LABEL,
     RESULTS_MOUNT,
@@ -19,8 +19,8 @@ from deploy.docker_backend import (
     container_user,
     prepare_node_access,
 )
-from deploy.plan import Plan, keys_dir
-from deploy.swarm_backend import (
+from deploy.backends.plan import Plan, keys_dir
+from deploy.backends.swarm_backend import (
     CONFIG_TARGET,
     NODE_LABEL,
     node_command,
@@ -122,7 +122,7 @@ def stack_document(config: FederationConfig, plan: Plan, image: str) -> dict:
 
 def limits(config: FederationConfig, plan: Plan, node_id: int) -> dict[str, str]:
     """A service's resource limits: deploy.memory, else its memory limit from the plan
-    (measured, see deploy.capacity), and deploy.cpus."""
+    (measured, see deploy.backends.capacity), and deploy.cpus."""
     found = {"memory": config.deploy.memory or f"{plan.memory_limits[node_id] // 2**20}m"}
     if config.deploy.cpus:
         found["cpus"] = str(config.deploy.cpus)

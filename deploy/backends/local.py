@@ -18,16 +18,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from deploy import shaping
-from deploy.plan import Plan, host_data_dir, keys_dir, node_arguments
-from deploy.runner import RUN_FILE, run_status
+from deploy.backends import shaping
+from deploy.backends.plan import Plan, host_data_dir, keys_dir, node_arguments
+from deploy.backends.runner import run_status
+from deploy.run_folder import RUN_FILE
 from node.config import FederationConfig, user_code
 from node.data.custom import check_models
 from node.errors import DeployError
 from node.lifecycle import MISSED_EXIT, exit_now
 
 if TYPE_CHECKING:
-    from deploy.capacity import NodeFootprint
+    from deploy.backends.capacity import NodeFootprint
 
 log = logging.getLogger(__name__)
 
@@ -169,12 +170,12 @@ def warm_up(config: FederationConfig) -> None:
 
     Torch, the algorithms, the transport, the optimizer machinery (torch imports its
     compiler stack the first time an optimizer is built), the dataset (mapped from its
-    cache, which `deploy.plan.prepare_data` made) and the global test set as tensors: each
+    cache, which `deploy.backends.plan.prepare_data` made) and the global test set as tensors: each
     forked node starts with them in memory, shared copy-on-write or through the page cache.
     """
     import torch
 
-    from deploy.capacity import warm_torch
+    from deploy.backends.capacity import warm_torch
     from node.runtime import load_node_data
 
     warm_torch()
@@ -203,7 +204,7 @@ def warm_up(config: FederationConfig) -> None:
 
 def probe_footprint(config: FederationConfig) -> NodeFootprint:
     """Measure node 0 of `config` in a process forked from this warm one, as nodes are."""
-    from deploy.capacity import NodeFootprint, measure_footprint
+    from deploy.backends.capacity import NodeFootprint, measure_footprint
 
     readable, writable = os.pipe()
     sys.stdout.flush()
@@ -236,7 +237,7 @@ def check_user_models(config: FederationConfig) -> int:
         return 0
     from node.data import load_dataset
 
-    # prepared (fetched, cached or loaded) already by `deploy.plan.prepare_data`
+    # prepared (fetched, cached or loaded) already by `deploy.backends.plan.prepare_data`
     dataset = load_dataset(config.data.dataset, host_data_dir(config), download=False)
     _, channels, size, _ = dataset.images.shape
     return check_models(config, channels, size, dataset.num_classes)

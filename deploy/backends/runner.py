@@ -6,13 +6,11 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Protocol
 
-from deploy.plan import Plan
-from deploy.report import RecordReader
+from deploy.backends.plan import Plan
+from deploy.run_folder import RecordReader
 
-RUN_FILE = "run.json"
 STOP_EXITS = frozenset({128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT,
                         -signal.SIGTERM})
 
@@ -65,12 +63,3 @@ def run_status(exit_codes: dict[int, int], nodes: int, stopping: bool) -> str:
     if stopping or (unfinished and all(code in STOP_EXITS for code in unfinished)):
         return "stopped"
     return "failed"
-
-
-def log_tail(results_dir: Path, node_id: int, lines: int = 15) -> str:
-    """The last lines of a node's log, for reporting a failure."""
-    path = results_dir / "logs" / f"node-{node_id}.log"
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"

@@ -2,48 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.dynamics import describe
+from deploy.run_folder import read_node_results
+from deploy.views.dynamics import describe
 from node.record import Evaluation, NodeRecord, final_evaluation
-
-
-def read_node_results(results_dir: Path, nodes: int) -> list[NodeRecord]:
-    """Every node's record; a node that wrote none (or garbage) gets a 'missing' one."""
-    return RecordReader(results_dir, nodes).read()
-
-
-class RecordReader:
-    """Reads every node's record again and again, parsing only the files that changed since
-    the last read: a watcher reading 100 records of 3 rounds every half second spent most
-    of a core on it."""
-
-    def __init__(self, results_dir: Path, nodes: int) -> None:
-        self.results_dir, self.nodes = results_dir, nodes
-        self._seen: dict[int, tuple[tuple[int, int, int], NodeRecord]] = {}
-
-    def read(self) -> list[NodeRecord]:
-        return [self._record(node_id) for node_id in range(self.nodes)]
-
-    def _record(self, node_id: int) -> NodeRecord:
-        path = self.results_dir / f"node-{node_id}.json"
-        try:
-            stat = path.stat()
-            # nodes replace their file (a rename): a new version is a new inode
-            version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-            if node_id in self._seen and self._seen[node_id][0] == version:
-                return self._seen[node_id][1]
-            record = NodeRecord.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError, AttributeError):
-            # not there yet, or half written by something other than a node (nodes replace
-            # their file whole): the last whole version until it is whole again
-            return self._seen[node_id][1] if node_id in self._seen else NodeRecord(node=node_id)
-        self._seen[node_id] = (version, record)
-        return record
 
 
 def node_status(result: NodeRecord, exit_code: int | None) -> str:

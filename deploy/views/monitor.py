@@ -3,7 +3,7 @@ wrote it. It reads the record files the nodes already write (no new port on any 
 pushes a snapshot to the page by server-sent events at most once a second, when it changed.
 
 Routes (all GET; nothing can be started, stopped or changed from the page):
-  /                   the page (deploy/monitor_page: every script and style is served from
+  /                   the page (deploy/views/monitor_page: every script and style is served from
                       the installed package, nothing from elsewhere)
   /api/snapshot       the snapshot as JSON
   /api/events         the snapshot as server-sent events
@@ -24,11 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deploy.dynamics import consensus_by_round, round_means
-from deploy.pictures import PAYLOAD_KINDS, bytes_by_kind, round_seconds
-from deploy.plan import FEDERATION_FILE
-from deploy.report import RecordReader
-from deploy.runner import RUN_FILE
+from deploy.run_folder import FEDERATION_FILE, RUN_FILE, RecordReader
+from deploy.views.dynamics import consensus_by_round, round_means
+from deploy.views.pictures import PAYLOAD_KINDS, bytes_by_kind, round_seconds
 from node.errors import ConfigError
 from node.record import NodeRecord
 
