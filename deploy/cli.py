@@ -174,7 +174,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     _say_what_the_config_means(config)
     launcher = launcher_for(config)  # refuses what its backend cannot run
     cache_dir = prepare_data(config)  # once per federation, before any node exists
-    plan = launcher.plan(Path(args.config), overrides, run_id, cache_dir)
+    plan = launcher.prepare(Path(args.config), overrides, run_id, cache_dir)
     # the tensorboard package is looked for before anything is written or started
     live = TensorBoardExport(Path(args.tensorboard) / run_id, config.to_dict()
                              ) if args.tensorboard else None
@@ -425,8 +425,7 @@ def cmd_compose(args: argparse.Namespace) -> int:
     data_dir = host_data_dir(config).resolve()
     plan = docker.plan_docker(config, Path(args.config), tuple(args.set), run_id)
     # each service's memory limit: deploy.memory, else measured on one node of this config
-    footprint = None if config.deploy.memory else capacity.probe(Path(args.config),
-                                                                  tuple(args.set))
+    footprint = None if config.deploy.memory else capacity.probe(config)
     plan = capacity.with_limits(config, footprint, plan)
     engines: list = []
 

@@ -29,21 +29,11 @@ from node.settings import (
     TOPOLOGY_KINDS,
     FederationConfig,
 )
+from node.topology_settings import scenario_events
 from quant.codecs import CODECS
-from topology import TopologyError
-from topology import build as build_topology
 from topology.links import PROFILES as LINK_PROFILES
-from topology.links import Link, edge_links
-from topology.schedule import (
-    PER_ROUND_KINDS,
-    RESAMPLED_KINDS,
-    Drawing,
-    Event,
-    ScenarioError,
-    Schedule,
-    build_schedule,
-    presence,
-)
+from topology.links import link, parse_time
+from topology.schedule import PER_ROUND_KINDS, RESAMPLED_KINDS, ScenarioError, presence
 
 # Keys that moved to an algorithm's own table: a file using the old place is told where.
 MOVED = {f"train.{key}": f"profe.{key}"
@@ -496,22 +486,23 @@ def _check_deploy(c: FederationConfig, source: str) -> None:
 
 
 def _check_links(c: FederationConfig, source: str) -> None:
-    """[links]: every edge's conditions parse, and every edge named is in the topology."""
+    """[links]: the profile, each edge's form and each value alone; how they combine with a
+    graph file's attributes, and that each edge is in the graph, are checked when the
+    federation is resolved (node.federation.resolve)."""
     _check(not c.links.profile or c.links.profile in LINK_PROFILES, source, "links.profile",
            f"must be one of {', '.join(LINK_PROFILES)} (or empty), got {c.links.profile!r}")
     for index, edge in enumerate(c.links.edges):
         _check(len(edge.nodes) == 2 and edge.nodes[0] != edge.nodes[1], source,
                f"links.edges[{index}].nodes", f"must be [sender, receiver], got {edge.nodes}")
-    if not (c.links.configured or c.topology.kind == "file"):  # a file's edges may carry them
-        return
-    try:
-        graph = build_graph(c)
-    except ConfigError:
-        return  # the graph's own problem: reported with [topology] when it is resolved
-    try:
-        edge_links(graph, c.links.default(), c.links.overrides())
-    except TopologyError as exc:
-        raise ConfigError(f"{source}: links: {exc}") from exc
+    for where, values in (("links", c.links.default()),
+                          *((f"links.edges[{i}]", given) for i, (*_, given)
+                            in enumerate(c.links.overrides()))):
+        try:
+            for key, value in values.items():
+                if str(value).strip():
+                    parse_time(value, key) if key == "jitter" else link({key: value})
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {where}: {exc}") from None
 
 
 SECTION_CHECKS = (_check_federation, _check_topology, _check_data, _check_model,
@@ -534,66 +525,3 @@ def memory_bytes(text: str) -> int:
         return int(float(number) * units[unit])
     except (ValueError, KeyError):
         return 0
-
-
-def build_graph(config: FederationConfig):
-    """The federation's communication graph, built from [topology] and validated; a graph
-    that cannot carry the federation is a ConfigError naming the topology."""
-    t = config.topology
-    seed = config.seed if t.seed is None else t.seed
-    try:
-        return build_topology(t.kind, config.nodes, p=t.p, k=t.k, seed=seed,
-                              path=t.path or None, directed=t.directed)
-    except TopologyError as exc:
-        raise ConfigError(f"topology ({t.kind}{': ' + t.path if t.path else ''}): {exc}") from exc
-
-
-def scenario_events(config: FederationConfig) -> list[Event]:
-    """[scenario]'s events as the schedule reads them."""
-    return [Event(round=e.round, leave=tuple(e.leave), back=tuple(e.back), join=tuple(e.join),
-                  edge_down=tuple((u, v) for u, v in e.edge_down),
-                  edge_up=tuple((u, v) for u, v in e.edge_up))
-            for e in config.scenario.events]
-
-
-def drawing(config: FederationConfig) -> Drawing:
-    """How [topology] draws each round's graph."""
-    t = config.topology
-    return Drawing(kind=t.kind, k=t.k, p=t.p, seed=config.seed if t.seed is None else t.seed,
-                   resample_every=t.resample_every)
-
-
-def schedule_over(graph, config: FederationConfig) -> Schedule:
-    """Every round's graph from the static `graph`, [topology] and [scenario]; a round whose
-    graph cannot be drawn is a ConfigError naming the topology and the round."""
-    try:
-        return build_schedule(graph, drawing(config), config.rounds, scenario_events(config))
-    except (TopologyError, ScenarioError) as exc:
-        raise ConfigError(f"topology ({config.topology.kind}): {exc}") from exc
-
-
-def connections(config: FederationConfig):
-    """Every edge of every round (each round drawn: one that cannot be is a ConfigError
-    naming the round): the connections nodes open."""
-    schedule = schedule_over(build_graph(config), config)
-    try:
-        return schedule.union()
-    except TopologyError as exc:
-        raise ConfigError(f"topology ({config.topology.kind}): {exc}") from exc
-
-
-def link_conditions(config: FederationConfig) -> dict[tuple[int, int], Link]:
-    """Every directed edge's link conditions: [links] over the graph's own edge attributes
-    (topology.links); a mistake is a ConfigError naming the edge."""
-    try:
-        return edge_links(build_graph(config), config.links.default(),
-                          config.links.overrides())
-    except TopologyError as exc:
-        raise ConfigError(f"links: {exc}") from exc
-
-
-def shaped_links(config: FederationConfig) -> dict[tuple[int, int], Link]:
-    """The edges whose conditions are set, if any (only [links] or a graph file set them)."""
-    if not (config.links.configured or config.topology.kind == "file"):
-        return {}
-    return {edge: link for edge, link in link_conditions(config).items() if link.shaped}

@@ -24,7 +24,6 @@ import torch
 
 from node.algorithms import Algorithm, DataPlan, NodeData, Payload, create
 from node.algorithms.common import weightless
-from node.config import FederationConfig, shaped_links
 from node.consensus import flat_parameters, sketch, to_text
 from node.data import Dataset, default_data_dir, load_dataset
 from node.data.partition import FederatedSplit, federated_split
@@ -34,6 +33,7 @@ from node.net.peers import RECEIVED, SENT, Peers
 from node.net.transport import Transport
 from node.record import Evaluation, NodeRecord, RoundRecord, write_json_atomically
 from node.record_stream import record_lines
+from node.settings import FederationConfig
 from topology.schedule import Schedule
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ def build_node(federation: Federation, node_id: int, connect: Callable[[int], Tr
     result.global_test_samples = len(data.global_y)
     result.setup_seconds = time.monotonic() - recorder.started
     result.max_message_bytes = message_bound(config, algorithm)
-    shaped = shaped_links(config)
+    shaped = federation.shaped_links
     if shaped:
         result.in_link_bandwidth = {
             str(peer): (shaped[(peer, node_id)].bandwidth_bps or 0)

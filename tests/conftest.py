@@ -1,4 +1,5 @@
-"""Shared fixtures: where the real datasets live, and one torch thread on a shared machine."""
+"""Shared fixtures: where the real datasets live, one torch thread on a shared machine, and
+the CurveZMQ keyrings of a small federation."""
 
 import os
 from pathlib import Path
@@ -6,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from node.net.security import generate_keys, load_keyring, write_keys
 from tests.helpers import REPO
 
 
@@ -26,6 +28,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def rings(tmp_path):
+    """The CurveZMQ keyrings of a 3-node federation, node 0's first."""
+    folder = tmp_path / "keys"
+    write_keys(folder, generate_keys(3))
+    return [load_keyring(folder, i, 3) for i in range(3)]
 
 
 # The longest files first: with each file whole on one worker (`--dist loadfile`), the

@@ -156,6 +156,31 @@ def free_address():
         return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
 
 
+def drain(transport, seconds):
+    """Every message `transport` receives in the next `seconds`: for checking that nothing
+    (more) comes. To wait for messages that should come, use receive_until."""
+    got, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        received = transport.receive(0.1)
+        if received is not None:
+            got.append(received)
+    return got
+
+
+def receive_until(transport, condition, what, timeout=60.0):
+    """The messages `transport` receives until `condition` holds for the list of them so
+    far (checked before each receive); fail the test saying `what` never happened."""
+    got, deadline = [], time.monotonic() + timeout
+    while not condition(got):
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{what} did not happen within {timeout:g} s (received from "
+                        f"{[peer for peer, _ in got]})")
+        received = transport.receive(0.1)
+        if received is not None:
+            got.append(received)
+    return got
+
+
 # --- protofed processes -------------------------------------------------------------------
 
 

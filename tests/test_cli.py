@@ -4,13 +4,13 @@ other people's runs unasked, `logs --follow` on a node that is still writing."""
 import argparse
 import io
 import threading
-import time
 
 import pytest
 
 from deploy import cli
 from deploy.backends import launchers, local
 from node.errors import DeployError
+from tests.helpers import wait_until
 
 
 def every_action(parser):
@@ -88,16 +88,22 @@ def test_follow_prints_the_tail_then_what_is_written_until_the_node_ends(tmp_pat
     log = tmp_path / "node-0.log"
     log.write_text("".join(f"line {i}\n" for i in range(5)))
     writing = threading.Event()
+    out = io.StringIO()
 
     def node():
-        for i in range(5, 8):
-            time.sleep(0.05)
-            with open(log, "a") as handle:
-                handle.write(f"line {i}\n")
-        writing.set()  # the node ends right after its last line
+        try:
+            for i in range(5, 8):
+                # each line once the follower has printed what came before (the tail first):
+                # it is following while the node writes
+                before = f"line {i - 1}\n"
+                wait_until(lambda before=before: out.getvalue().endswith(before),
+                           f"{before!r} printed", timeout=60, interval=0.01)
+                with open(log, "a") as handle:
+                    handle.write(f"line {i}\n")
+        finally:
+            writing.set()  # the node ends right after its last line
 
-    out = io.StringIO()
-    threading.Thread(target=node).start()
+    threading.Thread(target=node, daemon=True).start()
     local.follow_file(log, 2, lambda: not writing.is_set(), out, poll=0.01)
     assert out.getvalue() == "".join(f"line {i}\n" for i in (3, 4, 5, 6, 7))
 

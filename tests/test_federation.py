@@ -22,6 +22,7 @@ from tests.helpers import (
     protofed_up,
     run_federation,
     wait_for_training_nodes,
+    wait_until,
     write_config,
 )
 
@@ -239,3 +240,21 @@ def test_a_finished_run_converts_to_tensorboard(three_fc, workdir, tmp_path):
             r["bytes_sent"] for r in node["rounds"]]
     missing = protofed("tensorboard", tmp_path / "nothing", tmp_path)
     assert missing.returncode == 2 and "no such run folder" in missing.stderr
+
+
+def test_a_run_whose_graph_file_is_deleted_once_planned_finishes(workdir, data_dir, tmp_path):
+    """The launcher reads the graph file once, when it resolves the federation: deleted as
+    soon as federation.json appears, every node still finishes on the file's graph."""
+    graph = tmp_path / "g4.edges"
+    graph.write_text("0 1\n1 2\n2 3\n3 0\n")  # a ring of four
+    name = "graph-file-gone"
+    config = write_config(workdir, data_dir, name, nodes=4, topology="file",
+                          topology_extra=f'path = "{graph}"')
+    with protofed_up(config, name) as (process, run_dir):
+        wait_until(lambda: (run_dir / "federation.json").is_file(), "federation.json written")
+        graph.unlink()
+        _, stderr = process.communicate(timeout=240)
+    assert process.returncode == 0, stderr[-2000:]
+    nodes = [json.loads((run_dir / f"node-{i}.json").read_text()) for i in range(4)]
+    assert [n["status"] for n in nodes] == ["finished"] * 4
+    assert [n["in_neighbours"] for n in nodes] == [[1, 3], [0, 2], [1, 3], [0, 2]]

@@ -4,7 +4,6 @@ import socket
 import struct
 import time
 
-import pytest
 import zmq
 
 from node.net.gate import (
@@ -16,10 +15,8 @@ from node.net.gate import (
     AdmissionPolicy,
     ban_filter,
 )
-from node.net.security import generate_keys, load_keyring, write_keys
 from node.net.transport import ZmqTransport
-from tests.helpers import free_address
-from tests.test_security import drain
+from tests.helpers import drain, free_address, receive_until, wait_until
 
 
 def test_unknown_and_non_neighbour_keys_are_refused_and_counted():
@@ -63,13 +60,6 @@ def test_the_ban_filter_loads_the_source_address_and_drops_listed_ones():
                               (BPF_RET_K, 0, 0, DROP)]
 
 
-@pytest.fixture
-def rings(tmp_path):
-    folder = tmp_path / "keys"
-    write_keys(folder, generate_keys(3))
-    return [load_keyring(folder, i, 3) for i in range(3)]
-
-
 def _storm(address, server_key, count):
     """`count` CurveZMQ connections with random keys, each refused by the ZAP handler."""
     context = zmq.Context()
@@ -95,20 +85,24 @@ def test_a_refusal_storm_bans_its_address_in_the_kernel_and_open_connections_go_
     late = None
     try:
         friend.send(0, [b"before"])
-        assert drain(receiver, 1.5) == [(1, [b"before"])]
+        assert receive_until(receiver, lambda got: len(got) == 1,
+                             "the friend's first message") == [(1, [b"before"])]
+        wait_until(lambda: receiver.security_counts()["banned_addresses"] >= 1,
+                   "the storm's ban", timeout=60)
         assert receiver.security_counts()["banned_addresses"] == 1
+        ban_ends = max(receiver.policy.banned_until.values(), default=0.0)
         refused = receiver.refused_keys
         # banned: the kernel drops new connections from 127.0.0.1 before any handshake ...
         late = ZmqTransport(2, free_address(), {0: address}, 1 << 20, rings[2]).open()
         late.send(0, [b"late"])
         friend.send(0, [b"during"])  # ... while the open connection goes on
-        assert drain(receiver, 1.0) == [(1, [b"during"])]
+        assert receive_until(receiver, lambda got: len(got) == 1,
+                             "the friend's message during the ban") == [(1, [b"during"])]
         assert receiver.refused_keys - refused <= 2  # the storm's retries never reach ZAP
-        # after the ban, TCP retransmits the SYN and the new neighbour gets in
-        deadline = time.monotonic() + 8.0
-        while time.monotonic() < deadline and receiver.receive(0.2) != (2, [b"late"]):
-            pass
-        assert time.monotonic() < deadline, "the new neighbour never got in after the ban"
+        # after the ban, TCP retransmits the SYN and the new neighbour gets in (not before)
+        receive_until(receiver, lambda got: (2, [b"late"]) in got,
+                      "the new neighbour getting in after the ban", timeout=60)
+        assert time.monotonic() >= ban_ends
     finally:
         for dealer in storm:
             dealer.close()
@@ -121,19 +115,23 @@ def test_a_refusal_storm_bans_its_address_in_the_kernel_and_open_connections_go_
 def test_a_key_gets_three_connections_a_minute_and_the_fourth_is_refused(rings):
     address = free_address()
     receiver = ZmqTransport(0, address, {}, 1 << 20, rings[0], in_neighbours=[1]).open()
-    copies = []
+    copies, got = [], []
     try:
         for index in range(4):  # four processes holding node 1's key, one after the other
             copies.append(ZmqTransport(1, free_address(), {0: address}, 1 << 20,
                                        rings[1]).open())
             copies[-1].send(0, [b"copy", str(index).encode()])
-            time.sleep(0.3)
-        got = drain(receiver, 1.5)
+            if index < 3:  # the next one starts once this one is in: its message came
+                got += receive_until(receiver, lambda new: len(new) == 1,
+                                     f"copy {index}'s message")
+        # the fourth is refused, and refused again when it retries: an admitted connection
+        # would not have retried
+        wait_until(lambda: receiver.security_counts()["refused_repeats"] >= 2,
+                   "the fourth connection and its retry refused", timeout=60)
+        got += drain(receiver, 0.2)  # what came meanwhile: nothing
         assert [frames for _, frames in got] == [[b"copy", b"0"], [b"copy", b"1"],
                                                  [b"copy", b"2"]]
-        counts = receiver.security_counts()
-        assert counts["refused_repeats"] >= 1  # the fourth (and its retries)
-        assert counts["refused_keys"] == 0
+        assert receiver.security_counts()["refused_keys"] == 0
     finally:
         for transport in (receiver, *copies):
             transport.close(0)

@@ -60,8 +60,14 @@ def test_each_edge_takes_default_then_graph_attributes_then_overrides():
 
 def test_the_config_refuses_bad_links_naming_the_edge_or_key():
     base = {"nodes": 3, "topology": {"kind": "ring"}}
-    with pytest.raises(ConfigError, match=r"links: link 0->1: bandwidth '5mbps'"):
+    with pytest.raises(ConfigError, match=r"links.edges\[0\]: bandwidth '5mbps'"):
         from_dict({**base, "links": {"edges": [{"nodes": [0, 1], "bandwidth": "5mbps"}]}})
+    # an edge the graph lacks: refused when the launcher resolves the federation
+    from node.federation import resolve
+    config = from_dict({**base, "nodes": 4, "links": {"edges": [{"nodes": [0, 2],
+                                                                 "bandwidth": "5mbit"}]}})
+    with pytest.raises(ConfigError, match=r"links: link 0->2: the topology has no such edge"):
+        resolve(config, ["x"] * 4, ["x"] * 4)
     with pytest.raises(ConfigError, match="links.profile must be one of lan, wan, edge"):
         from_dict({**base, "links": {"profile": "moon"}})
     with pytest.raises(ConfigError, match=r"links.edges\[0\].nodes must be \[sender, receiver\]"):
@@ -200,7 +206,10 @@ def test_a_graph_file_carries_its_links_and_links_overrides_them(tmp_path):
         '  <edge source="0" target="1"><data key="bw">5mbit</data></edge>\n'
         '  <edge source="1" target="2"/><edge source="2" target="0"/>\n'
         ' </graph>\n</graphml>\n')
-    from node.config import shaped_links
+    from node.federation import read, resolve
+
+    def shaped_links(config):
+        return resolve(config, ["x"] * config.nodes, ["x"] * config.nodes).shaped_links
     topology = {"kind": "file", "path": str(graph)}
     assert shaped_links(from_dict({"nodes": 3, "topology": topology})) == {
         (0, 1): Link(5_000_000), (1, 0): Link(5_000_000)}  # undirected: both ways
@@ -208,9 +217,35 @@ def test_a_graph_file_carries_its_links_and_links_overrides_them(tmp_path):
         "edges": [{"nodes": [1, 0], "bandwidth": "1mbit"}]}})
     assert shaped_links(config) == {(0, 1): Link(5_000_000), (1, 0): Link(1_000_000)}
     assert shaped_links(from_dict({"nodes": 3})) == {}  # nothing set: nothing shaped
-    graph.write_text(graph.read_text().replace("5mbit", "5 parsecs"))
-    with pytest.raises(ConfigError, match=r"link 0->1: bandwidth '5 parsecs'"):
-        from_dict({"nodes": 3, "topology": topology})
+    # the federation file carries them: read back with the graph file gone, the same links
+    written = resolve(config, ["tcp://a:1"] * 3, ["tcp://a:1"] * 3).write(tmp_path / "f.json")
+    graph.unlink()
+    assert read(written).shaped_links == {(0, 1): Link(5_000_000), (1, 0): Link(1_000_000)}
+    assert read(written).edges == ((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1))
+    graph.write_text(written.read_text() and "")  # a graph file that is no graph
+    with pytest.raises(ConfigError, match=r"topology \(file"):
+        shaped_links(from_dict({"nodes": 3, "topology": topology}))
+
+
+def test_a_bad_condition_in_a_graph_file_is_refused_naming_the_edge(tmp_path):
+    from node.federation import resolve
+    graph = tmp_path / "g.edges"
+    graph.write_text("0 1 bandwidth=5parsecs\n1 2\n2 0\n")
+    config = from_dict({"nodes": 3, "topology": {"kind": "file", "path": str(graph)}})
+    with pytest.raises(ConfigError, match=r"link 0->1: bandwidth '5parsecs'"):
+        resolve(config, ["x"] * 3, ["x"] * 3)
+    graph.write_text("0 1 bandwith=5mbit\n1 2\n2 0\n")  # a misspelt condition
+    with pytest.raises(ConfigError, match=r"line 1: .* got 'bandwith=5mbit'"):
+        resolve(config, ["x"] * 3, ["x"] * 3)
+    graph.write_text("0 1 bandwidth=5mbit delay=10ms\n1 2\n2 0\n")
+    assert resolve(config, ["x"] * 3, ["x"] * 3).shaped_links[(1, 0)] == Link(5_000_000, 0.01)
+
+
+def test_a_bad_links_value_is_refused_when_the_config_is_loaded():
+    with pytest.raises(ConfigError, match=r"links: bandwidth '5 parsecs'"):
+        from_dict({"nodes": 3, "links": {"bandwidth": "5 parsecs"}})
+    with pytest.raises(ConfigError, match=r"links.edges\[0\]: delay 'soon'"):
+        from_dict({"nodes": 3, "links": {"edges": [{"nodes": [0, 1], "delay": "soon"}]}})
 
 
 @pytest.mark.skipif(not _can_shape() or shaping.netem_available(),

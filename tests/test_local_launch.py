@@ -14,7 +14,7 @@ from deploy.backends import capacity, local
 from deploy.backends.capacity import MiB, NodeFootprint, check_memory, node_memory
 from deploy.backends.plan import write_plan
 from deploy.run_folder import RUN_FILE
-from node.config import from_dict
+from node.config import from_dict, load
 from node.errors import DeployError
 from tests.helpers import REPO, deploy_config, local_plan, protofed, run_federation
 
@@ -61,7 +61,7 @@ def test_capacity_counts_the_shared_part_once_and_each_node_by_its_in_degree():
 @pytest.fixture(scope="module")
 def quick_footprint(data_dir):
     """One node of examples/quick.toml measured by a fresh process, as for a container."""
-    return capacity.probe(REPO / "examples" / "quick.toml", (f"data.dir={data_dir}",))
+    return capacity.probe(load(REPO / "examples" / "quick.toml", (f"data.dir={data_dir}",)))
 
 
 def test_the_probe_measures_one_node_of_the_config(quick_footprint):

@@ -2,6 +2,7 @@
 
 import threading
 import time
+import types
 
 import pytest
 import torch
@@ -45,22 +46,29 @@ def test_handshake_then_round_exchange_with_exact_byte_accounting():
     assert a.meter.total(SENT, kind="model") > 20  # int16: 10 values, 2 bytes each, + header
 
 
-def test_work_given_to_the_handshake_runs_after_the_hellos_and_before_the_wait():
+def test_work_given_to_the_handshake_runs_after_the_hellos_and_before_the_wait(monkeypatch):
     """A node evaluates its initial model while its peers connect: the hellos are out
     before that work starts, and the wait's timeout starts after it."""
+    from node.net import peers as peers_module
+
     hub = MemoryHub()
     a = make_peers(hub, 0, ins=[1], outs=[1])
     b = make_peers(hub, 1, ins=[0], outs=[0])
     seen = {}
+    # the messaging layer's clock, which the work moves on by more than the wait's timeout
+    # (however long the work really takes)
+    clock = {"skew": 0.0}
+    monkeypatch.setattr(peers_module, "time", types.SimpleNamespace(
+        **{**vars(time), "monotonic": lambda: time.monotonic() + clock["skew"]}))
 
     def work():
         seen["hello sent"] = a.meter.total(SENT, peer=1, kind="control")
-        time.sleep(0.5)  # longer than the wait's timeout below
+        clock["skew"] += 60.0  # longer than the wait's timeout below
         return "evaluated"
 
-    other = threading.Thread(target=b.handshake, args=(5.0,))
+    other = threading.Thread(target=b.handshake, args=(120.0,), daemon=True)
     other.start()
-    assert a.handshake(0.4, work) == "evaluated"
+    assert a.handshake(30.0, work) == "evaluated"
     other.join()
     assert seen["hello sent"] > 0
     assert a.hello_from == {1} and a.ack_from == {1}

@@ -17,7 +17,7 @@ from node.net.message import encode_message
 from node.net.peers import Peers
 from node.net.security import PUBLIC_FILE, generate_keys, load_keyring, secret_file, write_keys
 from node.net.transport import ZmqTransport
-from tests.helpers import free_address, written_docker_plan, written_plan
+from tests.helpers import drain, free_address, written_docker_plan, written_plan
 
 
 @pytest.fixture
@@ -52,15 +52,6 @@ def test_a_secret_that_does_not_match_its_public_key_is_refused(keys):
     (keys / secret_file(1)).write_text(json.dumps(own))
     with pytest.raises(ConfigError, match="does not belong"):
         load_keyring(keys, 1, 3)
-
-
-def drain(transport, seconds):
-    got, deadline = [], time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        received = transport.receive(0.1)
-        if received is not None:
-            got.append(received)
-    return got
 
 
 def test_only_in_neighbours_keys_get_through_and_the_key_names_the_sender(keys):

@@ -6,7 +6,8 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from node.config import build_graph, from_dict
+from node.config import from_dict
+from node.topology_settings import build_graph
 from node.errors import ConfigError
 from topology import (
     BUILDERS,

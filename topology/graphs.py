@@ -194,17 +194,28 @@ def _read_node_link(path: Path) -> nx.Graph:
 
 
 def _read_edge_list(path: Path, directed: bool) -> nx.Graph:
-    """Lines "u v" (an edge) or "u" (a lone node); '#' starts a comment."""
+    """Lines "u v" (an edge, optionally followed by link conditions "bandwidth=5mbit
+    delay=10ms") or "u" (a lone node); '#' starts a comment."""
     graph = nx.DiGraph() if directed else nx.Graph()
     for number, raw in enumerate(path.read_text().splitlines(), start=1):
         fields = raw.split("#", 1)[0].split()
-        if len(fields) > 2:
-            raise ValueError(f"line {number}: expected 'u v', got {raw.strip()!r}")
-        if len(fields) == 2:
-            graph.add_edge(*fields)
+        if len(fields) >= 2:
+            graph.add_edge(fields[0], fields[1], **_edge_conditions(fields[2:], number))
         elif fields:
             graph.add_node(fields[0])
     return graph
+
+
+def _edge_conditions(fields: list[str], number: int) -> dict[str, str]:
+    """An edge list line's "key=value" link conditions."""
+    conditions = {}
+    for field in fields:
+        key, sep, value = field.partition("=")
+        if not sep or key not in EDGE_CONDITIONS or not value:
+            raise ValueError(f"line {number}: expected 'u v' and optionally conditions like "
+                             f"bandwidth=5mbit ({', '.join(EDGE_CONDITIONS)}), got {field!r}")
+        conditions[key] = value
+    return conditions
 
 
 def from_file(path: str | Path, directed: bool = False) -> nx.DiGraph:

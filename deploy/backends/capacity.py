@@ -129,17 +129,17 @@ def check_memory(config: FederationConfig, footprint: NodeFootprint | None,
     return f"memory: about {needed / GiB:.2f} GiB for {nodes} ({source}); {where}: {have}"
 
 
-def probe(source: Path, overrides: tuple[str, ...]) -> NodeFootprint:
-    """Measure one node of the config in `source` (with `overrides`) in a fresh process."""
-    command = [sys.executable, "-m", "deploy.backends.capacity", str(source.resolve())]
-    for item in overrides:
-        command += ["--set", item]
+def probe(config: FederationConfig) -> NodeFootprint:
+    """Measure one node of the launcher's resolved `config` in a fresh process (it gets
+    the config on its standard input, never the user's files)."""
+    command = [sys.executable, "-m", "deploy.backends.capacity"]
     package_root = str(Path(__file__).resolve().parent.parent)  # found from any folder
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
     try:
         done = subprocess.run(command, check=False, capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT, env=env)
+                              timeout=PROBE_TIMEOUT, env=env,
+                              input=json.dumps(config.to_dict()))
     except subprocess.TimeoutExpired:
         raise DeployError(f"measuring one node's memory took over {PROBE_TIMEOUT:.0f} s "
                           "(set deploy.memory to skip the measurement)") from None
@@ -235,16 +235,13 @@ def available_memory() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.backends.capacity",
-                                     description="Measure one node's memory for a config "
-                                                 "(one JSON line on standard output).")
-    parser.add_argument("config")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-    from node.config import load
-    from node.data.custom import add_search_path
+                                     description="Measure one node's memory for the resolved "
+                                     "config (JSON, as federation.json holds it) on standard "
+                                     "input; one JSON line on standard output.")
+    parser.parse_args(argv)
+    from node.config import from_dict
 
-    add_search_path(Path(args.config).parent)
-    footprint = measure_footprint(load(args.config, tuple(args.set)))
+    footprint = measure_footprint(from_dict(json.load(sys.stdin), source="<launcher>"))
     print(json.dumps(asdict(footprint)))
     return 0
 

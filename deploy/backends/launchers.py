@@ -1,7 +1,10 @@
 """Where `protofed up` runs a federation's nodes: one Launcher per backend, one interface.
 
 The command knows backends only through `launcher_for`; a new backend is a new Launcher
-here (or in its own module) and a line in LAUNCHERS.
+here (or in its own module) and a line in LAUNCHERS. A launcher's `prepare` does what has
+side effects (reserving sockets, talking to an engine, probing memory, building or pushing
+the image); what runs where is decided by the pure plan functions it calls (`plan_local`,
+`plan_docker`), from the federation resolved once.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from deploy.backends import swarm_backend as swarm
 from deploy.backends.plan import Plan, host_data_dir, plan_local, reserve_listeners
 from deploy.backends.runner import Run
 from deploy.run_folder import log_tail
-from node.config import FederationConfig, shaped_links, user_code
+from node.config import user_code
 from node.errors import ConfigError, ProtofedError
+from node.settings import FederationConfig
 
 
 class Launcher(abc.ABC):
-    """Plans, starts and, if it never starts, releases one federation on one backend."""
+    """Prepares, starts and, if it never starts, releases one federation on one backend."""
 
     def __init__(self, config: FederationConfig) -> None:
         self.config = config
@@ -34,16 +38,17 @@ class Launcher(abc.ABC):
         """Refuse, before any work, a federation this backend cannot run."""
 
     @abc.abstractmethod
-    def plan(self, source: Path, overrides: tuple[str, ...], run_id: str,
-             cache_dir: Path | None) -> Plan:
-        """Check this machine can hold the federation, then where every node will run."""
+    def prepare(self, source: Path, overrides: tuple[str, ...], run_id: str,
+                cache_dir: Path | None) -> Plan:
+        """Reserve what the run needs on this backend and check it can hold the federation;
+        the plan: where every node runs."""
 
     @abc.abstractmethod
     def start(self, plan: Plan) -> Run:
         """Start every node of the written plan; the run to watch, stop and remove."""
 
     def release(self) -> None:
-        """Give back what `plan` reserved, when the run does not start."""
+        """Give back what `prepare` reserved, when the run does not start."""
 
 
 class LocalLauncher(Launcher):
@@ -51,14 +56,14 @@ class LocalLauncher(Launcher):
 
     listeners: list[socket.socket]
 
-    def plan(self, source: Path, overrides: tuple[str, ...], run_id: str,
-             cache_dir: Path | None) -> Plan:
-        shaping.preflight(shaped_links(self.config))
+    def prepare(self, source: Path, overrides: tuple[str, ...], run_id: str,
+                cache_dir: Path | None) -> Plan:
         local.check_user_models(self.config)
         self.listeners = reserve_listeners(self.config)
         try:
             plan = plan_local(self.config, source, overrides, run_id,
                               [sock.getsockname()[1] for sock in self.listeners])
+            shaping.preflight(plan.federation.shaped_links)
             # the nodes are forked from this process once it is warm: so is the probe
             local.warm_up(self.config)
             footprint = None if self.config.deploy.memory else local.probe_footprint(
@@ -85,19 +90,19 @@ class DockerLauncher(Launcher):
     def refuse_unrunnable(self) -> None:
         refuse_user_code(self.config)
 
-    def plan(self, source: Path, overrides: tuple[str, ...], run_id: str,
-             cache_dir: Path | None) -> Plan:
+    def prepare(self, source: Path, overrides: tuple[str, ...], run_id: str,
+                cache_dir: Path | None) -> Plan:
         config = self.config
         self.data_dir, self.cache_dir = host_data_dir(config), cache_dir
         plan = docker.plan_docker(config, source, overrides, run_id)
         self.client = docker.connect()
         info = self.client.info()
-        shaping.preflight(shaped_links(config), tools=("tc", "nsenter"))
+        shaping.preflight(plan.federation.shaped_links, tools=("tc", "nsenter"))
         if not self.data_dir.is_dir():
             raise ConfigError(f"data.dir {self.data_dir} is not a folder: the containers mount "
                               "it as their dataset folder (set data.dir or PROTOFED_DATA_DIR)")
         # measured after the quick checks: the probe takes a few seconds
-        footprint = None if config.deploy.memory else capacity.probe(source, overrides)
+        footprint = None if config.deploy.memory else capacity.probe(config)
         self.memory_note = docker.check_capacity(config, footprint, plan,
                                                  int(info.get("MemTotal", 0)),
                                                  int(info.get("NCPU", 0)))
@@ -117,24 +122,25 @@ class SwarmLauncher(Launcher):
 
     def refuse_unrunnable(self) -> None:
         refuse_user_code(self.config)  # a dataset of the user's included
-        if shaped_links(self.config):
-            raise ConfigError("[links] shapes traffic on one machine's interfaces: the swarm "
-                              "backend does not shape links (use the local or docker backend)")
 
-    def plan(self, source: Path, overrides: tuple[str, ...], run_id: str,
-             cache_dir: Path | None) -> Plan:
+    def prepare(self, source: Path, overrides: tuple[str, ...], run_id: str,
+                cache_dir: Path | None) -> Plan:
         config = self.config
+        plan = docker.plan_docker(config, source, overrides, run_id)
+        if plan.federation.shaped_links:
+            raise ConfigError("[links] (or the graph file's edge attributes) shape traffic on "
+                              "one machine's interfaces: the swarm backend does not shape "
+                              "links (use the local or docker backend)")
         data_dir = host_data_dir(config)
         if not data_dir.is_dir():
             raise ConfigError(f"data.dir {data_dir} is not a folder: the node image gets the "
                               "dataset's files from it (set data.dir or PROTOFED_DATA_DIR)")
-        plan = docker.plan_docker(config, source, overrides, run_id)
         self.client = swarm.connect(config.deploy.manager)
         available = swarm.machines(self.client)
         self.constraints = {spec.node_id: swarm.placement_constraints(config, available,
                                                                        spec.node_id)
                             for spec in plan.nodes}
-        footprint = None if config.deploy.memory else capacity.probe(source, overrides)
+        footprint = None if config.deploy.memory else capacity.probe(config)
         plan = capacity.with_limits(config, footprint, plan)
         self.memory_note = swarm.check_capacity(config, footprint, plan, self.client,
                                                 available, self.constraints)

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.run_folder import FEDERATION_FILE
-from node.config import FederationConfig, shaped_links
 from node.data import default_data_dir, ensure_dataset
 from node.errors import ConfigError
 from node.federation import Federation, Member, resolve
 from node.net.security import generate_keys, write_keys
+from node.settings import FederationConfig
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,9 @@ def plan_local(config: FederationConfig, source: Path, overrides: tuple[str, ...
     if len(ports) != config.nodes:
         raise ConfigError(f"need {config.nodes} ports, got {len(ports)}")
     addresses = [f"tcp://{config.deploy.host}:{port}" for port in ports]
-    federation = resolve(config, addresses, addresses, str(source))  # checks the graph
-    if shaped_links(config):  # told apart by the sender's address: each node its own
-        federation = resolve(config, addresses, addresses, str(source),
-                             [loopback_source(i) for i in range(config.nodes)])
+    federation = resolve(config, addresses, addresses, str(source))
+    if federation.shaped_links:  # told apart by the sender's address: each node its own
+        federation = federation.with_sources([loopback_source(i) for i in range(config.nodes)])
     return Plan(run_id=run_id, source=source.resolve(), overrides=overrides,
                 results_dir=Path(config.deploy.results_dir) / run_id, federation=federation)
 

@@ -16,7 +16,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.config import shaped_links
 from node.errors import DeployError
 from node.federation import Federation
 from topology.links import Link
@@ -177,7 +176,7 @@ def shape_loopback(federation: Federation) -> str:
     """Shape `lo` for a local run (the launcher's plan ran `preflight`); the device shaped,
     or "" when nothing is. A root HTB left on `lo` by a launcher that did not finish is
     removed first."""
-    rules = loopback_rules(federation, shaped_links(federation.config))
+    rules = loopback_rules(federation, federation.shaped_links)
     if not rules:
         return ""
     host = federation.members[0].address.removeprefix("tcp://").rsplit(":", 1)[0]
@@ -197,7 +196,7 @@ def shape_containers(federation: Federation, containers: dict, network: str,
     """Shape each started container's `device`, from the host inside its network
     namespace (the containers keep every capability dropped); the rules go with the
     container. The number of shaped edges."""
-    shaped = shaped_links(federation.config)
+    shaped = federation.shaped_links
     if not shaped:
         return 0
     for container in containers.values():
