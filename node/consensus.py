@@ -16,14 +16,17 @@ from __future__ import annotations
 import base64
 import functools
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # the reports read sketches without loading torch
+    import torch
 
 
 def flat_parameters(tensors: Mapping[str, torch.Tensor]) -> np.ndarray:
     """The floating-point tensors of a model, one after another in the mapping's order."""
-    parts = [t.detach().reshape(-1).to(torch.float64).cpu().numpy()
+    parts = [t.detach().reshape(-1).double().cpu().numpy()
              for t in tensors.values() if t.is_floating_point()]
     return np.concatenate(parts) if parts else np.zeros(0)
 

@@ -40,10 +40,10 @@ def two_runs(monkeypatch):
     monkeypatch.setattr(local, "running_runs", lambda root: [
         {"run_id": "mine", "alive": {"0": 1}, "start_times": {}}])
     monkeypatch.setattr(local, "stop_pids", lambda pids, starts: stopped.append("mine"))
-    monkeypatch.setattr(cli.docker, "connect", lambda: object())
+    monkeypatch.setattr(launchers.docker, "connect", lambda: object())
     monkeypatch.setattr(launchers.swarm, "connect", no_swarm)
-    monkeypatch.setattr(cli.docker, "running_runs", lambda client: {"theirs": [("0", "up")]})
-    monkeypatch.setattr(cli.docker, "down_run", lambda client, run_id: (
+    monkeypatch.setattr(launchers.docker, "running_runs", lambda client: {"theirs": [("0", "up")]})
+    monkeypatch.setattr(launchers.docker, "down_run", lambda client, run_id: (
         stopped.append(run_id) or (1, 1)) if run_id == "theirs" else (0, 0))
     return stopped
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from torch import nn
 
-from deploy.cli import refuse_user_code
+from deploy.backends.launchers import refuse_user_code
 from node import data
 from node.config import from_dict, user_code
 from node.data import custom

@@ -792,7 +792,7 @@ def test_docker_up_reports_a_missing_dataset_with_host_paths(
     def no_docker() -> None:
         raise AssertionError("Docker was reached before the data was checked")
 
-    monkeypatch.setattr(cli.docker, "connect", no_docker)
+    monkeypatch.setattr(launchers.docker, "connect", no_docker)
     root = tmp_path / "host-datasets"
     code = cli.main(["up", "-c", str(_config_file(tmp_path, root, download=False)),
                      "--backend", "docker"])

@@ -115,7 +115,7 @@ def test_report_fits_the_terminal_it_is_given_and_wide_shows_everything(tmp_path
     wide_summary(tmp_path)
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.setattr(cli, "write_run_files", lambda run_dir, records: None)
-    monkeypatch.setattr(cli, "_say_files", lambda files: None)
+    monkeypatch.setattr(cli, "say_files", lambda files: None)
     assert cli.main(["report", str(tmp_path)]) == 0
     assert max(map(len, capsys.readouterr().out.splitlines())) <= 80
     assert cli.main(["report", str(tmp_path), "--wide"]) == 0

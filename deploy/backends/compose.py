@@ -4,10 +4,13 @@ network, peers reached task to task). One service per node, stable names."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from deploy.backends import capacity
+from deploy.backends import image as node_image
 from deploy.backends.docker_backend import (
     KEYS_MOUNT,
     LABEL,
@@ -17,17 +20,23 @@ from deploy.backends.docker_backend import (
     container_environment,
     container_mounts,
     container_user,
+    plan_docker,
     prepare_node_access,
 )
-from deploy.backends.plan import Plan, keys_dir
+from deploy.backends.docker_backend import connect as connect_engine
+from deploy.backends.launchers import refuse_user_code
+from deploy.backends.plan import Plan, host_data_dir, keys_dir, prepare_data, write_plan
 from deploy.backends.swarm_backend import (
     CONFIG_TARGET,
     NODE_LABEL,
     node_command,
     node_environment,
     pinned_machine,
+    push_image,
 )
+from deploy.backends.swarm_backend import connect as connect_manager
 from node.config import FederationConfig
+from node.errors import ConfigError
 from node.net.security import PUBLIC_FILE, secret_file
 
 COMPOSE_FILE = "compose.yaml"
@@ -161,3 +170,48 @@ def write_compose(config: FederationConfig, plan: Plan, image: str, data_dir: Pa
                                 f"deploy.registry for any swarm): docker stack deploy -c "
                                 f"{STACK_FILE} NAME"))
     return compose, stack
+
+
+@dataclass(frozen=True)
+class ComposedRun:
+    """What `compose_run` wrote: the two files, the image they run, the run's folder."""
+
+    compose: Path
+    stack: Path
+    image: str
+    results_dir: Path
+
+
+def compose_run(config: FederationConfig, source: Path, overrides: tuple[str, ...],
+                run_id: str, image: str = "") -> ComposedRun:
+    """The run folder and Compose files of a federation: its dataset prepared, one node's
+    memory measured (unless deploy.memory), the node image built (unless `image`) and, with
+    deploy.registry, pushed with the dataset for any swarm."""
+    refuse_user_code(config)
+    if config.deploy.security == "none" and not config.deploy.allow_insecure:
+        raise ConfigError('deploy.security = "none" in a Compose file or a Swarm stack lets '
+                          'anything on their network pose as a node: use "curve", or also '
+                          "set deploy.allow_insecure = true")
+    cache_dir = prepare_data(config)
+    data_dir = host_data_dir(config).resolve()
+    plan = plan_docker(config, source, overrides, run_id)
+    footprint = None if config.deploy.memory else capacity.probe(config)
+    plan = capacity.with_limits(config, footprint, plan)
+    engines: list = []
+
+    def engine():  # where the image is built (and pushed from): deploy.manager, else here
+        if not engines:
+            engines.append(connect_manager(config.deploy.manager) if config.deploy.manager
+                           else connect_engine())
+        return engines[0]
+    image = image or node_image.ensure_image(engine(), config.deploy.base_image)
+    try:
+        write_plan(plan)
+    except FileExistsError:
+        raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
+                          "--run-id") from None
+    registry_image = ""
+    if config.deploy.registry:  # a stack any swarm can run: the image through the registry
+        registry_image = push_image(engine(), image, config, data_dir)
+    compose, stack = write_compose(config, plan, image, data_dir, cache_dir, registry_image)
+    return ComposedRun(compose, stack, image, plan.results_dir)

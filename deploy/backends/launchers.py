@@ -107,7 +107,7 @@ class DockerLauncher(Launcher):
                                                  int(info.get("MemTotal", 0)),
                                                  int(info.get("NCPU", 0)))
         plan = capacity.with_limits(config, footprint, plan)
-        self.image = config.deploy.backends.image or docker_image.ensure_image(
+        self.image = config.deploy.image or docker_image.ensure_image(
             self.client, config.deploy.base_image)
         return plan
 
@@ -144,7 +144,7 @@ class SwarmLauncher(Launcher):
         plan = capacity.with_limits(config, footprint, plan)
         self.memory_note = swarm.check_capacity(config, footprint, plan, self.client,
                                                 available, self.constraints)
-        node_image = config.deploy.backends.image or docker_image.ensure_image(
+        node_image = config.deploy.image or docker_image.ensure_image(
             self.client, config.deploy.base_image)
         self.image = swarm.push_image(self.client, node_image, config, data_dir)
         return plan

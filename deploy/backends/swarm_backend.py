@@ -45,7 +45,8 @@ from deploy.run_folder import FEDERATION_FILE, RUN_FILE
 from node.config import FederationConfig
 from node.data import IDX_FOLDERS, VERIFY_ENV, dataset_sources
 from node.data.cache import CACHE_ENV
-from node.errors import DeployError
+from node.errors import ConfigError, DeployError
+from node.federation import read as read_federation
 from node.net.security import PUBLIC_FILE, secret_file
 from node.record import write_json_atomically
 from node.record_stream import RecordAssembler, is_record_line
@@ -459,6 +460,24 @@ def attach(client, plan: Plan) -> SwarmRun:
     if not run.services:
         raise DeployError(f"the swarm has no services of run {plan.run_id}")
     return run
+
+
+def collect(run_dir: Path, manager: str = "") -> list[int]:
+    """Fill the folder `protofed compose` wrote for a run deployed as a stack from its
+    services' output on the swarm (records, logs, run.json); the nodes still running."""
+    if not (run_dir / FEDERATION_FILE).is_file():
+        raise ConfigError(f"{run_dir}: no {FEDERATION_FILE} here: collect fills the folder "
+                          "`protofed compose` wrote for the run")
+    plan = Plan(run_id=run_dir.name, source=run_dir / FEDERATION_FILE, overrides=(),
+                results_dir=run_dir.resolve(),
+                federation=read_federation(run_dir / FEDERATION_FILE))
+    run = attach(connect(manager), plan)
+    exits = run.poll_exits()
+    run.save_logs()
+    ended = len(exits) == len(plan.nodes)
+    write_run_file(run, run_status(exits, len(plan.nodes), stopping=False) if ended
+                   else "running")
+    return sorted(set(run.services) - set(exits))
 
 
 def remove_run(client, run_id: str) -> dict[str, int]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy.views.dynamics import consensus_by_round, node_distances
-from node.net.message import PAYLOAD_KINDS
+from node.net.kinds import PAYLOAD_KINDS
 from node.record import NodeRecord, RoundRecord, final_evaluation
 
 log = logging.getLogger(__name__)

@@ -14,13 +14,11 @@ import msgpack
 import torch
 
 from node.errors import ProtocolError
+from node.net.kinds import KINDS
 from quant import TensorSpec, decode, encode, expanded_size
 from quant.errors import QuantizationError
 
 PROTOCOL_VERSION = 1
-CONTROL_KINDS = ("hello", "ack", "bye")
-PAYLOAD_KINDS = ("model", "prototypes")
-KINDS = CONTROL_KINDS + PAYLOAD_KINDS
 HEADER_KEYS = frozenset({"v", "sender", "round", "kind", "meta", "tensors"})
 MAX_HEADER_BYTES = 1024 * 1024
 MAX_TENSORS = 4096

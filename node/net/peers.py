@@ -16,7 +16,8 @@ from typing import TypeVar
 import torch
 
 from node.errors import PeerTimeout, ProtocolError
-from node.net.message import CONTROL_KINDS, Message, decode_message, encode_message, frame_bytes
+from node.net.kinds import CONTROL_KINDS
+from node.net.message import Message, decode_message, encode_message, frame_bytes
 from node.net.transport import Transport
 
 T = TypeVar("T")
