@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-StateDict = Mapping[str, torch.Tensor]
+from node.aggregation_rules import AGGREGATION_RULES
 
-# "mean" is each paper's (sample- or count-weighted) mean; the others bound what one
-# poisoned in-neighbour can do. Coordinate-wise median and trimmed mean: Yin et al., ICML
-# 2018, "Byzantine-robust distributed learning: towards optimal statistical rates".
-# Centered clipping: Karimireddy, He and Jaggi, ICML 2021, "Learning from history for
-# Byzantine robust optimization".
-AGGREGATION_RULES = ("mean", "median", "trimmed_mean", "clipped_mean")
+StateDict = Mapping[str, torch.Tensor]
 
 
 def state_norm(state: StateDict) -> float:
@@ -79,6 +74,26 @@ def clipped_deviations(vectors: torch.Tensor, center: torch.Tensor) -> torch.Ten
     return center + deviations * scale.unsqueeze(1)
 
 
+def _weighted(stacked: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    return (stacked * (weights / weights.sum()).unsqueeze(1)).sum(dim=0)
+
+
+def _clipped_mean(stacked: torch.Tensor, weights: torch.Tensor, trim_fraction: float,
+                  center: torch.Tensor | None) -> torch.Tensor:
+    center = coordinate_median(stacked) if center is None else center
+    return _weighted(clipped_deviations(stacked, center), weights)
+
+
+# Each rule of AGGREGATION_RULES: (stacked, weights, trim_fraction, center) -> combined.
+COMBINERS: dict[str, Callable[[torch.Tensor, torch.Tensor, float, torch.Tensor | None],
+                              torch.Tensor]] = {
+    "mean": lambda stacked, weights, _trim, _center: _weighted(stacked, weights),
+    "median": lambda stacked, _weights, _trim, _center: coordinate_median(stacked),
+    "trimmed_mean": lambda stacked, _weights, trim, _center: trimmed_mean(stacked, trim),
+    "clipped_mean": _clipped_mean,
+}
+
+
 def robust_combine(stacked: torch.Tensor, weights: torch.Tensor, rule: str,
                    trim_fraction: float, center: torch.Tensor | None = None) -> torch.Tensor:
     """Combine k flattened contributions [k, n] (float64) into one [n] under `rule`.
@@ -86,16 +101,10 @@ def robust_combine(stacked: torch.Tensor, weights: torch.Tensor, rule: str,
     `weights` serve "mean" and "clipped_mean"; the clipping center is `center`, else the
     coordinate median.
     """
-    if rule == "median":
-        return coordinate_median(stacked)
-    if rule == "trimmed_mean":
-        return trimmed_mean(stacked, trim_fraction)
-    if rule == "clipped_mean":
-        stacked = clipped_deviations(stacked, coordinate_median(stacked) if center is None
-                                     else center)
-    elif rule != "mean":
-        raise ValueError(f"unknown aggregation rule {rule!r}")
-    return (stacked * (weights / weights.sum()).unsqueeze(1)).sum(dim=0)
+    if rule not in COMBINERS:
+        raise ValueError(f"unknown aggregation rule {rule!r}, expected one of "
+                         f"{AGGREGATION_RULES}")
+    return COMBINERS[rule](stacked, weights, trim_fraction, center)
 
 
 def aggregate_states(states: Sequence[tuple[StateDict, float]], rule: str = "mean",

@@ -19,6 +19,7 @@ from quant.errors import QuantizationError
 from quant.floats import FP16, FP32
 from quant.int8 import Int8
 from quant.int16 import Int16
+from quant.names import CODECS, RAW, WIRE_CODECS
 
 logger = logging.getLogger(__name__)
 
@@ -42,16 +43,10 @@ class FloatCodec(Protocol):
         """Bytes the payload stands for once any compression is undone."""
 
 
-# The codecs a user may configure, in the order messages list them; a new codec is a module
-# with a class like these and a line here.
+# Each codec of quant.names.CODECS; a new codec is a module with a class like these, its name
+# there and a line here.
 FLOAT_CODECS: dict[str, FloatCodec] = {codec.name: codec
                                        for codec in (Int16(), Int8(), FP16, FP32)}
-CODECS = tuple(FLOAT_CODECS)
-"""Codecs a user may configure."""
-
-RAW = "raw"
-WIRE_CODECS = (*CODECS, RAW)
-"""Codecs a received spec may carry; "raw" is chosen automatically for non-floating tensors."""
 
 MAX_RANK = 8
 MAX_NAME_LEN = 256

@@ -336,3 +336,38 @@ def kill_leftover_nodes(pids, timeout=30.0):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
     wait_until(lambda: not any(alive(pid) for pid in pids), "leftover nodes ending", timeout)
+
+
+# --- graph files of a user's own ------------------------------------------------------------
+
+# Six nodes on a ring with one chord: a graph no [topology] kind builds.
+SIX_EDGES = ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0), (0, 3))
+
+
+def write_graph_file(path, edges=SIX_EDGES, bandwidths=None):
+    """An undirected graph file of `edges` in the format its suffix names (.edges: an edge
+    list, .graphml: GraphML), edge (u, v) carrying bandwidth `bandwidths[(u, v)]`."""
+    bandwidths = bandwidths or {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".graphml":
+        nodes = sorted({n for edge in edges for n in edge})
+        path.write_text(
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">\n'
+            ' <key id="bw" for="edge" attr.name="bandwidth" attr.type="string"/>\n'
+            ' <graph edgedefault="undirected">\n'
+            + "".join(f'  <node id="{n}"/>\n' for n in nodes)
+            + "".join(f'  <edge source="{u}" target="{v}">'
+                      + (f'<data key="bw">{bandwidths[(u, v)]}</data>'
+                         if (u, v) in bandwidths else "") + "</edge>\n" for u, v in edges)
+            + " </graph>\n</graphml>\n")
+    else:
+        path.write_text("# a graph of the user's own\n" + "".join(
+            f"{u} {v}" + (f" bandwidth={bandwidths[(u, v)]}" if (u, v) in bandwidths else "")
+            + "\n" for u, v in edges))
+    return path
+
+
+def neighbours_in(edges, node):
+    """`node`'s neighbours in the undirected graph of `edges`, sorted."""
+    return sorted({v for u, v in edges if u == node} | {u for u, v in edges if v == node})

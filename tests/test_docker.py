@@ -331,8 +331,11 @@ def test_compose_file_runs_under_docker_compose_and_protofed_down_cleans_up(
     """Everything with the protofed of the installed wheel: the file, then status, logs
     (Compose names containers its own way), down and report."""
     name = "dk-compose"
-    done = installed("compose", "-c", write_config(workdir, data_dir, name), "--run-id", name,
-                    "--image", node_image)
+    # a line 0-1-2 from a graph file the containers never see
+    graph = helpers.write_graph_file(workdir / "own-graphs" / "line.edges", ((0, 1), (1, 2)))
+    config = write_config(workdir, data_dir, name, topology="file",
+                          topology_extra=f'path = "{graph}"')
+    done = installed("compose", "-c", config, "--run-id", name, "--image", node_image)
     assert done.returncode == 0, done.stderr
     compose = Path(done.stdout.strip())
     tool = shutil.which("docker-compose")  # the Compose CLI this project tests
@@ -361,6 +364,7 @@ def test_compose_file_runs_under_docker_compose_and_protofed_down_cleans_up(
     run_dir = compose.parent
     nodes = [json.loads((run_dir / f"node-{i}.json").read_text()) for i in range(3)]
     assert [n["status"] for n in nodes] == ["finished"] * 3
+    assert [n["in_neighbours"] for n in nodes] == [[1], [0, 2], [1]]  # the file's line
     for i in range(3):
         log = (run_dir / "logs" / f"node-{i}.log").read_text()
         assert "round 2/2 done" in log and "WARNING" not in log, log
@@ -406,34 +410,11 @@ def test_no_engine_gives_one_clear_message_and_starts_nothing(tmp_path, data_dir
     assert not (tmp_path / "results").exists()
 
 
-# Six nodes on a ring with one chord, as a user's own graph file (outside anything the
-# containers mount): the nodes read the federation file, never the graph file.
-SIX_EDGES = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0), (0, 3)]
-
-
-def six_node_graphml(path, bandwidths):
-    """The six-node graph as GraphML (undirected), edges carrying `bandwidths[(u, v)]`."""
-    edges = "".join(f'  <edge source="{u}" target="{v}">'
-                    + (f'<data key="bw">{bandwidths[(u, v)]}</data>' if (u, v) in bandwidths
-                       else "") + "</edge>\n" for u, v in SIX_EDGES)
-    path.write_text('<?xml version="1.0" encoding="UTF-8"?>\n'
-                    '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">\n'
-                    ' <key id="bw" for="edge" attr.name="bandwidth" attr.type="string"/>\n'
-                    ' <graph edgedefault="undirected">\n'
-                    + "".join(f'  <node id="{i}"/>\n' for i in range(6)) + edges
-                    + " </graph>\n</graphml>\n")
-    return path
-
-
-def neighbours_of_the_six_node_graph(node):
-    return sorted({v for u, v in SIX_EDGES if u == node} | {u for u, v in SIX_EDGES if v == node})
-
-
 def test_an_edge_list_graph_file_runs_in_containers(client, node_image, workdir, data_dir,
                                                     tmp_path):
-    graph = tmp_path / "own-graphs" / "g6.edges"
-    graph.parent.mkdir()
-    graph.write_text("# a ring with one chord\n" + "".join(f"{u} {v}\n" for u, v in SIX_EDGES))
+    """A user's own graph file, outside anything the containers mount: the nodes read the
+    federation file, never the graph file."""
+    graph = helpers.write_graph_file(tmp_path / "own-graphs" / "g6.edges")
     config = write_config(workdir, data_dir, "dk-edge-list", algorithm="fedavg", nodes=6,
                           topology="file", topology_extra=f'path = "{graph}"')
     done = protofed("up", "-c", config, "--run-id", "dk-edge-list")
@@ -441,7 +422,7 @@ def test_an_edge_list_graph_file_runs_in_containers(client, node_image, workdir,
     _, nodes = helpers.read_results(workdir / "results" / "dk-edge-list")
     assert [n["status"] for n in nodes] == ["finished"] * 6
     for node in nodes:
-        assert node["in_neighbours"] == neighbours_of_the_six_node_graph(node["node"])
+        assert node["in_neighbours"] == helpers.neighbours_in(helpers.SIX_EDGES, node["node"])
 
 
 def test_a_shaped_edge_between_containers_carries_its_bandwidth(client, node_image, workdir,
@@ -449,7 +430,7 @@ def test_a_shaped_edge_between_containers_carries_its_bandwidth(client, node_ima
     """The local shaping test's federation on the Docker backend, from a GraphML file of six
     nodes whose edge 0-1 carries bandwidth 5mbit: only 0<->1 at 5 Mbit/s, shaped inside
     the sender's container (whose capabilities stay dropped)."""
-    graph = six_node_graphml(tmp_path / "g6.graphml", {(0, 1): "5mbit"})
+    graph = helpers.write_graph_file(tmp_path / "g6.graphml", bandwidths={(0, 1): "5mbit"})
     extra = '[model]\nteacher_channels = [32, 64]\n'
     config = write_config(workdir, data_dir, "docker-shaped", algorithm="fedavg", codec="fp32",
                           rounds=2, extra=extra, nodes=6, topology="file",

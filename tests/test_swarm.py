@@ -42,11 +42,17 @@ def engines(lab):
         client.close()
 
 
-def swarm_config(tmp_path, data_dir, lab, name):
+def swarm_config(tmp_path, data_dir, lab, name, **settings):
     deploy = (f'backend = "swarm"\nmanager = "{lab.manager}"\nregistry = "{lab.registry}"\n'
               'base_image = "protofed-base:bookworm"\nmemory = "1g"')
     return helpers.write_config(tmp_path, data_dir, name, nodes=NODES, deploy=deploy,
-                                startup=240, round_timeout=120, extra=TRAIN)
+                                startup=240, round_timeout=120, extra=TRAIN, **settings)
+
+
+def graph_file_topology(path):
+    """A user's own six-node graph file, on no engine of the swarm: [topology] settings."""
+    graph = helpers.write_graph_file(path)
+    return {"topology": "file", "topology_extra": f'path = "{graph}"'}
 
 
 def final_f1(record):
@@ -54,11 +60,15 @@ def final_f1(record):
 
 
 def test_six_nodes_over_three_engines_equal_the_local_run(lab, engines, tmp_path, data_dir):
-    config = swarm_config(tmp_path, data_dir, lab, "swarm-six")
+    """On a GraphML file of the user's (the nodes read the federation file only)."""
+    topology = graph_file_topology(tmp_path / "own-graphs" / "g6.graphml")
+    config = swarm_config(tmp_path, data_dir, lab, "swarm-six", **topology)
     done = protofed("up", "-c", config, "--run-id", "swarm-six", timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _, nodes = read_results(tmp_path / "results" / "swarm-six")
     assert [n["status"] for n in nodes] == ["finished"] * NODES
+    assert [n["in_neighbours"] for n in nodes] == [helpers.neighbours_in(helpers.SIX_EDGES, i)
+                                                   for i in range(NODES)]
     hostnames = {client.info()["Name"] for client in engines}
     assert {n["machine"] for n in nodes} == hostnames and len(hostnames) == 3
     assert all(n["interface_bytes"]["tx_bytes"] > n["bytes_sent"] for n in nodes)
@@ -68,7 +78,7 @@ def test_six_nodes_over_three_engines_equal_the_local_run(lab, engines, tmp_path
     assert (tmp_path / "results" / "swarm-six" / "logs" / "node-5.log").read_text().strip()
 
     local_config = helpers.write_config(tmp_path, data_dir, "local-six", nodes=NODES,
-                                        extra=TRAIN)
+                                        extra=TRAIN, **topology)
     local = protofed("up", "-c", local_config, "--run-id", "local-six", timeout=600)
     assert local.returncode == 0, local.stderr[-3000:]
     _, local_nodes = read_results(tmp_path / "results" / "local-six")
@@ -152,7 +162,8 @@ def test_a_stack_file_written_by_compose_runs_on_the_swarm_and_collect_fills_its
     deployed by hand, its nodes' records come back with `protofed collect`."""
     import yaml
 
-    config = swarm_config(tmp_path, data_dir, lab, "stack-six")
+    config = swarm_config(tmp_path, data_dir, lab, "stack-six",
+                          **graph_file_topology(tmp_path / "own-graphs" / "g6.edges"))
     done = protofed("compose", "-c", config, "--run-id", "stack-six", timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     folder = tmp_path / "results" / "stack-six"
@@ -181,6 +192,7 @@ def test_a_stack_file_written_by_compose_runs_on_the_swarm_and_collect_fills_its
         assert collected.returncode == 0, collected.stdout + collected.stderr
         _, nodes = read_results(folder)
         assert [n["status"] for n in nodes] == ["finished"] * NODES
+        assert nodes[0]["in_neighbours"] == [1, 3, 5]  # the edge list's ring and chord
         assert len({n["machine"] for n in nodes}) == 3
         assert "machine" in collected.stdout
     finally:

@@ -104,3 +104,19 @@ def test_only_a_bind_mount_at_results_names_a_run_folder():
     bind = {"Type": "bind", "Source": "/runs/r1/nodes/2", "Destination": "/results"}
     assert results_folder(container(tmpfs)) is None
     assert str(results_folder(container(bind))) == "/runs/r1"
+
+
+def test_a_graph_file_whose_edges_carry_bandwidth_is_refused_before_the_swarm_is_asked(
+        tmp_path, monkeypatch):
+    """The swarm shapes no links: a graph file's bandwidth is refused in one line, from the
+    resolved federation, before any engine is reached."""
+    from deploy.backends import launchers
+    from tests.helpers import write_graph_file
+
+    monkeypatch.setattr(launchers.swarm, "connect", lambda *a: pytest.fail("reached"))
+    graph = write_graph_file(tmp_path / "g6.graphml", bandwidths={(0, 1): "5mbit"})
+    config = deploy_config(tmp_path, nodes=6, deploy={"backend": "swarm",
+                                                      "registry": "10.0.0.1:5000"},
+                           topology={"kind": "file", "path": str(graph)})
+    with pytest.raises(ConfigError, match="swarm backend does not shape links"):
+        launchers.SwarmLauncher(config).prepare(tmp_path / "c.toml", (), "r", None)

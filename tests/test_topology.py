@@ -7,8 +7,8 @@ import networkx as nx
 import pytest
 
 from node.config import from_dict
-from node.topology_settings import build_graph
 from node.errors import ConfigError
+from node.topology_settings import build_graph
 from topology import (
     BUILDERS,
     TopologyError,

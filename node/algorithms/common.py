@@ -19,16 +19,16 @@ from node.aggregation import (
     state_norm,
 )
 from node.algorithms.base import ARGMAX, PROTOTYPE, Algorithm, DataPlan, NodeData, Payload
-from node.data.custom import build_model as custom_model
-from node.data.custom import is_import_path
-from node.errors import ProtocolError
-from node.models import (
+from node.architectures import (
     DEFAULT_EMBEDDING_DIM,
     STUDENT_CNN_CHANNELS,
     TEACHER_CNN_CHANNELS,
-    build_model,
     role_architecture,
 )
+from node.data.custom import build_model as custom_model
+from node.data.custom import is_import_path
+from node.errors import ProtocolError
+from node.models import build_model
 from node.settings import FederationConfig
 
 log = logging.getLogger(__name__)

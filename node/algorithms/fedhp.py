@@ -150,25 +150,6 @@ def fedhp_loss(z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
     return l_d + lambda_h * l_h, l_d, l_h
 
 
-@dataclass(frozen=True)
-class FedHPSettings:
-    """[fedhp]: anchor weight lambda, prototype Adam lr, backbone weight decay, L_U init steps."""
-
-    weight: float = 0.1
-    prototype_lr: float = 0.005
-    weight_decay: float = 1e-4
-    init_steps: int = 1000
-
-    def problems(self) -> list[tuple[str, str]]:
-        found = [(key, f"must be non-negative, got {getattr(self, key)}")
-                 for key in ("weight", "weight_decay") if getattr(self, key) < 0]
-        if self.prototype_lr <= 0:
-            found.append(("prototype_lr", f"must be positive, got {self.prototype_lr}"))
-        if self.init_steps < 1:
-            found.append(("init_steps", f"must be at least 1, got {self.init_steps}"))
-        return found
-
-
 class FedHP(Algorithm):
     """The FedHP trainer behind the common algorithm interface."""
 

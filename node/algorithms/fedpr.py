@@ -72,16 +72,6 @@ def client_mean_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Ten
                                  for protos, counts in contributions], rule, trim_fraction)
 
 
-@dataclass(frozen=True)
-class FedPRSettings:
-    """[fedpr]: the weight on the l2 distance to the global prototype (Eq. 4 has none: 1)."""
-
-    weight: float = 1.0
-
-    def problems(self) -> list[tuple[str, str]]:
-        return [] if self.weight >= 0 else [("weight", f"must be non-negative, got {self.weight}")]
-
-
 class FedPR(ModelAndPrototypes):
     """FedPR behind the common algorithm interface: model and prototypes travel."""
 

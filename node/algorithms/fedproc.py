@@ -120,22 +120,6 @@ def fedproc_loss(logits: torch.Tensor, z: torch.Tensor, labels: torch.Tensor,
     return alpha * gpc + (1.0 - alpha) * ce, gpc, ce
 
 
-@dataclass(frozen=True)
-class FedProcSettings:
-    """[fedproc]: projection head output size and contrastive temperature (paper: 256, 1)."""
-
-    projection_dim: int = 256
-    temperature: float = 1.0
-
-    def problems(self) -> list[tuple[str, str]]:
-        found = []
-        if self.projection_dim < 1:
-            found.append(("projection_dim", f"must be at least 1, got {self.projection_dim}"))
-        if self.temperature <= 0:
-            found.append(("temperature", f"must be positive, got {self.temperature}"))
-        return found
-
-
 class FedProc(Algorithm):
     """The FedProc trainer behind the common algorithm interface."""
 

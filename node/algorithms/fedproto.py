@@ -56,18 +56,6 @@ from node.algorithms.prototype_base import PrototypeAlgorithm
 from node.settings import FederationConfig
 
 
-@dataclass(frozen=True)
-class FedProtoSettings:
-    """[fedproto]: the prototype-loss weight lambda; unset = the paper's value for the dataset."""
-
-    weight: float | None = None
-
-    def problems(self) -> list[tuple[str, str]]:
-        if self.weight is not None and self.weight < 0:
-            return [("weight", f"must be non-negative, got {self.weight}")]
-        return []
-
-
 class FedProto(PrototypeAlgorithm):
     """FedProto behind the common algorithm interface: only prototypes travel."""
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from node.architectures import DEFAULT_EMBEDDING_DIM
 from node.errors import ConfigError
 
 if TYPE_CHECKING:  # torch is imported when a model is built: config validation needs none
@@ -145,8 +146,6 @@ def _describe(output: object) -> str:
 
 def check_models(config, in_channels: int, image_size: int, num_classes: int) -> int:
     """Build and check every user model the federation's nodes will build; how many."""
-    from node.models import DEFAULT_EMBEDDING_DIM
-
     checked = set()
     for node_id in range(config.nodes):
         models = config.model.for_node(node_id)

@@ -1,0 +1,128 @@
+"""Each algorithm's own config table ([profe], [fedproto], ...) as a dataclass, with its
+checks and presets: torch-free, so the config is checked without loading any algorithm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ORDERS = ("teacher_first", "same_batch")
+FEATURE_SPACES = ("raw", "normalized")
+KD_LOGITS = ("capped", "raw", "standardized")
+KD_CLASSES = ("local", "all")
+PROTOTYPE_LOSSES = ("mse", "softmax")
+SCHEDULES = ("halve", "linear")
+
+
+@dataclass(frozen=True)
+class ProFeSettings:
+    """[profe]: Eq. 8/9's weights and schedule, and the readings the paper leaves open."""
+
+    alpha_s: float = 1.0  # initial distillation weight
+    alpha_limit: float = 0.1  # below it the weight becomes 0 and the teacher retires
+    alpha_schedule: str = "halve"
+    beta_s: float = 1.0  # prototype-term weights of student and teacher
+    beta_t: float = 1.0
+    temperature: float = 2.0
+    kd_weight: float = 1.0  # the KD term's weight inside Eq. 8's bracket
+    feature_weight: float = 1.0  # the feature MSE's weight inside Eq. 8's bracket
+    kd_logits: str = "capped"  # the logits KD compares (see node.algorithms.losses.kd_loss)
+    features: str = "normalized"  # the feature term between unit-length embeddings, or "raw"
+    order: str = "teacher_first"  # the teacher's epoch, then the student's; or "same_batch"
+    kd_classes: str = "all"  # or "local": KD over the classes this node holds
+    prototype_loss: str = "mse"  # Eq. 6; or "softmax", the reference implementation's
+    fresh_optimizers: bool = False  # new optimiser state every round
+    preset: str = ""
+
+    def problems(self) -> list[tuple[str, str]]:
+        found = [(key, f"must be non-negative, got {getattr(self, key)}")
+                 for key in ("alpha_s", "alpha_limit", "beta_s", "beta_t", "kd_weight",
+                             "feature_weight")
+                 if getattr(self, key) < 0.0]
+        if self.temperature <= 0.0:
+            found.append(("temperature", f"must be positive, got {self.temperature}"))
+        for key, allowed in (("alpha_schedule", SCHEDULES), ("order", ORDERS),
+                             ("features", FEATURE_SPACES), ("kd_logits", KD_LOGITS),
+                             ("kd_classes", KD_CLASSES), ("prototype_loss", PROTOTYPE_LOSSES),
+                             ("preset", ("", *PRESETS))):
+            if getattr(self, key) not in allowed:
+                choices = ", ".join(map(repr, allowed))
+                found.append((key, f"must be one of {choices}, got {getattr(self, key)!r}"))
+        return found
+
+
+# What `[profe] preset = NAME` fills in where the file sets nothing, table by table.
+PRESETS = {
+    # ProFe's reference implementation (NEBULA, KD_prototypes), as far as it differs from
+    # our defaults: Adam (amsgrad) at 1e-3 with its tuned betas, a fresh optimiser every
+    # round, the teacher trained before the student, KD over all classes, the prototype
+    # term as a softmax cross-entropy at weight 0.05 summed over the batch, alpha lowered
+    # linearly by 2 * alpha_0 / rounds, KD and feature terms on the raw outputs.
+    "reference": {
+        "train": {"optimizer": "adam", "lr": 1e-3, "amsgrad": True,
+                  "adam_betas": [0.851436, 0.999689]},
+        "profe": {"alpha_schedule": "linear", "alpha_limit": 0.01, "beta_s": 0.05,
+                  "beta_t": 0.05, "order": "teacher_first", "kd_logits": "raw",
+                  "features": "raw", "prototype_loss": "softmax", "fresh_optimizers": True},
+    },
+    # The paper's Eq. 8 and 9 as this project read them before the disjoint-classes fix.
+    "paper": {
+        "profe": {"order": "same_batch", "kd_logits": "raw", "features": "raw"},
+    },
+}
+
+
+@dataclass(frozen=True)
+class FedProtoSettings:
+    """[fedproto]: the prototype-loss weight lambda; unset = the paper's value for the dataset."""
+
+    weight: float | None = None
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.weight is not None and self.weight < 0:
+            return [("weight", f"must be non-negative, got {self.weight}")]
+        return []
+
+
+@dataclass(frozen=True)
+class FedProcSettings:
+    """[fedproc]: projection head output size and contrastive temperature (paper: 256, 1)."""
+
+    projection_dim: int = 256
+    temperature: float = 1.0
+
+    def problems(self) -> list[tuple[str, str]]:
+        found = []
+        if self.projection_dim < 1:
+            found.append(("projection_dim", f"must be at least 1, got {self.projection_dim}"))
+        if self.temperature <= 0:
+            found.append(("temperature", f"must be positive, got {self.temperature}"))
+        return found
+
+
+@dataclass(frozen=True)
+class FedHPSettings:
+    """[fedhp]: anchor weight lambda, prototype Adam lr, backbone weight decay, L_U init steps."""
+
+    weight: float = 0.1
+    prototype_lr: float = 0.005
+    weight_decay: float = 1e-4
+    init_steps: int = 1000
+
+    def problems(self) -> list[tuple[str, str]]:
+        found = [(key, f"must be non-negative, got {getattr(self, key)}")
+                 for key in ("weight", "weight_decay") if getattr(self, key) < 0]
+        if self.prototype_lr <= 0:
+            found.append(("prototype_lr", f"must be positive, got {self.prototype_lr}"))
+        if self.init_steps < 1:
+            found.append(("init_steps", f"must be at least 1, got {self.init_steps}"))
+        return found
+
+
+@dataclass(frozen=True)
+class FedPRSettings:
+    """[fedpr]: the weight on the l2 distance to the global prototype (Eq. 4 has none: 1)."""
+
+    weight: float = 1.0
+
+    def problems(self) -> list[tuple[str, str]]:
+        return [] if self.weight >= 0 else [("weight", f"must be non-negative, got {self.weight}")]
