@@ -10,13 +10,13 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from node.aggregation import AGGREGATION_RULES
-from node.algorithms import ALGORITHMS
+from node.aggregation_rules import AGGREGATION_RULES
+from node.algorithms import CATALOGUE
+from node.architectures import ARCHITECTURES, check_widths, role_architecture
 from node.data import DATASETS
 from node.data.custom import is_import_path
 from node.data.partition import PARTITIONS
 from node.errors import ConfigError
-from node.models import ARCHITECTURES, check_widths, role_architecture
 from node.settings import (
     BACKENDS,
     DEVICES,
@@ -30,7 +30,7 @@ from node.settings import (
     FederationConfig,
 )
 from node.topology_settings import scenario_events
-from quant.codecs import CODECS
+from quant.names import CODECS
 from topology.links import PROFILES as LINK_PROFILES
 from topology.links import link, parse_time
 from topology.schedule import PER_ROUND_KINDS, RESAMPLED_KINDS, ScenarioError, presence
@@ -140,12 +140,12 @@ def _blame_overrides(exc: ConfigError, source: str,
 def _apply_presets(raw: dict[str, Any], source: str) -> None:
     """Fill in what an algorithm's `preset` names wherever the file leaves a key unset."""
 
-    for name, cls in ALGORITHMS.items():
+    for name, entry in CATALOGUE.items():
         table = raw.get(name)
         preset = table.get("preset") if isinstance(table, dict) else None
-        if not isinstance(preset, str) or preset not in cls.presets:
+        if not isinstance(preset, str) or preset not in entry.presets:
             continue  # no preset, or an unknown one the table's own check will name
-        for section, values in cls.presets[preset].items():
+        for section, values in entry.presets[preset].items():
             target = raw.setdefault(section, {})
             if not isinstance(target, dict):
                 raise ConfigError(f"{source}: [{section}] must be a table")
@@ -161,8 +161,8 @@ def default_methods() -> dict[str, Any]:
 def method_tables() -> dict[str, type]:
     """The config table each registered algorithm declares, by algorithm name."""
 
-    return {name: cls.settings_class for name, cls in ALGORITHMS.items()
-            if cls.settings_class is not None}
+    return {name: entry.settings_class for name, entry in CATALOGUE.items()
+            if entry.settings_class is not None}
 
 
 def apply_override(raw: dict[str, Any], item: str, source: str = "<config>") -> None:
@@ -302,8 +302,8 @@ def _check_federation(c: FederationConfig, source: str) -> None:
     _check(c.seed >= 0, source, "seed", f"must be non-negative, got {c.seed}")
     _check(bool(c.name) and all(ch.isalnum() or ch in "-_" for ch in c.name), source, "name",
            f"must be letters, digits, '-' or '_', got {c.name!r}")
-    _check(c.algorithm in ALGORITHMS, source, "algorithm",
-           f"must be one of {', '.join(sorted(ALGORITHMS))}, got {c.algorithm!r}")
+    _check(c.algorithm in CATALOGUE, source, "algorithm",
+           f"must be one of {', '.join(sorted(CATALOGUE))}, got {c.algorithm!r}")
 
 
 def _check_topology(c: FederationConfig, source: str) -> None:

@@ -3,6 +3,8 @@ other people's runs unasked, `logs --follow` on a node that is still writing."""
 
 import argparse
 import io
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from deploy import cli
 from deploy.backends import launchers, local
 from node.errors import DeployError
-from tests.helpers import wait_until
+from tests.helpers import REPO, wait_until
 
 
 def every_action(parser):
@@ -113,3 +115,14 @@ def test_every_backend_the_config_accepts_has_a_launcher():
     from node.settings import BACKENDS
 
     assert set(LAUNCHERS) == set(BACKENDS)
+
+
+def test_the_command_line_loads_no_torch():
+    """Commands that train nothing start without torch: importing the command line, the
+    resolved federation and loading a config leave it unloaded."""
+    probe = ("import sys, deploy.cli, node.federation, node.config; "
+             "node.config.load('examples/quick.toml'); "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout[:500]

@@ -466,3 +466,12 @@ def test_the_side_by_side_without_decentralizepy_says_how_to_install_it(tmp_path
                           text=True, timeout=120, check=False)
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1 and "install" in done.stderr
+
+
+def test_the_committed_cli_start_up_table_is_what_its_results_regenerate():
+    from experiments import bench_cli_startup
+
+    folder = bench_cli_startup.OUT
+    results = json.loads((folder / "results.json").read_text())
+    assert {"before", "after"} <= set(results)
+    assert (folder / "table.md").read_text() == bench_cli_startup.table(results)

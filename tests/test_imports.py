@@ -79,3 +79,20 @@ def test_no_function_in_node_or_deploy_is_longer_than_sixty_lines():
 def test_the_command_line_knows_backends_only_through_the_launchers():
     text = (REPO / "deploy" / "cli.py").read_text()
     assert "backend ==" not in text and "backend !=" not in text
+
+
+def test_deploy_is_two_wings_under_a_thin_command_line():
+    """deploy/backends (where nodes run) and deploy/views (what shows a run) never import
+    each other; both meet in the run folder (deploy.run_folder); only the command line
+    (deploy.cli, deploy.up, deploy.terminal) imports both, and nothing imports it."""
+    graph = import_graph()
+    wing = {name: name.split(".")[1] for name in graph if name.startswith(
+        ("deploy.backends", "deploy.views"))}
+    crossing = [(s, t) for s, t in graph.edges if s in wing and t in wing and wing[s] != wing[t]]
+    assert crossing == []
+    top = {"deploy.cli", "deploy.up", "deploy.terminal"}
+    assert [(s, t) for s, t in graph.edges if t in top - {"deploy.terminal"} and s != "deploy.cli"
+            ] == []
+    assert [(s, t) for s, t in graph.edges if s in wing and t in top] == []
+    assert not any(t.startswith("deploy") for s, t in graph.edges if s.startswith(
+        ("node", "topology", "quant")))

@@ -110,6 +110,13 @@ def page_rows(driver) -> dict[int, dict]:
     return {int(row[0]): {"state": row[1], "round": row[2]} for row in cells}
 
 
+def page_edges(driver) -> dict[tuple[int, int], int]:
+    """The bytes each edge of the page's graph shows."""
+    return {(int(u), int(v)): int(b) for u, v, b in driver.execute_script(
+        "return [...document.querySelectorAll('#graph line')].map(e => "
+        "[e.dataset.from, e.dataset.to, e.dataset.bytes])")}
+
+
 def page_text(driver, element_id: str) -> str:
     return driver.execute_script(f"return document.getElementById('{element_id}').textContent")
 
@@ -165,16 +172,14 @@ def test_the_page_follows_a_real_federation(tmp_path, data_dir):
                 # node 2's kill makes it "failed", the stop of the others "stopped"
                 wait_for(lambda: re.search(r"run (stopped|failed)", page_text(driver, "summary")),
                          20, "the run's end on the page")
-                time.sleep(1.5)  # one more push after the last file
-                on_page = {(int(u), int(v)): int(b) for u, v, b in driver.execute_script(
-                    "return [...document.querySelectorAll('#graph line')].map(e => "
-                    "[e.dataset.from, e.dataset.to, e.dataset.bytes])")}
                 files = {}
                 for node in range(3):
                     record = json.loads((run_dir / f"node-{node}.json").read_text())
                     for peer, kinds in record["bytes_sent_by_peer"].items():
                         files[(node, int(peer))] = sum(kinds.values())
-                assert on_page == files
+                # the monitor's next push after the last file brings them to the page
+                wait_for(lambda: page_edges(driver) == files, 30,
+                         f"the page's edges showing the files' bytes {files}")
                 # nothing the page loaded came from anywhere but the monitor
                 loaded = driver.execute_script(
                     "return [location.href, ...performance.getEntriesByType('resource')"

@@ -1,21 +1,86 @@
-"""Learning algorithms behind one interface, picked by name: adding one is a new module
-and a line in ALGORITHMS."""
+"""Learning algorithms behind one interface, picked by name. CATALOGUE holds what the config
+needs (each one's table and presets) without torch; a class loads, with torch, on first use."""
+
+from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import torch
+from node.algorithms.settings import (
+    PROFE_PRESETS,
+    FedHPSettings,
+    FedProcSettings,
+    FedProtoSettings,
+    FedPRSettings,
+    ProFeSettings,
+)
 
-from node.algorithms.base import Algorithm, DataPlan, NodeData, Payload
-from node.algorithms.fedavg import FedAvg
-from node.algorithms.fedhp import FedHP
-from node.algorithms.fedpr import FedPR
-from node.algorithms.fedproc import FedProc
-from node.algorithms.fedproto import FedProto
-from node.algorithms.profe import ProFe
+if TYPE_CHECKING:
+    import torch
 
-ALGORITHMS: dict[str, type[Algorithm]] = {
-    algorithm.name: algorithm for algorithm in (ProFe, FedAvg, FedProto, FedProc, FedHP, FedPR)
+    from node.algorithms.base import Algorithm, DataPlan, NodeData, Payload
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An algorithm's own config table (None: it has none) and its presets,
+    {preset: {table: {key: value}}}, chosen by `preset` in that table."""
+
+    settings_class: type | None = None
+    presets: Mapping[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+
+# Adding an algorithm: its module, its settings in node.algorithms.settings, a line here and
+# one in `_classes`.
+CATALOGUE: dict[str, Entry] = {
+    "profe": Entry(ProFeSettings, PROFE_PRESETS),
+    "fedavg": Entry(),
+    "fedproto": Entry(FedProtoSettings),
+    "fedproc": Entry(FedProcSettings),
+    "fedhp": Entry(FedHPSettings),
+    "fedpr": Entry(FedPRSettings),
 }
+
+
+@cache
+def _classes() -> dict[str, type[Algorithm]]:
+    from node.algorithms.fedavg import FedAvg
+    from node.algorithms.fedhp import FedHP
+    from node.algorithms.fedpr import FedPR
+    from node.algorithms.fedproc import FedProc
+    from node.algorithms.fedproto import FedProto
+    from node.algorithms.profe import ProFe
+
+    return {cls.name: cls for cls in (ProFe, FedAvg, FedProto, FedProc, FedHP, FedPR)}
+
+
+def algorithm_class(name: str) -> type[Algorithm]:
+    """The class of algorithm `name` (KeyError if it is not in CATALOGUE); imports torch."""
+    if name not in CATALOGUE:
+        raise KeyError(name)
+    return _classes()[name]
+
+
+class _Classes(Mapping):
+    """Algorithm classes by name, in CATALOGUE's order; a lookup imports them."""
+
+    def __getitem__(self, name: str) -> type[Algorithm]:
+        return algorithm_class(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in CATALOGUE
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(CATALOGUE)
+
+    def __len__(self) -> int:
+        return len(CATALOGUE)
+
+
+ALGORITHMS: Mapping[str, type[Algorithm]] = _Classes()
 
 # Construction draws initial weights from torch's global generator; nodes sharing one
 # process (in-process federations) must not interleave those draws.
@@ -25,9 +90,24 @@ _CONSTRUCTION = threading.Lock()
 def create(name: str, config, data: NodeData, device: torch.device, node_id: int) -> Algorithm:
     """Algorithm `name` for one node; every node of a federation starts from the same
     weights, drawn from config.seed."""
+    import torch
+
     with _CONSTRUCTION:
         torch.manual_seed(config.seed)
         return ALGORITHMS[name](config, data, device, node_id)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "DataPlan", "NodeData", "Payload", "create"]
+_BASE = ("Algorithm", "DataPlan", "NodeData", "Payload")
+
+
+def __getattr__(name: str) -> Any:
+    """The interface types of node.algorithms.base, imported (with torch) on first use."""
+    if name not in _BASE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from node.algorithms import base
+
+    return getattr(base, name)
+
+
+__all__ = ["ALGORITHMS", "CATALOGUE", "Algorithm", "DataPlan", "Entry", "NodeData", "Payload",
+           "algorithm_class", "create"]

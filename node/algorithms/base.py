@@ -76,7 +76,8 @@ class Algorithm(abc.ABC):
     kinds: ClassVar[tuple[str, ...]]  # the payload kinds sent every round, e.g. ("model",)
     reported_rule: ClassVar[str] = ARGMAX  # the prediction rule the algorithm's paper reports
     # The dataclass of the algorithm's own config table, [<name>] (None: it has none). It
-    # may define problems() -> [(key, message)] for values out of range.
+    # may define problems() -> [(key, message)] for values out of range. node.algorithms'
+    # CATALOGUE names the same class and presets for the config, without torch.
     settings_class: ClassVar[type | None] = None
     # Named sets of defaults, {preset: {table: {key: value}}}, chosen by `preset` in the
     # algorithm's own table; what the file sets wins over the preset.

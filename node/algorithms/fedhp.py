@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +65,7 @@ from node.algorithms.common import (
     local_sgd,
     prototype_payload,
 )
+from node.algorithms.settings import FedHPSettings
 from node.settings import FederationConfig
 
 LAMBDA_H = 0.1  # "The parameter lambda in (1) is set to 0.1"

@@ -42,7 +42,6 @@ Deviations:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -57,6 +56,7 @@ from node.algorithms.common import (
 )
 from node.algorithms.fedpr_losses import fedpr_loss
 from node.algorithms.prototype_base import ModelAndPrototypes
+from node.algorithms.settings import FedPRSettings
 from node.settings import FederationConfig
 
 

@@ -41,7 +41,6 @@ Choices and deviations:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +58,7 @@ from node.algorithms.common import (
     state_payload,
     train_prototypes,
 )
+from node.algorithms.settings import FedProcSettings
 from node.settings import FederationConfig
 
 PROJECTION_DIM = 256  # "the projection head consists of a 2-layer MLP with an output size of 256"

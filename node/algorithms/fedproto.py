@@ -39,7 +39,6 @@ never leaves the node, so nodes may run different architectures as long as they 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 
@@ -53,6 +52,7 @@ from node.algorithms.common import (
 )
 from node.algorithms.fedproto_losses import fedproto_loss, paper_lambda
 from node.algorithms.prototype_base import PrototypeAlgorithm
+from node.algorithms.settings import FedProtoSettings
 from node.settings import FederationConfig
 
 

@@ -57,7 +57,6 @@ Deviations and readings, each a choice the paper leaves open or one we changed:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -78,7 +77,10 @@ from node.algorithms.losses import (
     teacher_loss,
 )
 from node.algorithms.prototype_base import ModelAndPrototypes
+from node.algorithms.settings import PROFE_PRESETS as PRESETS
+from node.algorithms.settings import ProFeSettings
 from node.settings import FederationConfig
+
 
 class ProFe(ModelAndPrototypes):
     """The ProFe trainer behind the common algorithm interface."""

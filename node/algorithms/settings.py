@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# [profe]'s choices where the paper leaves a reading open (node.algorithms.profe).
 ORDERS = ("teacher_first", "same_batch")
 FEATURE_SPACES = ("raw", "normalized")
 KD_LOGITS = ("capped", "raw", "standardized")
@@ -43,7 +44,7 @@ class ProFeSettings:
         for key, allowed in (("alpha_schedule", SCHEDULES), ("order", ORDERS),
                              ("features", FEATURE_SPACES), ("kd_logits", KD_LOGITS),
                              ("kd_classes", KD_CLASSES), ("prototype_loss", PROTOTYPE_LOSSES),
-                             ("preset", ("", *PRESETS))):
+                             ("preset", ("", *PROFE_PRESETS))):
             if getattr(self, key) not in allowed:
                 choices = ", ".join(map(repr, allowed))
                 found.append((key, f"must be one of {choices}, got {getattr(self, key)!r}"))
@@ -51,7 +52,7 @@ class ProFeSettings:
 
 
 # What `[profe] preset = NAME` fills in where the file sets nothing, table by table.
-PRESETS = {
+PROFE_PRESETS = {
     # ProFe's reference implementation (NEBULA, KD_prototypes), as far as it differs from
     # our defaults: Adam (amsgrad) at 1e-3 with its tuned betas, a fresh optimiser every
     # round, the teacher trained before the student, KD over all classes, the prototype
