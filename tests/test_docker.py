@@ -116,7 +116,7 @@ def test_the_installed_wheel_runs_from_its_own_copy_and_builds_the_same_image(in
                                                                              node_image):
     """Nothing comes from the checkout: the packages, the Dockerfile and the base-image
     script are the wheel's, and the image they describe is the checkout's."""
-    probe = ("import deploy, node; from deploy import image; "
+    probe = ("import deploy, node; from deploy.backends import image; "
              "print(deploy.__file__); print(node.__file__); "
              "print((image.BACKENDS_DIR / 'Dockerfile').is_file(), "
              "(image.BACKENDS_DIR / 'make-base-image.sh').is_file()); "
