@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +49,8 @@ class Federation:
 
     config: FederationConfig
     members: tuple[Member, ...]
-    edges: tuple[tuple[int, int], ...] = ()
-    shaped_links: dict[tuple[int, int], Link] = field(default_factory=dict)
+    edges: tuple[tuple[int, int], ...]
+    shaped_links: dict[tuple[int, int], Link]
 
     def member(self, node_id: int) -> Member:
         """Node `node_id`'s entry; ConfigError when there is no such node."""
