@@ -207,17 +207,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_compose(args: argparse.Namespace) -> int:
     config = load(args.config, tuple(args.set))
-    warn_if_insecure(config)
     run_id = args.run_id or new_run_id(config)
     written = compose_file.compose_run(config, Path(args.config), tuple(args.set), run_id,
                                        args.image or config.deploy.image)
-    print(written.compose)
-    print(f"""protofed: wrote {written.compose} and {written.stack.name} for {config.nodes} nodes (image {written.image}).
-  one host:  docker-compose -f {written.compose} -p {run_id} up
-  swarm:     docker stack deploy -c {written.stack} {run_id}
+    warn_if_insecure(config)  # after compose_run, which refuses "none" unless allowed
+    compose, stack, image, folder = (written.compose, written.stack, written.image,
+                                     written.results_dir)
+    print(compose)
+    print(f"""protofed: wrote {compose} and {stack.name} for {config.nodes} nodes (image {image}).
+  one host:  docker-compose -f {compose} -p {run_id} up
+  swarm:     docker stack deploy -c {stack} {run_id}
   then:      protofed down {run_id}   (stops what is left, keeps the logs, removes the network)
-  results:   {written.results_dir}  (and: protofed report {written.results_dir})""",
-          file=sys.stderr)
+  results:   {folder}  (and: protofed report {folder})""", file=sys.stderr)
     return 0
 
 

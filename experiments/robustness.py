@@ -31,7 +31,7 @@ import torch
 import node.algorithms
 from experiments.run import merge
 from node.aggregation import AGGREGATION_RULES
-from node.algorithms import Algorithm, Payload
+from node.algorithms.base import Algorithm, Payload
 from node.algorithms.common import MAX_SAMPLES
 from node.config import from_dict
 from node.inprocess import memory_federation, run_in_memory

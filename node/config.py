@@ -32,7 +32,7 @@ from node.settings import (
 from node.topology_settings import scenario_events
 from quant.names import CODECS
 from topology.links import PROFILES as LINK_PROFILES
-from topology.links import link, parse_time
+from topology.links import parse_condition
 from topology.schedule import PER_ROUND_KINDS, RESAMPLED_KINDS, ScenarioError, presence
 
 # Keys that moved to an algorithm's own table: a file using the old place is told where.
@@ -494,13 +494,13 @@ def _check_links(c: FederationConfig, source: str) -> None:
     for index, edge in enumerate(c.links.edges):
         _check(len(edge.nodes) == 2 and edge.nodes[0] != edge.nodes[1], source,
                f"links.edges[{index}].nodes", f"must be [sender, receiver], got {edge.nodes}")
-    for where, values in (("links", c.links.default()),
-                          *((f"links.edges[{i}]", given) for i, (*_, given)
-                            in enumerate(c.links.overrides()))):
+    named = [("links", c.links.default())] + [
+        (f"links.edges[{i}]", values) for i, (_, _, _, values) in enumerate(c.links.overrides())]
+    for where, values in named:
         try:
             for key, value in values.items():
                 if str(value).strip():
-                    parse_time(value, key) if key == "jitter" else link({key: value})
+                    parse_condition(key, str(value))
         except ValueError as exc:
             raise ConfigError(f"{source}: {where}: {exc}") from None
 

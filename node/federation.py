@@ -110,8 +110,7 @@ def resolve(config: FederationConfig, binds: Sequence[str], addresses: Sequence[
     except ProtofedError as exc:
         raise ConfigError(f"{source}: [topology] {exc}") from None
     try:
-        links = link_conditions(static, union, config) if (
-            config.links.configured or config.topology.kind == "file") else {}
+        links = link_conditions(static, union, config)
     except ProtofedError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     members = tuple(Member(i, binds[i], addresses[i], tuple(in_neighbours(union, i)),

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from node.algorithms import Algorithm, DataPlan, NodeData, Payload, create
+from node.algorithms import create
+from node.algorithms.base import Algorithm, DataPlan, NodeData, Payload
 from node.algorithms.common import weightless
 from node.consensus import flat_parameters, sketch, to_text
 from node.data import Dataset, default_data_dir, load_dataset
@@ -107,8 +108,8 @@ def _labels(dataset: Dataset, index: np.ndarray, device: torch.device) -> torch.
 def _global_test_set(name: str, dataset: Dataset, root: str | Path, index: np.ndarray,
                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The federation's global test set, the same for every node: converted once per process
-    and shared read-only (forked nodes share the launcher's copy, see `deploy.backends.local.warm_up`;
-    in-process nodes share one copy)."""
+    and shared read-only (forked nodes share the launcher's copy, see
+    `deploy.backends.local.warm_up`; in-process nodes share one copy)."""
     key = (name, str(Path(root).resolve()), str(device),
            hashlib.sha256(np.ascontiguousarray(index).tobytes()).hexdigest())
     with _GLOBAL_TEST_LOCK:

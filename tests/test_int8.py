@@ -11,7 +11,7 @@ from hypothesis.extra.numpy import arrays
 
 from node.errors import ProtocolError
 from node.net.message import decode_message, encode_message
-from quant import TensorSpec, decode, encode, expanded_size, payload_bounds
+from quant.codecs import TensorSpec, decode, encode, expanded_size, payload_bounds
 from quant.errors import QuantizationError
 from quant.int8 import dequantize_rows, quantize_rows, raw_size, rows_of
 

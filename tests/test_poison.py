@@ -11,8 +11,7 @@ import torch
 import node.algorithms
 from experiments.robustness import attacker_class
 from node.aggregation import AGGREGATION_RULES, beyond_norm_bound, norm_reference, trim_count
-from node.algorithms import Payload
-from node.algorithms.base import DataPlan
+from node.algorithms.base import DataPlan, Payload
 from node.algorithms.common import MAX_SAMPLES, descend, gather
 from node.algorithms.profe import ProFe
 from node.errors import ProtocolError

@@ -7,18 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from quant import (
-    ALLOWED_DTYPES,
-    CODECS,
-    TensorSpec,
-    decode,
-    dequantize_int16,
-    encode,
-    payload_bounds,
-    quantize_int16,
-)
+from quant.codecs import ALLOWED_DTYPES, CODECS, TensorSpec, decode, encode, payload_bounds
 from quant.errors import QuantizationError
-from quant.int16 import BLOCK
+from quant.int16 import BLOCK, dequantize_int16, quantize_int16
 
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INT_DTYPES = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]

@@ -11,7 +11,6 @@ import textwrap
 import pytest
 
 import node.algorithms
-import quant
 from node.aggregation import COMBINERS, robust_combine
 from node.aggregation_rules import AGGREGATION_RULES
 from node.algorithms import ALGORITHMS, CATALOGUE, algorithm_class
@@ -99,8 +98,6 @@ def test_the_codec_names_are_the_codecs():
     assert tuple(FLOAT_CODECS) == CODECS
     assert all(codec.name == name for name, codec in FLOAT_CODECS.items())
     assert WIRE_CODECS == (*CODECS, RAW) and RAW not in FLOAT_CODECS
-    assert quant.CODECS is CODECS
-    assert all(getattr(quant, name) is not None for name in quant.__all__)
 
 
 def test_the_architecture_names_are_the_built_models():

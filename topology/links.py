@@ -76,6 +76,15 @@ def parse_loss(text: str) -> float:
     return percent / 100
 
 
+def parse_condition(key: str, text: str) -> float:
+    """One condition's value alone: bits per second, seconds or a fraction."""
+    if key == "bandwidth":
+        return parse_rate(text)
+    if key == "loss":
+        return parse_loss(text)
+    return parse_time(text, key)
+
+
 def link(values: Mapping[str, str]) -> Link:
     """A Link from text values; empty or missing ones leave that condition off."""
     unknown = sorted(set(values) - set(CONDITIONS))

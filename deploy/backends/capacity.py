@@ -133,7 +133,7 @@ def probe(config: FederationConfig) -> NodeFootprint:
     """Measure one node of the launcher's resolved `config` in a fresh process (it gets
     the config on its standard input, never the user's files)."""
     command = [sys.executable, "-m", "deploy.backends.capacity"]
-    package_root = str(Path(__file__).resolve().parent.parent)  # found from any folder
+    package_root = str(Path(__file__).resolve().parents[2])  # found from any folder
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
     try:

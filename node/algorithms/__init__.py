@@ -21,7 +21,7 @@ from node.algorithms.settings import (
 if TYPE_CHECKING:
     import torch
 
-    from node.algorithms.base import Algorithm, DataPlan, NodeData, Payload
+    from node.algorithms.base import Algorithm, NodeData
 
 
 @dataclass(frozen=True)
@@ -95,19 +95,3 @@ def create(name: str, config, data: NodeData, device: torch.device, node_id: int
     with _CONSTRUCTION:
         torch.manual_seed(config.seed)
         return ALGORITHMS[name](config, data, device, node_id)
-
-
-_BASE = ("Algorithm", "DataPlan", "NodeData", "Payload")
-
-
-def __getattr__(name: str) -> Any:
-    """The interface types of node.algorithms.base, imported (with torch) on first use."""
-    if name not in _BASE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from node.algorithms import base
-
-    return getattr(base, name)
-
-
-__all__ = ["ALGORITHMS", "CATALOGUE", "Algorithm", "DataPlan", "Entry", "NodeData", "Payload",
-           "algorithm_class", "create"]

@@ -15,7 +15,7 @@ import torch
 
 from node.errors import ProtocolError
 from node.net.kinds import KINDS
-from quant import TensorSpec, decode, encode, expanded_size
+from quant.codecs import TensorSpec, decode, encode, expanded_size
 from quant.errors import QuantizationError
 
 PROTOCOL_VERSION = 1
