@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 
 from node.aggregation_rules import AGGREGATION_RULES
+from node.defences import clip_scores, updated_trust
 
 StateDict = Mapping[str, torch.Tensor]
 
@@ -16,12 +17,6 @@ def state_norm(state: StateDict) -> float:
     """The Euclidean norm of a model's floating-point tensors, taken together."""
     return float(sum(float(t.to(torch.float64).square().sum()) for t in state.values()
                      if t.is_floating_point()) ** 0.5)
-
-
-def largest_prototype_norm(prototypes: torch.Tensor, counts: torch.Tensor) -> float:
-    """The largest norm among the prototypes of classes with a count (0.0 when none)."""
-    rows = prototypes[counts > 0]
-    return float(rows.to(torch.float64).norm(dim=1).max()) if len(rows) else 0.0
 
 
 def norm_reference(own_norm: float, peer_norms: Sequence[float]) -> float:
@@ -91,6 +86,7 @@ COMBINERS: dict[str, Callable[[torch.Tensor, torch.Tensor, float, torch.Tensor |
     "median": lambda stacked, _weights, _trim, _center: coordinate_median(stacked),
     "trimmed_mean": lambda stacked, _weights, trim, _center: trimmed_mean(stacked, trim),
     "clipped_mean": _clipped_mean,
+    "reputation": _clipped_mean,  # its weights carry the trust (reputation_aggregate)
 }
 
 
@@ -107,20 +103,17 @@ def robust_combine(stacked: torch.Tensor, weights: torch.Tensor, rule: str,
     return COMBINERS[rule](stacked, weights, trim_fraction, center)
 
 
-def aggregate_states(states: Sequence[tuple[StateDict, float]], rule: str = "mean",
-                     trim_fraction: float = 0.2) -> dict[str, torch.Tensor]:
-    """Models combined under `rule`; "mean" is `weighted_mean`, bit for bit.
-
-    The first state is this node's own: it is the center "clipped_mean" clips towards.
-    """
-    if rule == "mean":
-        return weighted_mean(states)
+def _flattened(states: Sequence[tuple[StateDict, float]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The states' floating-point tensors as rows [k, n] (float64), and their weights."""
     first = states[0][0]
     names = [n for n, t in first.items() if t.is_floating_point()]
     flat = torch.stack([torch.cat([state[n].to(torch.float64).flatten() for n in names])
                         for state, _ in states])
-    weights = torch.tensor([float(w) for _, w in states], dtype=torch.float64)
-    combined = robust_combine(flat, weights, rule, trim_fraction, center=flat[0])
+    return flat, torch.tensor([float(w) for _, w in states], dtype=torch.float64)
+
+
+def _unflattened(combined: torch.Tensor, first: StateDict) -> dict[str, torch.Tensor]:
+    """`combined` laid into the floating-point tensors of `first` (others copied)."""
     out: dict[str, torch.Tensor] = {}
     offset = 0
     for name, reference in first.items():
@@ -131,6 +124,40 @@ def aggregate_states(states: Sequence[tuple[StateDict, float]], rule: str = "mea
         out[name] = combined[offset:offset + size].view_as(reference).to(reference.dtype)
         offset += size
     return out
+
+
+def aggregate_states(states: Sequence[tuple[StateDict, float]], rule: str = "mean",
+                     trim_fraction: float = 0.2) -> dict[str, torch.Tensor]:
+    """Models combined under `rule`; "mean" is `weighted_mean`, bit for bit.
+
+    The first state is this node's own: it is the center "clipped_mean" clips towards.
+    """
+    if rule == "mean":
+        return weighted_mean(states)
+    flat, weights = _flattened(states)
+    combined = robust_combine(flat, weights, rule, trim_fraction, center=flat[0])
+    return _unflattened(combined, states[0][0])
+
+
+def reputation_aggregate(states: Sequence[tuple[StateDict, float]], peers: Sequence[int],
+                         trust: Mapping[int, float], memory: float,
+                         ) -> tuple[dict[str, torch.Tensor], dict[int, float]]:
+    """Self-centred clipping with each in-neighbour's weight times its trust, and the trust
+    after this round (node.defences.updated_trust).
+
+    `states` are this node's own first, then those of `peers` in order. A neighbour's score
+    this round is the share of its pull the clipping keeps (node.defences.clip_scores):
+    one whose model is far beyond the others' every round keeps little weight however
+    long it stays, while one clipped now and then recovers.
+    """
+    flat, weights = _flattened(states)
+    distances = (flat - flat[0]).norm(dim=1)
+    radius = float(coordinate_median(distances))
+    scores = clip_scores(distances[1:].tolist(), radius)
+    trust = updated_trust(trust, dict(zip(peers, scores, strict=True)), memory)
+    weights = weights * torch.tensor([1.0, *(trust[p] for p in peers)], dtype=torch.float64)
+    combined = _clipped_mean(flat, weights, 0.0, flat[0])
+    return _unflattened(combined, states[0][0]), trust
 
 
 def weighted_mean(states: Sequence[tuple[StateDict, float]]) -> dict[str, torch.Tensor]:

@@ -39,7 +39,9 @@ class RoundRecord:
     recorded_at: float = 0.0  # Unix time the round's record was made (every metric in it)
     cpu_seconds: float = 0.0  # CPU time of the node's process (all its threads) until then
     missing_peers: list[int] = field(default_factory=list)
-    rejected_peers: list[int] = field(default_factory=list)
+    rejected_peers: list[int] = field(default_factory=list)  # some part of whose update was
+    # refused; each refusal: {"peer", "what", "rule", "reason"} (node.algorithms.base.Refusal)
+    refusals: list[dict[str, Any]] = field(default_factory=list)
     bytes_sent: int = 0
     bytes_received: int = 0
     bytes_sent_by_peer: PeerKindBytes = field(default_factory=dict)

@@ -373,7 +373,7 @@ class Node:
         train_stats = {} if joining else algorithm.train_round(round_)
         trained = time.monotonic()
         missing: set[int] = set()
-        rejected: set[int] = set()
+        refusals: list[dict] = []
         timings = {"train_seconds": trained - started, "communication_seconds": 0.0,
                    "aggregation_seconds": 0.0}
         for kinds in algorithm.exchange_steps():
@@ -392,16 +392,16 @@ class Node:
             if joining:
                 own = weightless(own)
             if received or not joining:
-                rejected.update(algorithm.aggregate(own, received))
+                refusals += [r.as_record() for r in algorithm.aggregate(own, received)]
             del updates, received  # the neighbours' messages, before the next wait
             timings["communication_seconds"] += communicated - step_started
             timings["aggregation_seconds"] += time.monotonic() - communicated
         return self._round_record(round_, algorithm, data, peers, train_stats, timings,
-                                  sorted(missing), sorted(rejected))
+                                  sorted(missing), refusals)
 
     def _round_record(self, round_: int, algorithm: Algorithm, data: NodeData, peers: Peers,
                       train_stats: dict, timings: dict, missing: list[int],
-                      rejected: list[int],
+                      refusals: list[dict],
                       evaluated: tuple[Evaluation, Evaluation, float] | None = None,
                       ) -> RoundRecord:
         """The round's record: `evaluated` (local, global, seconds) if the model was
@@ -411,7 +411,8 @@ class Node:
             round=round_, local_test=local, global_test=global_, train=train_stats, **timings,
             evaluation_seconds=seconds, recorded_at=time.time(),
             cpu_seconds=time.process_time(), missing_peers=missing,
-            rejected_peers=rejected, model_sketch=self._model_sketch(algorithm))
+            rejected_peers=sorted({r["peer"] for r in refusals}), refusals=refusals,
+            model_sketch=self._model_sketch(algorithm))
         _count_round_bytes(record, peers)
         return record
 

@@ -134,6 +134,8 @@ class AggregationConfig:
     # a peer's model, or a prototype of it, with a norm above norm_bound times this node's
     # own (its model; its largest prototype) is left out under every rule (0: never)
     norm_bound: float = 3.0
+    # "reputation": how much of a neighbour's trust is its history (the rest: this round)
+    trust_memory: float = 0.5
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the aggregation functions."""

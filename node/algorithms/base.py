@@ -21,6 +21,21 @@ class Payload:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Part of an in-neighbour's update left out of aggregation: whose, what ("model",
+    "prototypes", "prototype of class 3"), the rule that refused it and why."""
+
+    peer: int
+    what: str
+    rule: str
+    reason: str
+
+    def as_record(self) -> dict[str, Any]:
+        """The refusal as a node record stores it."""
+        return {"peer": self.peer, "what": self.what, "rule": self.rule, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class DataPlan:
     """What the federation's seeded split gives every node, known to all of them: training
     samples [nodes] and class counts [nodes, C]. Aggregation weighs peers by these, not by
@@ -90,6 +105,7 @@ class Algorithm(abc.ABC):
         self.device = device
         self.node_id = node_id
         self.kept_own_models = 0  # aggregates not adopted: they computed NaN (common.adopt)
+        self.trust: dict[int, float] = {}  # in-neighbours' trust ("reputation" rule)
 
     @property
     def settings(self) -> Any:
@@ -113,11 +129,11 @@ class Algorithm(abc.ABC):
         """What this node would send to its out-neighbours now, by kind."""
 
     @abc.abstractmethod
-    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         """Combine this node's payload with the in-neighbours' that arrived (by peer id).
 
-        `own` holds the kinds of one exchange step. Returns the peers whose update was
-        malformed for this algorithm and left out.
+        `own` holds the kinds of one exchange step. Returns what was left out of the
+        in-neighbours' updates, and why.
         """
 
     @abc.abstractmethod

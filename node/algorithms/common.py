@@ -11,14 +11,23 @@ import torch
 from torch import nn
 
 from node.aggregation import (
+    aggregate_states,
     beyond_norm_bound,
-    largest_prototype_norm,
     local_prototypes,
     nearest_prototype,
     norm_reference,
+    reputation_aggregate,
     state_norm,
 )
-from node.algorithms.base import ARGMAX, PROTOTYPE, Algorithm, DataPlan, NodeData, Payload
+from node.algorithms.base import (
+    ARGMAX,
+    PROTOTYPE,
+    Algorithm,
+    DataPlan,
+    NodeData,
+    Payload,
+    Refusal,
+)
 from node.architectures import (
     DEFAULT_EMBEDDING_DIM,
     STUDENT_CNN_CHANNELS,
@@ -27,6 +36,7 @@ from node.architectures import (
 )
 from node.data.custom import build_model as custom_model
 from node.data.custom import is_import_path
+from node.defences import class_references
 from node.errors import ProtocolError
 from node.models import build_model
 from node.settings import FederationConfig
@@ -320,11 +330,18 @@ def require_kind(update: Mapping[str, Payload], kind: str) -> Payload:
 
 @dataclass(frozen=True)
 class Contributions:
-    """This node's payload and every in-neighbour's that passed the checks, own first."""
+    """This node's payload and every in-neighbour's that passed the checks, own first, and
+    what was refused."""
 
     states: list[tuple[Mapping[str, torch.Tensor], int]]
     prototypes: list[tuple[torch.Tensor, torch.Tensor]]
-    rejected: list[int]
+    refusals: list[Refusal]
+    peers: list[int]  # whose states follow this node's own, in order
+
+    @property
+    def rejected(self) -> list[int]:
+        """The peers some part of whose update was refused."""
+        return sorted({refusal.peer for refusal in self.refusals})
 
 
 def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Payload]],
@@ -336,8 +353,9 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     [num_classes, dim]) when it has a "prototypes" one. With a data `plan`, a peer's model
     weighs what the plan gives it and its prototypes count only the classes the plan gives
     it, whatever it claims: one peer cannot outweigh the others by claiming more. A model
-    or prototypes with a norm beyond `norm_bound` times the reference (`norm_reference`)
-    are rejected.
+    with a norm beyond `norm_bound` times the reference (`norm_reference`) is refused, and
+    so is each prototype beyond `norm_bound` times its class's reference
+    (`node.defences.class_references`).
     """
     with_model, with_prototypes = "model" in own, "prototypes" in own
     reference = own["model"].tensors if with_model else {}
@@ -345,57 +363,105 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     prototypes = [own_prototypes(own["prototypes"], num_classes, dim, node_id)
                   ] if with_prototypes else []
 
-    model_norms: dict[int, float] = {}
-
     def check(peer: int, update: Mapping[str, Payload]) -> tuple:
-        state, norm = None, None
-        if with_model:
-            view, samples, norm = checked_state(reference, require_kind(update, "model"))
-            state = (view, samples)
+        model = (checked_state(reference, require_kind(update, "model")) if with_model
+                 else None)
         protos = (checked_prototypes(require_kind(update, "prototypes"), num_classes, dim)
                   if with_prototypes else None)
-        update = planned(peer, state, protos, plan, node_id)
-        if norm is not None:
-            model_norms[peer] = norm
-        return update
+        state, protos = planned(peer, model and model[:2], protos, plan, node_id)
+        return state, protos, model and model[2]
 
-    rejected: list[int] = []
-    checked = dict(_each_or_rejected(received, check, node_id, rejected))
-    model_reference = norm_reference(state_norm(reference), list(model_norms.values())
-                                     ) if with_model else 0.0
-    prototype_norms = {peer: largest_prototype_norm(*protos)
-                       for peer, (_, protos) in checked.items() if protos is not None}
-    prototype_reference = norm_reference(largest_prototype_norm(*prototypes[0]), list(
-        prototype_norms.values())) if with_prototypes else 0.0
-
-    def within_bounds(peer: int, update: tuple) -> tuple:
-        if peer in model_norms:
-            bounded("model", model_norms[peer], model_reference, norm_bound)
-        if peer in prototype_norms:
-            bounded("largest prototype", prototype_norms[peer], prototype_reference,
-                    norm_bound)
-        return update
-
-    for state, protos in dict(_each_or_rejected(checked, within_bounds, node_id,
-                                                rejected)).values():
+    refusals: list[Refusal] = []
+    checked = dict(_each_or_rejected(received, check, node_id, refusals))
+    kept = dict(_each_or_rejected(checked, models_within_bound(state_norm(reference), checked,
+                                                               norm_bound),
+                                  node_id, refusals, rule="norm_bound", what="model"))
+    if with_prototypes and norm_bound > 0:
+        kept, refused_rows = prototypes_within_class_bounds(prototypes[0], kept, norm_bound)
+        refusals += refused_rows
+    for state, protos in kept.values():  # in peer order
         if with_model:
             states.append(state)
         if with_prototypes:
             prototypes.append(protos)
-    return Contributions(states, prototypes, sorted(rejected))
+    for refusal in refusals:
+        log.warning("node %d: %s of peer %d refused (%s): %s", node_id, refusal.what,
+                    refusal.peer, refusal.rule, refusal.reason)
+    return Contributions(states, prototypes, sorted(refusals, key=lambda r: r.peer),
+                         list(kept))
+
+
+def models_within_bound(own_norm: float, checked: Mapping[int, tuple],
+                        bound: float) -> Callable[[int, tuple], tuple]:
+    """A check of one checked (state, prototypes, model norm) update: ProtocolError when
+    its model's norm is beyond `bound` times the reference (`norm_reference`), else the
+    (state, prototypes) pair."""
+    norms = [norm for _, _, norm in checked.values() if norm is not None]
+    reference = norm_reference(own_norm, norms)
+
+    def within(peer: int, update: tuple) -> tuple:
+        state, protos, norm = update
+        if norm is not None:
+            bounded("model", norm, reference, bound)
+        return state, protos
+    return within
+
+
+def combined_state(algorithm: Algorithm,
+                   update: Contributions) -> dict[str, torch.Tensor]:
+    """The gathered models combined under the configured rule; "reputation" also carries
+    the algorithm's trust in its neighbours on to the next round."""
+    settings = algorithm.config.aggregation
+    if settings.rule == "reputation":
+        state, algorithm.trust = reputation_aggregate(update.states, update.peers,
+                                                      algorithm.trust, settings.trust_memory)
+        return state
+    return aggregate_states(update.states, **settings.kwargs())
+
+
+def _row_norms(protos: tuple[torch.Tensor, torch.Tensor]) -> list[float | None]:
+    """Each class's prototype norm, None for a class without a count."""
+    prototypes, counts = protos
+    norms = prototypes.to(torch.float64).norm(dim=1).tolist()
+    return [n if int(k) > 0 else None for n, k in zip(norms, counts.tolist(), strict=True)]
+
+
+def prototypes_within_class_bounds(own: tuple[torch.Tensor, torch.Tensor],
+                                   updates: dict[int, tuple], bound: float,
+                                   ) -> tuple[dict[int, tuple], list[Refusal]]:
+    """Each peer's prototypes with every class beyond `bound` times its class's reference
+    taken out (its count set to 0), and a refusal for each class taken out."""
+    having = {peer: protos for peer, (_, protos) in updates.items() if protos is not None}
+    peer_norms = {peer: _row_norms(protos) for peer, protos in having.items()}
+    references = class_references(_row_norms(own), list(peer_norms.values()))
+    refusals, out = [], dict(updates)
+    for peer, norms in peer_norms.items():
+        beyond = [c for c, n in enumerate(norms)
+                  if n is not None and beyond_norm_bound(n, references[c], bound)]
+        if not beyond:
+            continue
+        prototypes, counts = having[peer]
+        counts = counts.clone()
+        counts[beyond] = 0
+        out[peer] = (updates[peer][0], (prototypes, counts))
+        refusals += [Refusal(peer, f"prototype of class {c}", "norm_bound",
+                             f"norm {norms[c]:.4g}, more than {bound:g} times the class's "
+                             f"reference {references[c]:.4g}") for c in beyond]
+    return out, refusals
 
 
 def _each_or_rejected(updates: Mapping[int, Any], check: Callable[[int, Any], tuple],
-                      node_id: int, rejected: list[int]) -> Iterator[tuple[int, tuple]]:
-    """(peer, check(peer, update)) for each peer in order; a peer whose check raises is
-    logged and added to `rejected` (nothing a peer sends may stop the round)."""
+                      node_id: int, refusals: list[Refusal],
+                      rule: str = "checks", what: str = "update",
+                      ) -> Iterator[tuple[int, tuple]]:
+    """(peer, check(peer, update)) for each peer in order; a peer whose check raises has
+    `what` refused under `rule` (nothing a peer sends may stop the round)."""
     for peer, update in sorted(updates.items()):
         try:
             yield peer, check(peer, update)
         except Exception as exc:  # noqa: BLE001 - nothing a peer sends may stop the round
             why = exc if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
-            log.warning("node %d: update from peer %d rejected: %s", node_id, peer, why)
-            rejected.append(peer)
+            refusals.append(Refusal(peer, what, rule, str(why)))
 
 
 def bounded(what: str, norm: float, reference: float, bound: float) -> None:

@@ -24,11 +24,11 @@ from collections.abc import Mapping
 
 import torch
 
-from node.aggregation import aggregate_states
-from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Updates
+from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Refusal, Updates
 from node.algorithms.common import (
     adopt,
     build_role,
+    combined_state,
     gather,
     local_sgd,
     new_optimizer,
@@ -62,12 +62,12 @@ class FedAvg(Algorithm):
     def payload(self) -> dict[str, Payload]:
         return {"model": state_payload(self.model, len(self.data.train_y))}
 
-    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, plan=self.data.plan,
                         norm_bound=self.config.aggregation.norm_bound)
-        state = aggregate_states(update.states, **self.config.aggregation.kwargs())
+        state = combined_state(self, update)
         adopt(self, self.model, state)
-        return update.rejected
+        return update.refusals
 
     @torch.no_grad()
     def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from node.aggregation import aggregate_prototypes, nearest_prototype
-from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Updates
+from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Refusal, Updates
 from node.algorithms.common import (
     build_role,
     gather,
@@ -192,7 +192,7 @@ class FedHP(Algorithm):
     def payload(self) -> dict[str, Payload]:
         return {"prototypes": prototype_payload(self.prototypes.detach(), self.counts)}
 
-    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         num_classes, dim = self.prototypes.shape
         update = gather(own, received, self.node_id, num_classes, dim,
                         plan=self.data.plan,
@@ -203,7 +203,7 @@ class FedHP(Algorithm):
         with torch.no_grad():
             self.prototypes[known] = global_prototypes.to(self.device,
                                                           self.prototypes.dtype)[known]
-        return update.rejected
+        return update.refusals
 
     @torch.no_grad()
     def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:

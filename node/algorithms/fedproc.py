@@ -46,11 +46,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from node.aggregation import aggregate_prototypes, aggregate_states
-from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Updates
+from node.aggregation import aggregate_prototypes
+from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Refusal, Updates
 from node.algorithms.common import (
     adopt,
     build_role,
+    combined_state,
     gather,
     local_sgd,
     new_optimizer,
@@ -170,18 +171,18 @@ class FedProc(Algorithm):
         return {"model": state_payload(self.net, len(self.data.train_y)),
                 "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
 
-    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, self.data.num_classes,
                         self.local_prototypes.shape[1],
                         plan=self.data.plan,
                         norm_bound=self.config.aggregation.norm_bound)
-        state = aggregate_states(update.states, **self.config.aggregation.kwargs())
+        state = combined_state(self, update)
         adopt(self, self.net, state)
         global_prototypes, known = aggregate_prototypes(
             update.prototypes, **self.config.aggregation.kwargs())
         self.global_prototypes = global_prototypes.to(self.device)
         self.known = known.to(self.device)
-        return update.rejected
+        return update.refusals
 
     @torch.no_grad()
     def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 
 import torch
 
-from node.algorithms.base import PROTOTYPE, NodeData, Payload, Updates
+from node.algorithms.base import PROTOTYPE, NodeData, Payload, Refusal, Updates
 from node.algorithms.common import (
     build_role,
     classify,
@@ -89,12 +89,12 @@ class FedProto(PrototypeAlgorithm):
     def payload(self) -> dict[str, Payload]:
         return {"prototypes": self.local_prototype_payload()}
 
-    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
                         plan=self.data.plan,
                         norm_bound=self.config.aggregation.norm_bound)
         self.combine_prototypes(update.prototypes)
-        return update.rejected
+        return update.refusals
 
     def predictions(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Nearest global prototype (argmax until one exists) and the local model's argmax."""

@@ -9,10 +9,11 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from node.aggregation import aggregate_prototypes, aggregate_states
-from node.algorithms.base import Algorithm, Payload, Updates
+from node.aggregation import aggregate_prototypes
+from node.algorithms.base import Algorithm, Payload, Refusal, Updates
 from node.algorithms.common import (
     adopt,
+    combined_state,
     gather,
     model_then_prototypes,
     prototype_payload,
@@ -76,15 +77,15 @@ class ModelAndPrototypes(PrototypeAlgorithm):
     def exchange_steps(self) -> tuple[tuple[str, ...], ...]:
         return model_then_prototypes(self.config, self.kinds)
 
-    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[int]:
+    def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
                         plan=self.data.plan,
                         norm_bound=self.config.aggregation.norm_bound)
         if "model" in own:
-            state = aggregate_states(update.states, **self.config.aggregation.kwargs())
+            state = combined_state(self, update)
             adopt(self, self.shared_model, state)
             if self.config.exchange.prototypes_from == "aggregated":
                 self.refresh_local_prototypes(self.shared_model)
         if "prototypes" in own:
             self.combine_prototypes(update.prototypes)
-        return update.rejected
+        return update.refusals

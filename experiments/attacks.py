@@ -1,0 +1,277 @@
+"""What a node holding a stolen key can send: the attack library of the robustness report.
+
+An attack makes an algorithm class into its attacker (`attacker_class`): it trains and
+aggregates like an honest node, so it keeps an honest model and sees what its in-neighbours
+send, and it lies in what it sends. Its messages pass every check a node makes of a
+neighbour's messages (it holds a real key); what it sends is what the attack says:
+
+- model attacks, each with the norm of an honest model (no norm bound refuses them):
+  sign_flip (its model negated), ipm (its update reversed: Xie et al. 2020's inner product
+  manipulation with epsilon 1), alie (its model minus one coordinate-wise standard deviation
+  of the models it received: "a little is enough", Baruch et al. 2019), gaussian (a random
+  model with its model's norm), adaptive (its update reversed as far as the aggregation
+  rule's settings let it through: the norm bound and the clipping radius, estimated on
+  what the attacker sees, so that clipping cuts nothing and trust never falls);
+- data attacks: label_flip (trains on labels c -> C-1-c, so its model and prototypes lie
+  together), free_rider (never trains; sends its first model every round);
+- prototype attacks, counts honest: proto_flip (each prototype negated), proto_swap (each
+  class sent the prototype of the next class it has);
+- norm-bound probes: protozero (zero prototypes at the largest counts), scaled_model
+  (model times 10), bounded_poison (every value 1e4, every count 2^31-1);
+- withheld: not an attack but its ceiling, every update refused at the door.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from node.algorithms.base import Algorithm, Payload
+from node.algorithms.common import MAX_SAMPLES
+
+POISON = 1e4  # bounded_poison's value: within every bound a message is checked against
+SCALE = 10.0  # scaled_model's boost
+ALIE_Z = 1.0  # alie's standard deviations
+IPM_EPSILON = 1.0  # ipm: the update reversed at its own length
+ADAPTIVE_STEPS = (8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.125, 0.0)  # reversal lengths, longest first
+EDGE = 0.95  # the adaptive attacker stays this fraction inside the radius it estimates
+
+MODEL_ATTACKS = ("sign_flip", "ipm", "alie", "gaussian", "adaptive")
+PROTOTYPE_ATTACKS = ("proto_flip", "proto_swap")
+PROBES = ("protozero", "scaled_model", "bounded_poison")
+ATTACKS = ("none", "withheld", *MODEL_ATTACKS, "label_flip", "free_rider",
+           *PROTOTYPE_ATTACKS, *PROBES)
+
+
+def flat(state: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """A state's floating-point tensors as one float64 vector, in the state's order."""
+    return torch.cat([t.detach().to(torch.float64).flatten() for t in state.values()
+                      if t.is_floating_point()])
+
+
+def unflat(vector: torch.Tensor, like: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`vector` laid back into the floating-point tensors of `like` (others kept)."""
+    out, offset = {}, 0
+    for name, tensor in like.items():
+        if tensor.is_floating_point():
+            out[name] = vector[offset:offset + tensor.numel()].view_as(tensor).to(tensor.dtype)
+            offset += tensor.numel()
+        else:
+            out[name] = tensor
+    return out
+
+
+def reversed_update(start: torch.Tensor, trained: torch.Tensor, length: float) -> torch.Tensor:
+    """The model `length` times the local update away from `start`, backwards."""
+    return start - length * (trained - start)
+
+
+def alie(trained: torch.Tensor, seen: Sequence[torch.Tensor], z: float = ALIE_Z) -> torch.Tensor:
+    """`trained` minus z coordinate-wise standard deviations of the models seen (itself
+    included); `trained` itself before it has seen any."""
+    if not seen:
+        return trained.clone()
+    return trained - z * torch.stack([trained, *seen]).std(dim=0)
+
+
+def gaussian(trained: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A standard normal vector scaled to the norm of `trained`."""
+    noise = torch.randn(trained.shape, generator=generator, dtype=torch.float64)
+    return noise * (trained.norm() / noise.norm().clamp(min=1e-30))
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What the adaptive attacker estimates the receivers accept (None: no such limit)."""
+
+    norm: float | None  # the largest norm the norm bound lets through
+    distance: float | None  # the clipping radius: farther is clipped to it (and distrusted)
+
+
+def adaptive(start: torch.Tensor, trained: torch.Tensor, limits: Limits) -> torch.Tensor:
+    """The longest reversal of the local update (ADAPTIVE_STEPS) that stays inside every
+    limit; the trained model itself when none does."""
+    for length in ADAPTIVE_STEPS:
+        sent = reversed_update(start, trained, length)
+        if limits.norm is not None and float(sent.norm()) > limits.norm:
+            continue
+        if limits.distance is not None and float((sent - trained).norm()) > limits.distance:
+            continue
+        return sent
+    return trained.clone()
+
+
+def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
+                     previous: torch.Tensor | None, seen: Sequence[torch.Tensor]) -> Limits:
+    """The receivers' limits as the attacker reads them from the aggregation settings and
+    estimates them from its own models and last round's received ones: half the norm bound
+    against its own norm, the clipping radius as the median distance (its own zero among
+    them) between its model and those it received."""
+    settings = algorithm.config.aggregation
+    # half the bound: a receiver bounds against its own norm, which may be smaller
+    norm = settings.norm_bound / 2 * float(trained.norm()) if settings.norm_bound else None
+    clips = settings.rule in ("clipped_mean", "reputation") and seen and previous is not None
+    distance = (EDGE * statistics.median([0.0, *(float((m - previous).norm()) for m in seen)])
+                if clips else None)
+    return Limits(norm, distance)
+
+
+def shared_model(algorithm: Algorithm) -> nn.Module:
+    """The model an algorithm sends (ProFe's student, FedAvg's model)."""
+    return getattr(algorithm, "shared_model", None) or algorithm.model
+
+
+def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
+    """`base` sending, in place of its model, what the model attack `attack` makes of it."""
+
+    class ModelAttacker(base):  # type: ignore[misc, valid-type]
+        poison: torch.Tensor | None = None
+        seen: tuple[torch.Tensor, ...] = ()
+        previous: torch.Tensor | None = None
+
+        def train_round(self, round_: int) -> dict[str, float]:
+            model = shared_model(self)
+            start = flat(model.state_dict())
+            stats = super().train_round(round_)
+            trained = flat(model.state_dict())
+            self.poison = self.craft(round_, start, trained)
+            return stats
+
+        def craft(self, round_: int, start: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
+            if attack == "sign_flip":
+                return -trained
+            if attack == "ipm":
+                return reversed_update(start, trained, IPM_EPSILON)
+            if attack == "alie":
+                return alie(trained, self.seen)
+            if attack == "gaussian":
+                return gaussian(trained, torch.Generator().manual_seed(
+                    self.config.seed * 1_009 + self.node_id * 101 + round_))
+            return adaptive(start, trained,
+                            estimated_limits(self, trained, self.previous, self.seen))
+
+        def payload(self) -> dict[str, Payload]:
+            out = super().payload()
+            if "model" in out and self.poison is not None:
+                model = out["model"]
+                out["model"] = Payload(unflat(self.poison, model.tensors), dict(model.meta))
+            return out
+
+        def aggregate(self, own, received):
+            models = [flat(update["model"].tensors) for update in received.values()
+                      if "model" in update]
+            if models and "model" in own:
+                self.seen, self.previous = tuple(models), flat(own["model"].tensors)
+            return super().aggregate(own, received)
+    return ModelAttacker
+
+
+def _prototypes_replaced(payloads: dict[str, Payload],
+                         change: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Payload]:
+    """The payloads with the sent prototype rows changed by `change`, counts as they were."""
+    if "prototypes" not in payloads:
+        return payloads
+    tensors = dict(payloads["prototypes"].tensors)
+    tensors["prototypes"] = change(tensors["prototypes"])
+    return {**payloads, "prototypes": Payload(tensors, dict(payloads["prototypes"].meta))}
+
+
+def _poisoned(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, Payload]:
+    """Every float tensor POISON; the sample count and class counts claimed at the maximum."""
+    out = {}
+    for kind, payload in payloads.items():
+        tensors = {k: torch.full_like(v, POISON) if v.is_floating_point() else v
+                   for k, v in payload.tensors.items()}
+        if "counts" in tensors:
+            tensors["counts"] = torch.full_like(tensors["counts"], MAX_SAMPLES)
+        meta = {**payload.meta, **({"samples": MAX_SAMPLES} if "samples" in payload.meta
+                                   else {})}
+        out[kind] = Payload(tensors, meta)
+    return out
+
+
+def _protozero(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, Payload]:
+    """Prototypes of zeros for every class, claimed with the largest counts."""
+    out = dict(payloads)
+    if "prototypes" in payloads:
+        classes = torch.arange(algorithm.data.num_classes)
+        dim = payloads["prototypes"].tensors["prototypes"].shape[1]
+        out["prototypes"] = Payload({"prototypes": torch.zeros(len(classes), dim),
+                                     "classes": classes,
+                                     "counts": torch.full((len(classes),), MAX_SAMPLES)})
+    return out
+
+
+def _scaled(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, Payload]:
+    """The model's float tensors multiplied by SCALE."""
+    out = dict(payloads)
+    if "model" in payloads:
+        model = payloads["model"]
+        out["model"] = Payload({k: v * SCALE if v.is_floating_point() else v
+                                for k, v in model.tensors.items()}, dict(model.meta))
+    return out
+
+
+def _withheld(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, Payload]:
+    """A sample count and class counts of 0, which every check refuses: each update is
+    refused at the door, so the neighbours go on without this node, as a perfect defence
+    would leave them."""
+    out = {}
+    for kind, payload in payloads.items():
+        tensors = dict(payload.tensors)
+        if "counts" in tensors:
+            tensors["counts"] = torch.zeros_like(tensors["counts"])
+        out[kind] = Payload(tensors, {**payload.meta, **({"samples": 0} if "samples" in
+                                                           payload.meta else {})})
+    return out
+
+
+SENDERS: dict[str, Callable[[Algorithm, dict[str, Payload]], dict[str, Payload]]] = {
+    "bounded_poison": _poisoned, "protozero": _protozero, "scaled_model": _scaled,
+    "withheld": _withheld,
+    "proto_flip": lambda _a, p: _prototypes_replaced(p, lambda rows: -rows),
+    "proto_swap": lambda _a, p: _prototypes_replaced(p, lambda rows: rows.roll(1, dims=0)),
+}
+
+
+def flipped_labels(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Each label c as C-1-c."""
+    return num_classes - 1 - labels
+
+
+def attacker_class(base: type[Algorithm], attack: str) -> type[Algorithm]:
+    """`base` as the attacker of `attack` runs it."""
+    if attack in MODEL_ATTACKS:
+        return model_attacker(base, attack)
+    if attack in SENDERS:
+        send = SENDERS[attack]
+
+        class Sender(base):  # type: ignore[misc, valid-type]
+            def payload(self) -> dict[str, Payload]:
+                return send(self, super().payload())
+        return Sender
+    if attack == "label_flip":
+        class Flipped(base):  # type: ignore[misc, valid-type]
+            def __init__(self, config, data, device, node_id):
+                super().__init__(config, dataclasses.replace(
+                    data, train_y=flipped_labels(data.train_y, data.num_classes)),
+                    device, node_id)
+        return Flipped
+    if attack == "free_rider":
+        class FreeRider(base):  # type: ignore[misc, valid-type]
+            stale: dict[str, Payload] | None = None
+
+            def train_round(self, round_: int) -> dict[str, float]:
+                return {}  # never trains
+
+            def payload(self) -> dict[str, Payload]:
+                if self.stale is None:  # its first payload, sent again every round
+                    self.stale = copy.deepcopy(super().payload())
+                return self.stale
+        return FreeRider
+    raise ValueError(f"unknown attack {attack!r}, expected one of {ATTACKS}")

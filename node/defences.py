@@ -1,0 +1,50 @@
+"""What a node holds against its in-neighbours' updates, decided from numbers alone: per-class
+prototype norm references and trust from each neighbour's history. Pure and torch-free; the
+algorithms measure the norms and distances (node.algorithms.common, node.aggregation)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+# A class needs this many contributors (own included) before their median is its reference:
+# one outlier cannot move a median of three.
+MEDIAN_QUORUM = 3
+
+
+def class_references(own: Sequence[float | None],
+                     peers: Sequence[Sequence[float | None]]) -> list[float]:
+    """Per class, the norm a peer's prototype of that class is bounded against.
+
+    `own[c]` is this node's prototype norm of class c (None when it has no such class),
+    `peers[p][c]` the same for each peer. The reference of class c is the larger of this
+    node's own norm and the median over every contributor of c (three or more); this
+    node's own alone below three; the median of every row's norm, all classes together,
+    for a class this node does not have and fewer than three contributors have. Honest
+    non-IID prototypes differ by class, so one norm for all classes refused them.
+    """
+    everything = [n for row in [own, *peers] for n in row if n is not None]
+    overall = statistics.median(everything) if everything else 0.0
+    references = []
+    for c, mine in enumerate(own):
+        having = [n for n in [mine, *(row[c] for row in peers)] if n is not None]
+        if len(having) >= MEDIAN_QUORUM:
+            references.append(max(mine or 0.0, statistics.median(having)))
+        else:
+            references.append(mine if mine is not None else overall)
+    return references
+
+
+def clip_scores(distances: Sequence[float], radius: float) -> list[float]:
+    """Per in-neighbour, the share of its pull that self-centred clipping keeps: 1 within
+    `radius` of this node's model, radius / distance beyond."""
+    return [1.0 if d <= radius else radius / d for d in distances]
+
+
+def updated_trust(trust: Mapping[int, float], scores: Mapping[int, float],
+                  memory: float) -> dict[int, float]:
+    """Each scored neighbour's trust after this round: `memory` of what it was (1 for a
+    neighbour not seen before) plus the rest of this round's score. Neighbours not scored
+    this round keep theirs."""
+    return {**trust, **{peer: memory * trust.get(peer, 1.0) + (1 - memory) * score
+                        for peer, score in scores.items()}}
