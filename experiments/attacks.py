@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -110,14 +109,14 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
                      previous: torch.Tensor | None, seen: Sequence[torch.Tensor]) -> Limits:
     """The receivers' limits as the attacker reads them from the aggregation settings and
     estimates them from its own models and last round's received ones: half the norm bound
-    against its own norm, the clipping radius as the median distance (its own zero among
-    them) between its model and those it received."""
+    against its own norm, the clipping radius as the upper median distance (its own zero
+    among them) between its model and those it received."""
     settings = algorithm.config.aggregation
     # half the bound: a receiver bounds against its own norm, which may be smaller
     norm = settings.norm_bound / 2 * float(trained.norm()) if settings.norm_bound else None
     clips = settings.rule in ("clipped_mean", "reputation") and seen and previous is not None
-    distance = (EDGE * statistics.median([0.0, *(float((m - previous).norm()) for m in seen)])
-                if clips else None)
+    distances = sorted([0.0, *(float((m - previous).norm()) for m in seen)])
+    distance = EDGE * distances[len(distances) // 2] if clips else None  # the upper median
     return Limits(norm, distance)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 
 from node.aggregation_rules import AGGREGATION_RULES
-from node.defences import clip_scores, updated_trust
+from node.defences import clip_scores, relative_trust, updated_trust
 
 StateDict = Mapping[str, torch.Tensor]
 
@@ -59,12 +59,19 @@ def trimmed_mean(stacked: torch.Tensor, trim_fraction: float) -> torch.Tensor:
     return stacked.sort(dim=0).values[cut:k - cut].mean(dim=0)
 
 
+def clipping_radius(distances: torch.Tensor) -> float:
+    """The upper median of the distances: at least half of them lie within it. With this
+    node's own (0) and one in-neighbour's, that neighbour's distance: nothing is clipped
+    where there is nothing to compare with (the lower median's mean of the two halved it)."""
+    return float(distances.sort().values[len(distances) // 2])
+
+
 def clipped_deviations(vectors: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
-    """Each row moved towards `center` so that its distance is at most the median distance
-    of the rows (centered clipping with the median as radius)."""
+    """Each row moved towards `center` so that its distance is at most the clipping radius
+    (`clipping_radius`) of the rows' distances (centered clipping)."""
     deviations = vectors - center
     norms = deviations.norm(dim=1)
-    radius = coordinate_median(norms)
+    radius = clipping_radius(norms)
     scale = torch.where(norms > radius, radius / norms.clamp(min=1e-30), torch.ones_like(norms))
     return center + deviations * scale.unsqueeze(1)
 
@@ -146,16 +153,17 @@ def reputation_aggregate(states: Sequence[tuple[StateDict, float]], peers: Seque
     after this round (node.defences.updated_trust).
 
     `states` are this node's own first, then those of `peers` in order. A neighbour's score
-    this round is the share of its pull the clipping keeps (node.defences.clip_scores):
-    one whose model is far beyond the others' every round keeps little weight however
-    long it stays, while one clipped now and then recovers.
+    this round is the share of its pull the clipping keeps (node.defences.clip_scores);
+    its weight is its trust relative to the most trusted in-neighbour's
+    (node.defences.relative_trust). One whose model is far beyond the others' every round
+    keeps little weight however long it stays, while honest neighbours that take turns
+    being the farthest keep theirs.
     """
     flat, weights = _flattened(states)
     distances = (flat - flat[0]).norm(dim=1)
-    radius = float(coordinate_median(distances))
-    scores = clip_scores(distances[1:].tolist(), radius)
+    scores = clip_scores(distances[1:].tolist(), clipping_radius(distances))
     trust = updated_trust(trust, dict(zip(peers, scores, strict=True)), memory)
-    weights = weights * torch.tensor([1.0, *(trust[p] for p in peers)], dtype=torch.float64)
+    weights = weights * torch.tensor([1.0, *relative_trust(trust, peers)], dtype=torch.float64)
     combined = _clipped_mean(flat, weights, 0.0, flat[0])
     return _unflattened(combined, states[0][0]), trust
 

@@ -48,3 +48,11 @@ def updated_trust(trust: Mapping[int, float], scores: Mapping[int, float],
     this round keep theirs."""
     return {**trust, **{peer: memory * trust.get(peer, 1.0) + (1 - memory) * score
                         for peer, score in scores.items()}}
+
+
+def relative_trust(trust: Mapping[int, float], peers: Sequence[int]) -> list[float]:
+    """Each of `peers`' trust divided by the largest among them: what matters is how a
+    neighbour compares with the others this round (on a ring two honest neighbours take
+    turns being the farther one, and neither should lose weight for it)."""
+    top = max((trust[peer] for peer in peers), default=0.0)
+    return [trust[peer] / top if top > 0 else 1.0 for peer in peers]

@@ -42,6 +42,8 @@ class RoundRecord:
     rejected_peers: list[int] = field(default_factory=list)  # some part of whose update was
     # refused; each refusal: {"peer", "what", "rule", "reason"} (node.algorithms.base.Refusal)
     refusals: list[dict[str, Any]] = field(default_factory=list)
+    # "reputation": this node's trust in each in-neighbour after the round, by peer id
+    trust: dict[str, float] | None = None
     bytes_sent: int = 0
     bytes_received: int = 0
     bytes_sent_by_peer: PeerKindBytes = field(default_factory=dict)

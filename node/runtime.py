@@ -412,6 +412,7 @@ class Node:
             evaluation_seconds=seconds, recorded_at=time.time(),
             cpu_seconds=time.process_time(), missing_peers=missing,
             rejected_peers=sorted({r["peer"] for r in refusals}), refusals=refusals,
+            trust={str(peer): value for peer, value in sorted(algorithm.trust.items())} or None,
             model_sketch=self._model_sketch(algorithm))
         _count_round_bytes(record, peers)
         return record

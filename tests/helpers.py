@@ -371,3 +371,8 @@ def write_graph_file(path, edges=SIX_EDGES, bandwidths=None):
 def neighbours_in(edges, node):
     """`node`'s neighbours in the undirected graph of `edges`, sorted."""
     return sorted({v for u, v in edges if u == node} | {u for u, v in edges if v == node})
+
+
+def peers_of(refusals) -> list[int]:
+    """The peers of an aggregation's refusals, each once, in order."""
+    return sorted({refusal.peer for refusal in refusals})

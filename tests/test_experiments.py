@@ -388,15 +388,16 @@ def test_an_ablation_summary_averages_the_nodes_round_by_round():
     assert ablation._cell(0.2, 0.8) == "**0.200 / 0.80**"
 
 
-def assert_regenerated(module, name: str, files: tuple[str, ...], tmp_path) -> None:
+def assert_regenerated(module, name: str, files: tuple[str, ...], tmp_path,
+                       data: str = "results.json") -> None:
     """`module --report-only` rebuilds the committed `files` of reports/<name> byte for
-    byte from the committed results.json alone."""
+    byte from the committed `data` alone."""
     import shutil
 
     folder = REPO / "experiments" / "reports" / name
     out = tmp_path / name
     out.mkdir()
-    shutil.copy(folder / "results.json", out / "results.json")
+    shutil.copy(folder / data, out / data)
     assert module.main(["--out", str(out), "--report-only"]) == 0
     for file in files:
         assert (out / file).read_bytes() == (folder / file).read_bytes(), file
@@ -404,19 +405,34 @@ def assert_regenerated(module, name: str, files: tuple[str, ...], tmp_path) -> N
 
 def test_the_committed_robustness_report_is_what_its_results_regenerate(tmp_path):
     from experiments import robustness
-    assert_regenerated(robustness, "robustness", ("robustness.md",), tmp_path)
+    assert_regenerated(robustness, "robustness", ("robustness.md",), tmp_path,
+                       data="results.jsonl")
 
 
-def test_robustness_counts_the_honest_nodes_an_attack_hit():
+def test_robustness_measures_each_rule_against_its_withheld_run_and_mean_clean():
     from experiments import robustness
-    results = {"ring/mean/none/s1": {"f1": [0.5, 0.8, 0.8, 0.8]},
-               "ring/mean/protozero/s1": {"f1": [0.1, 0.79, 0.7, 0.5]},
-               "ring/mean/scaled_model/s1": {"crashed": "ValueError: x"}}
-    f1, hit = robustness.honest_effect(results, "ring", "mean", "protozero", 1)
-    assert f1 == pytest.approx((0.79 + 0.7 + 0.5) / 3) and hit == 2  # 0.79 is within 0.02
-    assert robustness.honest_effect(results, "ring", "mean", "scaled_model", 1) is None
+    key = "dirichlet/1x/ring/{}/{}/s1"
+    results = {key.format(rule, attack): {"key": key.format(rule, attack), "f1": f1}
+               for rule, attack, f1 in [
+                   ("mean", "none", [0.5, 0.8, 0.8, 0.8]),
+                   ("mean", "withheld", [0.1, 0.7, 0.7, 0.7]),
+                   ("mean", "sign_flip", [0.1, 0.3, 0.4, 0.5]),
+                   ("reputation", "none", [0.5, 0.79, 0.79, 0.79]),
+                   ("reputation", "withheld", [0.1, 0.7, 0.7, 0.7]),
+                   ("reputation", "sign_flip", [0.1, 0.69, 0.69, 0.69])]}
+    results[key.format("mean", "ipm")] = {"key": key.format("mean", "ipm"),
+                                         "crashed": "ValueError: x"}
+    cell = robustness.Cell.parse(key.format("reputation", "sign_flip"))
+    # node 0 is the attacker: the honest mean leaves it out; the clean run counts everyone
+    assert robustness.honest_f1(results, cell) == pytest.approx(0.69)
+    assert robustness.gap(results, cell) == pytest.approx(-0.01)
+    assert robustness.clean_cost(results, cell) == pytest.approx(0.0075)  # all 4 nodes
+    found = robustness.verdicts(results, [robustness.Cell.parse(k) for k in results])
+    assert found["mean"]["worst_gap"] == (pytest.approx(-0.3), "sign_flip on ring")
+    assert found["mean"]["crashed"] == 1
+    assert robustness.chosen_default(found) == "reputation"  # 0.75 points: allowed
     table = robustness.render(results, "cmd")
-    assert "a node crashed (1 of 1 seeds)" in table
+    assert "a node crashed (1 of 1 seeds)" in table and "Chosen: **reputation**" in table
 
 
 def test_network_report_reads_time_to_target_and_f1_at_budget_from_the_node_curves():

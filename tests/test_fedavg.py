@@ -10,7 +10,7 @@ from node.algorithms.base import Payload
 from node.algorithms.common import local_sgd
 from node.algorithms.fedavg import FedAvg
 from node.algorithms.losses import cross_entropy
-from tests.helpers import CPU, snapshot, tiny_config, tiny_data
+from tests.helpers import CPU, peers_of, snapshot, tiny_config, tiny_data
 
 
 def test_cross_entropy_term_by_hand():
@@ -92,7 +92,7 @@ def test_malformed_peers_are_rejected_and_the_rest_averaged():
         4: {"prototypes": Payload({"prototypes": torch.zeros(1, 4)}, {})},
         5: {"model": Payload(shifted(mine, 4.0), {"samples": 20})},
     }
-    assert algorithm.aggregate(own, received) == [1, 2, 3, 4]
+    assert peers_of(algorithm.aggregate(own, received)) == [1, 2, 3, 4]
     # only peer 5 counts: (20 * w + 20 * (w + 4)) / 40 = w + 2
     for name, value in algorithm.model.state_dict().items():
         assert torch.allclose(value, mine[name] + 2.0, atol=1e-6)

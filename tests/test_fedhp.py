@@ -18,7 +18,7 @@ from node.algorithms.fedhp import (
     hyperspherical_prototypes,
     uniformity_loss,
 )
-from tests.helpers import synthetic_node, tiny_data
+from tests.helpers import peers_of, synthetic_node, tiny_data
 
 E = math.e
 
@@ -171,7 +171,7 @@ def test_aggregate_by_hand_and_rejects_malformed_peers():
         9: {"prototypes": Payload({"prototypes": torch.ones(1, 8), "classes": torch.tensor([1]),
                                    "counts": torch.tensor([3]), "weights": torch.ones(3)})},
     }
-    assert node.aggregate(own, received) == [4, 5, 6, 7, 8, 9]
+    assert peers_of(node.aggregate(own, received)) == [4, 5, 6, 7, 8, 9]
     # class 0: own only = 1; class 1: (1*2 + 3*4) / (1 + 3) = 3.5; class 2: peer only = 5;
     # class 3: nobody has it -> keeps its local value 9
     expected = torch.stack([1 * ones, 3.5 * ones, 5 * ones, 9 * ones])

@@ -10,7 +10,7 @@ from node.algorithms import create
 from node.algorithms.base import Payload
 from node.algorithms.fedpr import FedPR, client_mean_prototypes
 from node.algorithms.fedpr_losses import PROTOTYPE_WEIGHT, fedpr_loss, prototype_l2
-from tests.helpers import CPU, hand_prototypes, snapshot, tiny_config, tiny_data
+from tests.helpers import CPU, hand_prototypes, peers_of, snapshot, tiny_config, tiny_data
 
 
 def test_distance_term_by_hand():
@@ -125,7 +125,7 @@ def test_a_peer_with_a_bad_model_or_bad_prototypes_is_left_out_entirely():
                                              "counts": torch.tensor([5])})}
     only_model = {"model": good["model"]}
     received = {1: bad_model, 2: bad_prototypes, 3: only_model, 4: good}
-    assert algorithm.aggregate(own, received) == [1, 2, 3]
+    assert peers_of(algorithm.aggregate(own, received)) == [1, 2, 3]
     for name, value in algorithm.model.state_dict().items():
         assert torch.allclose(value, mine[name] + 3.0, atol=1e-6)
     assert torch.allclose(algorithm.global_prototypes, EXPECTED)

@@ -11,7 +11,15 @@ from node.algorithms.base import Payload
 from node.algorithms.fedproto import FedProto
 from node.algorithms.fedproto_losses import fedproto_loss, paper_lambda
 from node.runtime import load_node_data
-from tests.helpers import CPU, as_received, hand_prototypes, mnist_config, tiny_config, tiny_data
+from tests.helpers import (
+    CPU,
+    as_received,
+    hand_prototypes,
+    mnist_config,
+    peers_of,
+    tiny_config,
+    tiny_data,
+)
 
 
 def test_loss_by_hand():
@@ -75,8 +83,8 @@ def test_nothing_is_sent_before_training():
 
 
 def test_aggregate_gives_count_weighted_global_prototypes():
-    data = tiny_data()
-    algorithm = create("fedproto", tiny_config(), data, CPU, 0)
+    data = tiny_data()  # the arithmetic on hand prototypes: no norm bound (test_poison)
+    algorithm = create("fedproto", tiny_config(norm_bound=0), data, CPU, 0)
     assert torch.equal(algorithm.predict(data.global_x),
                        algorithm.model(data.global_x)[0].argmax(dim=1))  # no prototype yet
     own, peer = hand_prototypes()
@@ -92,7 +100,7 @@ def test_aggregate_gives_count_weighted_global_prototypes():
 
 
 def test_malformed_prototypes_are_rejected():
-    algorithm = create("fedproto", tiny_config(), tiny_data(), CPU, 0)
+    algorithm = create("fedproto", tiny_config(norm_bound=0), tiny_data(), CPU, 0)
     own, good = hand_prototypes()
     t = good.tensors
     received = {
@@ -103,7 +111,7 @@ def test_malformed_prototypes_are_rejected():
         5: {"prototypes": Payload({**t, "counts": torch.tensor([1.0, 3.0])})},  # float counts
         6: {"prototypes": good},
     }
-    assert algorithm.aggregate({"prototypes": own}, received) == [1, 2, 3, 4, 5]
+    assert peers_of(algorithm.aggregate({"prototypes": own}, received)) == [1, 2, 3, 4, 5]
     expected = torch.tensor([[2.0, 2.0, 2.0, 2.0], [0.0, 2.0, 0.0, 2.0], [1.0, 0.0, 1.0, 0.0]])
     assert torch.allclose(algorithm.global_prototypes, expected)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import node.algorithms
-from experiments.robustness import attacker_class
+from experiments.attacks import attacker_class
 from node.aggregation import AGGREGATION_RULES, beyond_norm_bound, norm_reference, trim_count
 from node.algorithms.base import DataPlan, Payload
 from node.algorithms.common import MAX_SAMPLES, descend, gather
@@ -97,8 +97,8 @@ def test_the_norm_reference_is_own_or_a_median_of_three_or_more():
     assert not beyond_norm_bound(1e9, 5.0, 0.0) and not beyond_norm_bound(1.0, 0.0, 3.0)
 
 
-def test_a_model_or_prototype_beyond_the_norm_bound_is_rejected_and_one_within_kept():
-    # own model (3, 4): norm 5; own prototypes: rows of norm 1 and 2 (largest 2)
+def test_a_model_or_prototype_beyond_the_norm_bound_is_refused_and_one_within_kept():
+    # own model (3, 4): norm 5; own prototypes: rows of norm 1 (class 0) and 2 (class 1)
     own = {"model": Payload({"w": torch.tensor([3.0, 4.0])}, {"samples": 10}),
            "prototypes": Payload({"prototypes": torch.tensor([[1.0, 0.0], [0.0, 2.0]]),
                                   "classes": torch.tensor([0, 1]),
@@ -110,13 +110,35 @@ def test_a_model_or_prototype_beyond_the_norm_bound_is_rejected_and_one_within_k
                                        "classes": torch.tensor([1]),
                                        "counts": torch.tensor([5])})}
     # model norms 5 (own), 5, 10, 5, 22.6: reference 5 (median), bound 15
-    # largest prototype norms 2 (own), 2, 4, 9.1, 2: reference 2, bound 6
+    # then, peer 4 out, class 1 prototype norms 2 (own), 2, 4, 9.1: reference max(2,
+    # median 3) = 3, bound 9
     received = {1: update([3.0, 4.0], [0.0, 2.0]), 2: update([6.0, 8.0], [0.0, 4.0]),
                 3: update([3.0, 4.0], [9.1, 0.0]), 4: update([0.0, 22.6], [0.0, 2.0])}
     bounded = gather(own, received, 0, num_classes=2, dim=2, norm_bound=3.0)
-    assert bounded.rejected == [3, 4] and len(bounded.states) == 3
-    assert [float(s["w"].norm()) for s, _ in bounded.states] == pytest.approx([5, 5, 10])
+    assert [(r.peer, r.what, r.rule) for r in bounded.refusals] == [
+        (3, "prototype of class 1", "norm_bound"), (4, "model", "norm_bound")]
+    assert "norm 9.1, more than 3 times the class's reference 3" in bounded.refusals[0].reason
+    # peer 3's model stays; only its class-1 prototype is out (its count 0)
+    assert bounded.peers == [1, 2, 3] and len(bounded.states) == 4
+    assert [float(s["w"].norm()) for s, _ in bounded.states] == pytest.approx([5, 5, 10, 5])
+    assert [int(c[1]) for _, c in bounded.prototypes] == [5, 5, 5, 0]
     assert gather(own, received, 0, num_classes=2, dim=2, norm_bound=0.0).rejected == []
+
+
+def test_a_prototype_is_bounded_by_its_own_class_so_honest_non_iid_ones_pass():
+    # own has class 0 only (norm 1); the peers' class-1 prototypes are 5 and 6 long: one
+    # norm for all (the largest, 1) refused them; class 1's median (three contributors) does
+    # not, while the 40-long one is refused
+    own = {"prototypes": Payload({"prototypes": torch.tensor([[1.0, 0.0]]),
+                                  "classes": torch.tensor([0]), "counts": torch.tensor([5])})}
+
+    def update(norm):
+        return {"prototypes": Payload({"prototypes": torch.tensor([[0.0, norm]]),
+                                       "classes": torch.tensor([1]),
+                                       "counts": torch.tensor([5])})}
+    received = {1: update(5.0), 2: update(6.0), 3: update(40.0)}
+    bounded = gather(own, received, 0, num_classes=2, dim=2, norm_bound=3.0)
+    assert [(r.peer, r.what) for r in bounded.refusals] == [(3, "prototype of class 1")]
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
@@ -201,3 +223,27 @@ def test_a_node_whose_own_prototypes_are_not_finite_leaves_them_out_and_goes_on(
     update = gather(own, {1: peer}, 0, num_classes=1, dim=2)
     assert update.prototypes[0][1].tolist() == [0]  # its own: no weight
     assert update.prototypes[1][0].tolist() == [[1.0, 2.0]] and update.rejected == []
+
+
+@pytest.mark.parametrize("topology", ["ring", "fully_connected"])
+def test_under_reputation_a_sign_flipping_neighbour_loses_trust_and_honest_ones_keep_it(
+        data_dir, tmp_path, monkeypatch, topology):
+    """Node 1 sends its model negated (the norm of an honest one, so no bound refuses it):
+    every honest out-neighbour's trust in it falls round after round, their trust in each
+    other stays whole, and nothing of theirs was refused."""
+    config = mnist_config(data_dir, 2000, name="flip", nodes=4, rounds=3, seed=3,
+                          algorithm="profe", topology={"kind": topology},
+                          aggregation={"rule": "reputation"},
+                          model={"teacher_channels": [8, 16], "student_channels": [4, 8]})
+    monkeypatch.setattr(node.algorithms, "ALGORITHMS", PerNode(
+        node.algorithms.ALGORITHMS, {1: attacker_class(ProFe, "sign_flip")}))
+    results = run_in_process(config, tmp_path)
+    for result in results:
+        if result["node"] == 1 or "1" not in (result["rounds"][1]["trust"] or {}):
+            continue
+        rounds = result["rounds"][1:]
+        falling = [r["trust"]["1"] for r in rounds]
+        assert falling == sorted(falling, reverse=True) and falling[-1] < 0.4, falling
+        honest = [value for r in rounds for peer, value in r["trust"].items() if peer != "1"]
+        assert honest and min(honest) > 0.9, honest
+        assert all(refusal["peer"] == 1 for r in rounds for refusal in r["refusals"])

@@ -32,11 +32,14 @@ def test_median_and_trimmed_mean_by_hand():
 
 
 def test_clipped_mean_by_hand():
-    # own [0, 0]; peers at distance 1, 2 and 100: radius = median(0, 1, 2, 100) = 1.5
+    # own [0, 0]; peers at distance 1, 2 and 100: radius = upper median of (0, 1, 2, 100) = 2
     got = aggregate_states(states([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0], [100.0, 0.0]]),
                            rule="clipped_mean")["w"]
-    # clipped: (0,0), (1,0), (0,1.5), (1.5,0) -> mean (0.625, 0.375)
-    assert got.tolist() == pytest.approx([0.625, 0.375])
+    # clipped: (0,0), (1,0), (0,2), (2,0) -> mean (0.75, 0.5)
+    assert got.tolist() == pytest.approx([0.75, 0.5])
+    # a lone in-neighbour is not clipped: upper median of (0, 3) is 3
+    alone = aggregate_states(states([[0.0, 0.0], [3.0, 0.0]]), rule="clipped_mean")["w"]
+    assert alone.tolist() == pytest.approx([1.5, 0.0])
 
 
 def test_mean_is_the_papers_weighted_mean_bit_for_bit():
