@@ -409,6 +409,12 @@ def test_the_committed_robustness_report_is_what_its_results_regenerate(tmp_path
                        data="results.jsonl")
 
 
+def test_the_committed_prototype_bounds_report_is_what_its_results_regenerate(tmp_path):
+    from experiments import prototype_bounds
+    assert_regenerated(prototype_bounds, "prototype-bounds", ("prototype-bounds.md",),
+                       tmp_path, data="results.jsonl")
+
+
 def test_robustness_measures_each_rule_against_its_withheld_run_and_mean_clean():
     from experiments import robustness
     key = "dirichlet/1x/ring/{}/{}/s1"
@@ -430,9 +436,11 @@ def test_robustness_measures_each_rule_against_its_withheld_run_and_mean_clean()
     found = robustness.verdicts(results, [robustness.Cell.parse(k) for k in results])
     assert found["mean"]["worst_gap"] == (pytest.approx(-0.3), "sign_flip on ring")
     assert found["mean"]["crashed"] == 1
-    assert robustness.chosen_default(found) == "reputation"  # 0.75 points: allowed
+    assert robustness.worst_loss(found["reputation"]) == pytest.approx(0.01)
+    assert robustness.chosen_default(found) == "reputation"  # mean crashed once
     table = robustness.render(results, "cmd")
-    assert "a node crashed (1 of 1 seeds)" in table and "Chosen: **reputation**" in table
+    assert "a node crashed (1 of 1 seeds)" in table
+    assert "Chosen: **reputation**; it meets both targets" in table
 
 
 def test_network_report_reads_time_to_target_and_f1_at_budget_from_the_node_curves():

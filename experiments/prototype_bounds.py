@@ -1,0 +1,101 @@
+"""Honest updates the norm bounds refuse in the dynamic report's non-IID federations: every
+ProFe cell of experiments.dynamic (20 nodes, 20% of the classes each, five topologies, MNIST
+and Fashion-MNIST), nobody attacking, each refusal counted by rule and what it refused.
+
+    python -m experiments.prototype_bounds [--seeds 1 2 3] [--workers 2] [--report-only]
+
+Each finished cell is appended to OUT/results.jsonl; OUT/prototype-bounds.md is rebuilt from
+that file alone (`--report-only`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from experiments import dynamic
+from experiments.robustness import read_results
+from node.inprocess import memory_federation, run_in_memory
+
+OUT = Path("experiments/reports/prototype-bounds")
+METHOD = "ProFe int16"
+
+
+def run_cell(dataset: str, topology: str, seed: int, data_dir: str) -> dict:
+    """One of the dynamic report's ProFe federations: its refusals by rule and what."""
+    config = dynamic.config_for(dataset, topology, METHOD, seed, data_dir)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        nodes = run_in_memory(memory_federation(config), Path(tmp), timeout=3600)
+    counts: dict[str, int] = {}
+    examples: list[dict] = []
+    for record in nodes:
+        for round_ in record["rounds"]:
+            for refusal in round_.get("refusals", []):
+                kind = "prototype" if refusal["what"].startswith("prototype") else refusal["what"]
+                key = f"{refusal['rule']}: {kind}"
+                counts[key] = counts.get(key, 0) + 1
+                if len(examples) < 5:
+                    examples.append({"node": record["node"], "round": round_["round"],
+                                     **refusal})
+    return {"key": f"{dataset}/{topology}/s{seed}", "refusals": counts, "examples": examples,
+            "rounds": config.rounds, "nodes": config.nodes,
+            "f1": round(sum(n["rounds"][-1]["global_test"]["f1"] for n in nodes) / len(nodes), 4),
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def render(results: dict[str, dict]) -> str:
+    """Per cell the refusals, by rule and what."""
+    lines = ["# Honest updates refused by the norm bounds, dynamic report's non-IID cells", "",
+             ("Produced by `python -m experiments.prototype_bounds`; rebuild from results.jsonl "
+             "with `--report-only`. Every cell is one ProFe (int16) federation of "
+             "`experiments.dynamic` (20 nodes, 8 rounds, 12,000 images, 20% of the classes "
+             "per node), nobody attacking: every refusal is of an honest update."), "",
+             "| dataset | topology | seed | refusals | mean final F1 |", "|---|---|---|---|---|"]
+    for key in sorted(results):
+        cell = results[key]
+        dataset, topology, seed = key.split("/")
+        refused = ", ".join(f"{what} {n}" for what, n in sorted(cell["refusals"].items()))
+        lines.append(f"| {dataset} | {topology} | {seed[1:]} | {refused or 0} | {cell['f1']} |")
+    total = sum(sum(c["refusals"].values()) for c in results.values())
+    lines += ["", f"Total refusals over {len(results)} cells: {total}."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.prototype_bounds",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT, help="folder of the results")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds")
+    parser.add_argument("--workers", type=int, default=1, help="cells run at once")
+    parser.add_argument("--data-dir", default="", help="dataset folder (default: "
+                        "$PROTOFED_DATA_DIR or ./data)")
+    parser.add_argument("--report-only", action="store_true", help="rebuild the report only")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = args.out / "results.jsonl"
+    if not args.report_only:
+        from node.data import default_data_dir
+        data_dir = args.data_dir or str(default_data_dir())
+        done = read_results(store)
+        todo = [(d, t, s) for s in args.seeds for d in dynamic.DATASETS
+                for t in dynamic.TOPOLOGIES if f"{d}/{t}/s{s}" not in done]
+        with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
+            futures = [pool.submit(run_cell, *cell, data_dir) for cell in todo]
+            for finished, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                found = future.result()
+                with store.open("a") as file:
+                    file.write(json.dumps(found, sort_keys=True) + "\n")
+                print(f"[{finished}/{len(todo)}] {found['key']}: {found['refusals']} "
+                      f"({found['seconds']:.0f} s)", file=sys.stderr, flush=True)
+    (args.out / "prototype-bounds.md").write_text(render(read_results(store)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
