@@ -5,7 +5,7 @@ aggregates like an honest node, so it keeps an honest model and sees what its in
 send, and it lies in what it sends. Its messages pass every check a node makes of a
 neighbour's messages (it holds a real key); what it sends is what the attack says:
 
-- model attacks, each with the norm of an honest model (no norm bound refuses them):
+- model attacks, each with about the norm of an honest model (made to pass the norm bound):
   sign_flip (its model negated), ipm (its update reversed: Xie et al. 2020's inner product
   manipulation with epsilon 1), alie (its model minus one coordinate-wise standard deviation
   of the models it received: "a little is enough", Baruch et al. 2019), gaussian (a random

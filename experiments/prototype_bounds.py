@@ -24,6 +24,7 @@ from node.inprocess import memory_federation, run_in_memory
 
 OUT = Path("experiments/reports/prototype-bounds")
 METHOD = "ProFe int16"
+MAX_EXAMPLES = 50  # refusals kept with their reasons, per cell
 
 
 def run_cell(dataset: str, topology: str, seed: int, data_dir: str) -> dict:
@@ -40,7 +41,7 @@ def run_cell(dataset: str, topology: str, seed: int, data_dir: str) -> dict:
                 kind = "prototype" if refusal["what"].startswith("prototype") else refusal["what"]
                 key = f"{refusal['rule']}: {kind}"
                 counts[key] = counts.get(key, 0) + 1
-                if len(examples) < 5:
+                if len(examples) < MAX_EXAMPLES:
                     examples.append({"node": record["node"], "round": round_["round"],
                                      **refusal})
     return {"key": f"{dataset}/{topology}/s{seed}", "refusals": counts, "examples": examples,
@@ -63,7 +64,17 @@ def render(results: dict[str, dict]) -> str:
         refused = ", ".join(f"{what} {n}" for what, n in sorted(cell["refusals"].items()))
         lines.append(f"| {dataset} | {topology} | {seed[1:]} | {refused or 0} | {cell['f1']} |")
     total = sum(sum(c["refusals"].values()) for c in results.values())
-    lines += ["", f"Total refusals over {len(results)} cells: {total}."]
+    lines += ["", f"Total refusals over {len(results)} cells: {total}.", ""]
+    refused = [(key, e) for key in sorted(results) for e in results[key]["examples"]]
+    if refused:
+        lines += ["## Each refusal, with its reason", "",
+                  "| cell | round | node | peer | what | reason |", "|---|---|---|---|---|---|"]
+        lines += [f"| {key} | {e['round']} | {e['node']} | {e['peer']} | {e['what']} | "
+                  f"{e['reason']} |" for key, e in refused]
+        kept = sum(len(results[k]["examples"]) for k in results)
+        if kept < total:
+            lines += ["", (f"(The first {kept} of {total}: a cell keeps its first "
+                           "refusals with their reasons.)")]
     return "\n".join(lines) + "\n"
 
 
