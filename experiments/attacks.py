@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from node.aggregation import clipping_radius
 from node.algorithms.base import Algorithm, Payload
 from node.algorithms.common import MAX_SAMPLES
 
@@ -115,8 +116,9 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
     # half the bound: a receiver bounds against its own norm, which may be smaller
     norm = settings.norm_bound / 2 * float(trained.norm()) if settings.norm_bound else None
     clips = settings.rule in ("clipped_mean", "reputation") and seen and previous is not None
-    distances = sorted([0.0, *(float((m - previous).norm()) for m in seen)])
-    distance = EDGE * distances[len(distances) // 2] if clips else None  # the upper median
+    distance = (EDGE * clipping_radius(torch.stack([torch.zeros(()), *((m - previous).norm()
+                                                                       for m in seen)]))
+                if clips else None)
     return Limits(norm, distance)
 
 

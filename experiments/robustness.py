@@ -96,30 +96,23 @@ class _WithAttackers(dict):
         return build
 
 
-def refusal_counts(nodes: list[dict], attackers: tuple[int, ...]) -> dict[str, int]:
-    """Refusals made by honest nodes: of honest peers' updates and of the attackers'."""
-    counts = {"honest_refused": 0, "attacker_refused": 0}
+def refusal_counts(nodes: list[dict], attackers: tuple[int, ...]) -> dict[str, Any]:
+    """Refusals made by honest nodes: of honest peers' updates (also by rule) and of the
+    attackers'."""
+    counts: dict[str, Any] = {"honest_refused": 0, "attacker_refused": 0,
+                              "honest_refused_by_rule": {}}
     for index, record in enumerate(nodes):
         if index in attackers:
             continue
         for round_ in record["rounds"]:
             for refusal in round_.get("refusals", []):
-                key = "attacker_refused" if refusal["peer"] in attackers else "honest_refused"
-                counts[key] += 1
+                if refusal["peer"] in attackers:
+                    counts["attacker_refused"] += 1
+                    continue
+                counts["honest_refused"] += 1
+                by_rule = counts["honest_refused_by_rule"]
+                by_rule[refusal["rule"]] = by_rule.get(refusal["rule"], 0) + 1
     return counts
-
-
-def honest_rules(nodes: list[dict], attackers: tuple[int, ...]) -> dict[str, int]:
-    """How many refusals of honest peers' updates each rule made."""
-    out: dict[str, int] = {}
-    for index, record in enumerate(nodes):
-        if index in attackers:
-            continue
-        for round_ in record["rounds"]:
-            for refusal in round_.get("refusals", []):
-                if refusal["peer"] not in attackers:
-                    out[refusal["rule"]] = out.get(refusal["rule"], 0) + 1
-    return out
 
 
 def run_cell(cell: Cell, data_dir: str) -> dict:
@@ -143,7 +136,6 @@ def run_cell(cell: Cell, data_dir: str) -> dict:
             "f1": [round(n["rounds"][-1]["global_test"]["f1"], 4) for n in nodes],
             "status": [n["status"] for n in nodes],
             **refusal_counts(nodes, attackers),
-            "honest_refused_by_rule": honest_rules(nodes, attackers),
             "kept_own_models": sum(n.get("kept_own_models", 0) for n in nodes),
             "seconds": round(time.monotonic() - started, 1)}
 
@@ -192,6 +184,12 @@ def _mean_std(values: list[float], scale: float = 1.0, signed: bool = False) -> 
         text += f" ± {statistics.stdev(values) * scale:.1f}" if signed else \
             f" ± {statistics.stdev(values) * scale:.3f}"
     return text
+
+
+def _honest_refused(results: dict, group: list[Cell]) -> int:
+    """The honest updates refused in the finished cells of `group`, summed."""
+    return sum(results[c.key].get("honest_refused", 0) for c in group
+               if c.key in results and "crashed" not in results[c.key])
 
 
 def _in_order(values: set[str], order: list[str]) -> list[str]:
@@ -283,8 +281,7 @@ def _attack_table(results: dict, cells: list[Cell], split: str, attackers: int,
             crashed = sum("crashed" in results.get(c.key, {}) for c in group)
             f1s = [f for c in group if (f := honest_f1(results, c)) is not None]
             gaps = [g for c in group if (g := gap(results, c)) is not None]
-            refused = sum(results[c.key].get("honest_refused", 0) for c in group
-                          if c.key in results and "crashed" not in results[c.key])
+            refused = _honest_refused(results, group)
             if crashed:
                 row.append(f"a node crashed ({crashed} of {len(group)} seeds)")
                 continue
@@ -310,8 +307,7 @@ def _clean_table(results: dict, cells: list[Cell]) -> list[str]:
                      and c.topology == topology]
             f1s = [f for c in group if (f := honest_f1(results, c)) is not None]
             costs = [k for c in group if (k := clean_cost(results, c)) is not None]
-            refused = sum(results[c.key].get("honest_refused", 0) for c in group
-                          if c.key in results and "crashed" not in results[c.key])
+            refused = _honest_refused(results, group)
             text = _mean_std(f1s)
             if rule != "mean" and costs:
                 text += f" (cost {_mean_std(costs, 100, signed=True)})"
