@@ -592,7 +592,7 @@ def clear_swarm(url: str, manager: bool) -> None:
                 for network in engine.networks.list():
                     if network.attrs.get("Scope") == "swarm" and network.name != "ingress":
                         network.remove()
-            for container in engine.containers.list(all=True):
+            for container in engine.containers.list(all=True, ignore_removed=True):
                 container.remove(force=True)
             engine.swarm.leave(force=True)
     except Exception as exc:  # noqa: BLE001 - teardown goes on whatever is left
@@ -767,7 +767,7 @@ def run_smoke_service(engines: list, image: str, digest: str) -> None:
 def smoke_containers(engines: list) -> list:
     """The running smoke container of each engine; [] unless every engine has one."""
     filters = {"label": f"com.docker.swarm.service.name={SMOKE}", "status": "running"}
-    found = [engine.containers.list(filters=filters) for engine in engines]
+    found = [engine.containers.list(ignore_removed=True, filters=filters) for engine in engines]
     return [c[0] for c in found] if all(len(c) == 1 for c in found) else []
 
 
@@ -813,7 +813,7 @@ def remove_smoke(engines: list, repository: str, digest: str) -> None:
         service.remove()
     label = {"label": f"com.docker.swarm.service.name={SMOKE}"}
     wait_for("the smoke containers to go",
-             lambda: not any(e.containers.list(all=True, filters=label) for e in engines), 60)
+             lambda: not any(e.containers.list(all=True, ignore_removed=True, filters=label) for e in engines), 60)
     for network in manager.networks.list(names=[SMOKE]):
         network.remove()
     with contextlib.suppress(docker.errors.ImageNotFound):

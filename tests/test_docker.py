@@ -139,7 +139,7 @@ def run_federation(tmp_path, data_dir, name, installed, **settings):
 
 
 def leftovers(client, run_id):
-    containers = client.containers.list(all=True, filters={"label": f"protofed.run={run_id}"})
+    containers = client.containers.list(all=True, ignore_removed=True, filters={"label": f"protofed.run={run_id}"})
     networks = client.networks.list(filters={"label": f"protofed.run={run_id}"})
     return containers + networks
 

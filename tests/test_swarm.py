@@ -109,7 +109,7 @@ def test_services_mount_no_host_path_keys_stay_in_their_task_and_down_leaves_not
 
             def task_of(node):
                 for client in engines:
-                    found = client.containers.list(filters={
+                    found = client.containers.list(ignore_removed=True, filters={
                         "label": [f"{LABEL}=swarm-keys", f"protofed.node={node}"]})
                     if found:
                         return found[0]
@@ -130,7 +130,7 @@ def test_services_mount_no_host_path_keys_stay_in_their_task_and_down_leaves_not
         assert manager.networks.list(filters=selector) == []
 
         def containers_left():
-            return sum(len(c.containers.list(all=True, filters=selector)) for c in engines)
+            return sum(len(c.containers.list(all=True, ignore_removed=True, filters=selector)) for c in engines)
         wait_until(lambda: containers_left() == 0, "no container of the run left", 60,
                    interval=1)
     finally:
