@@ -10,8 +10,9 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   manipulation with epsilon 1), alie (its model minus one coordinate-wise standard deviation
   of the models it received: "a little is enough", Baruch et al. 2019), gaussian (a random
   model with its model's norm), adaptive (its update reversed as far as the aggregation
-  rule's settings let it through: the norm bound and the clipping radius, estimated on
-  what the attacker sees, so that clipping cuts nothing and trust never falls);
+  rule's settings let it through: the norm bound, the clipping radius estimated on what
+  the attacker sees (so that clipping cuts nothing and trust never falls) and validation,
+  its loss on its own classes, on its own data, kept just inside the ratio);
 - data attacks: label_flip (trains on labels c -> C-1-c, so its model and prototypes lie
   together), free_rider (never trains; sends its first model every round);
 - prototype attacks, counts honest: proto_flip (each prototype negated), proto_swap (each
@@ -32,7 +33,8 @@ from torch import nn
 
 from node.aggregation import clipping_radius
 from node.algorithms.base import Algorithm, Payload
-from node.algorithms.common import MAX_SAMPLES
+from node.algorithms.common import MAX_SAMPLES, loss_per_class
+from node.defences import LOSS_FLOOR, class_weighted_mean
 
 POISON = 1e4  # bounded_poison's value: within every bound a message is checked against
 SCALE = 10.0  # scaled_model's boost
@@ -91,16 +93,21 @@ class Limits:
 
     norm: float | None  # the largest norm the norm bound lets through
     distance: float | None  # the clipping radius: farther is clipped to it (and distrusted)
+    loss: float | None = None  # the largest loss on its classes validation accepts
 
 
-def adaptive(start: torch.Tensor, trained: torch.Tensor, limits: Limits) -> torch.Tensor:
+def adaptive(start: torch.Tensor, trained: torch.Tensor, limits: Limits,
+             loss: Callable[[torch.Tensor], float] | None = None) -> torch.Tensor:
     """The longest reversal of the local update (ADAPTIVE_STEPS) that stays inside every
-    limit; the trained model itself when none does."""
+    limit (`loss` scores a model on the attacker's own classes); the trained model itself
+    when none does."""
     for length in ADAPTIVE_STEPS:
         sent = reversed_update(start, trained, length)
         if limits.norm is not None and float(sent.norm()) > limits.norm:
             continue
         if limits.distance is not None and float((sent - trained).norm()) > limits.distance:
+            continue
+        if limits.loss is not None and loss is not None and loss(sent) > limits.loss:
             continue
         return sent
     return trained.clone()
@@ -120,6 +127,21 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
                                                                        for m in seen)]))
                 if clips else None)
     return Limits(norm, distance)
+
+
+def own_class_loss(algorithm: Algorithm) -> Callable[[torch.Tensor], float]:
+    """A model's (flat) loss on the attacker's own training data, its classes weighed by
+    their counts: what validating receivers measure on theirs."""
+    scratch = copy.deepcopy(shared_model(algorithm))
+    data = algorithm.data
+    like = scratch.state_dict()
+
+    def score(vector: torch.Tensor) -> float:
+        scratch.load_state_dict(unflat(vector, like))
+        sums, total = loss_per_class(scratch, data.train_x, data.train_y, data.num_classes,
+                                     algorithm.config.train.eval_batch_size)
+        return class_weighted_mean(sums, total, [float(n) for n in total]) or 0.0
+    return score
 
 
 def shared_model(algorithm: Algorithm) -> nn.Module:
@@ -153,8 +175,15 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             if attack == "gaussian":
                 return gaussian(trained, torch.Generator().manual_seed(
                     self.config.seed * 1_009 + self.node_id * 101 + round_))
-            return adaptive(start, trained,
-                            estimated_limits(self, trained, self.previous, self.seen))
+            limits = estimated_limits(self, trained, self.previous, self.seen)
+            factor = self.config.aggregation.validation
+            if factor <= 0:
+                return adaptive(start, trained, limits)
+            loss = own_class_loss(self)
+            # just inside: receivers measure on their samples, which may fit it worse
+            limits = dataclasses.replace(limits, loss=EDGE * max(factor * loss(start),
+                                                                         LOSS_FLOOR))
+            return adaptive(start, trained, limits, loss)
 
         def payload(self) -> dict[str, Payload]:
             out = super().payload()

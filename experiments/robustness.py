@@ -46,6 +46,12 @@ BASE = {"name": "robustness", "nodes": 10, "rounds": 5, "algorithm": "profe",
         "timeouts": {"startup": 60, "round": 120, "absent": 10, "shutdown": 5}}
 TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 6},
               "fully-connected": {"kind": "fully_connected"}}
+# The defences compared: each aggregation rule alone, and validation before mean or
+# clipping (aggregation.validation: a peer's model must fit this node's samples of the
+# peer's classes at least 10% better than the model this node began the round with).
+DEFENCES = {**{rule: {"rule": rule} for rule in AGGREGATION_RULES},
+            "validated": {"rule": "mean", "validation": 0.9},
+            "validated_clipped": {"rule": "clipped_mean", "validation": 0.9}}
 SPLITS = {"dirichlet": {"partition": "dirichlet", "alpha": 0.5},
           "iid": {"partition": "iid"},
           "classes20": {"partition": "classes", "classes_fraction": 0.2}}
@@ -74,7 +80,7 @@ class Cell:
 
     def config(self, data_dir: str):
         raw = merge(BASE, {"seed": self.seed, "topology": TOPOLOGIES[self.topology],
-                           "aggregation": {"rule": self.rule},
+                           "aggregation": DEFENCES[self.rule],
                            "data": {**SPLITS[self.split], "dir": data_dir}})
         return from_dict({**raw, "name": self.key.replace("/", "-")}, source=self.key)
 
@@ -200,7 +206,7 @@ def verdicts(results: dict, cells: list[Cell]) -> dict[str, dict[str, Any]]:
     """Per rule: the worst mean gap to withheld over attacks x topologies (one attacker,
     Dirichlet), the worst mean clean cost over splits x topologies, crashes, cells seen."""
     out: dict[str, dict[str, Any]] = {}
-    rules = _in_order({c.rule for c in cells}, list(AGGREGATION_RULES))
+    rules = _in_order({c.rule for c in cells}, list(DEFENCES))
     for rule in rules:
         worst_gap, worst_cost = (0.0, "-"), (0.0, "-")
         mine = [c for c in cells if c.rule == rule]
@@ -272,7 +278,7 @@ def _attack_table(results: dict, cells: list[Cell], split: str, attackers: int,
     mine = [c for c in cells if c.split == split and c.attackers == attackers
             and c.topology == topology]
     attacks = _in_order({c.attack for c in mine if c.attack != "none"}, list(ATTACKS))
-    rules = _in_order({c.rule for c in mine}, list(AGGREGATION_RULES))
+    rules = _in_order({c.rule for c in mine}, list(DEFENCES))
     lines = ["| rule | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
     for rule in rules:
         row = []
@@ -300,7 +306,7 @@ def _clean_table(results: dict, cells: list[Cell]) -> list[str]:
     columns = [(s, t) for s in splits for t in topologies]
     lines = ["| rule | " + " | ".join(f"{s}, {t}" for s, t in columns) + " |",
              "|---|" + "---|" * len(columns)]
-    for rule in _in_order({c.rule for c in clean}, list(AGGREGATION_RULES)):
+    for rule in _in_order({c.rule for c in clean}, list(DEFENCES)):
         row = []
         for split, topology in columns:
             group = [c for c in clean if c.rule == rule and c.split == split
@@ -355,8 +361,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="experiments/reports/robustness",
                         help="folder of results.jsonl and robustness.md")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds")
-    parser.add_argument("--rules", nargs="+", default=list(AGGREGATION_RULES),
-                        choices=AGGREGATION_RULES, help="aggregation rules")
+    parser.add_argument("--rules", nargs="+", default=list(DEFENCES),
+                        choices=list(DEFENCES), help="aggregation rules")
     parser.add_argument("--attacks", nargs="+", default=list(ATTACKS), choices=ATTACKS,
                         help="attacks (none: the clean run; withheld: the ceiling)")
     parser.add_argument("--topologies", nargs="+", default=list(TOPOLOGIES),

@@ -56,3 +56,31 @@ def relative_trust(trust: Mapping[int, float], peers: Sequence[int]) -> list[flo
     turns being the farther one, and neither should lose weight for it)."""
     top = max((trust[peer] for peer in peers), default=0.0)
     return [trust[peer] / top if top > 0 else 1.0 for peer in peers]
+
+
+
+# A fit this close to the data is not judged by how much closer this node's own model is.
+LOSS_FLOOR = 0.1
+
+
+def class_weighted_mean(sums: Sequence[float], total: Sequence[int],
+                        weights: Sequence[float]) -> float | None:
+    """The mean per sample of each class (`sums[c] / total[c]`), classes weighed by
+    `weights[c]` (the peer's sample count of c), over the classes with samples here and
+    weight from the peer; None when none has both."""
+    shared = [c for c in range(len(total)) if total[c] > 0 and weights[c] > 0]
+    if not shared:
+        return None
+    weight = sum(weights[c] for c in shared)
+    return sum(weights[c] * sums[c] / total[c] for c in shared) / weight
+
+
+def fails_validation(loss: float, start_loss: float, factor: float) -> bool:
+    """Whether a peer's model fits this node's samples of the peer's own classes worse than
+    `factor` times the model this node began the round with: its cross-entropy above
+    max(factor x start_loss, LOSS_FLOOR). An honest update descends its sender's loss on
+    its classes, so to first order the loss falls below the start's; a reversed one
+    (loss(x - u) ~ loss(x) + |g.u|), a sign-flipped, random, untrained or label-flipped
+    model does not fall. A factor below 1 asks for a fall: from a random start every
+    near-uniform model, junk included, fits about as badly as the start."""
+    return loss > max(factor * start_loss, LOSS_FLOOR)

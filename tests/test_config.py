@@ -77,6 +77,8 @@ def test_wrong_types_are_named(tmp_path, text, key):
     ("[profe]\npreset = 'nebula'", "profe.preset"),
     ("[train]\nadam_betas = [0.9]", "train.adam_betas"),
     ("name = 'a b'", "name"),
+    ("[aggregation]\ntrust_memory = 1", "aggregation.trust_memory"),
+    ("[aggregation]\nvalidation = -1", "aggregation.validation"),
 ])
 def test_impossible_values_are_named(tmp_path, text, key):
     path = write(tmp_path, text)

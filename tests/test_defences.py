@@ -1,12 +1,25 @@
 """The decentralized defences by hand: per-class prototype references, trust from clipping
 history, the reputation rule's arithmetic, and the attack library's crafted models."""
 
+import types
+
 import pytest
 import torch
+from torch import nn
 
 from experiments import attacks
 from node.aggregation import reputation_aggregate
-from node.defences import class_references, clip_scores, relative_trust, updated_trust
+from node.algorithms.base import DataPlan, Payload
+from node.algorithms.common import gather, validated
+from node.defences import (
+    LOSS_FLOOR,
+    class_references,
+    class_weighted_mean,
+    clip_scores,
+    fails_validation,
+    relative_trust,
+    updated_trust,
+)
 
 
 def test_a_class_is_bounded_by_its_own_norms_and_a_lone_class_by_every_row():
@@ -79,3 +92,71 @@ def test_every_attack_of_the_library_builds_an_attacker_and_an_unknown_one_is_re
         assert issubclass(attacks.attacker_class(FedAvg, attack), FedAvg)
     with pytest.raises(ValueError, match="unknown attack 'nope'"):
         attacks.attacker_class(FedAvg, "nope")
+
+
+def test_validation_loss_weighs_each_shared_class_by_the_peers_count():
+    # class 0: loss 3 over 4 samples, class 1: 1 over 2; the peer has 1 and 3 of them
+    assert class_weighted_mean([3, 1], [4, 2], [1.0, 3.0]) == pytest.approx(0.5625)
+    # class 1 has no samples here, class 2 no weight from the peer: class 0 alone
+    assert class_weighted_mean([3, 0, 5], [4, 0, 10], [2.0, 7.0, 0.0]) == 0.75
+    assert class_weighted_mean([1], [2], [0.0]) is None
+    # factor 0.9: refused unless 10% below the start of round's loss, or within the floor
+    assert fails_validation(0.82, 0.9, 0.9) and not fails_validation(0.81, 0.9, 0.9)
+    assert not fails_validation(LOSS_FLOOR, 0.05, 0.9)
+    assert fails_validation(1.01 * LOSS_FLOOR, 0.05, 0.9)
+    assert not fails_validation(1.8, 0.9, 2.0)
+
+
+class Linear(nn.Module):
+    """Logits x @ w, the inputs as their embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.eye(3))
+
+    def forward(self, x):
+        return x @ self.w, x
+
+
+def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_prototypes_later():
+    # this node holds two samples each of classes 0 and 1, as one-hot inputs
+    x, y = torch.eye(3)[[0, 0, 1, 1]], torch.tensor([0, 0, 1, 1])
+    plan = DataPlan(samples=(4, 4, 4, 4), class_counts=torch.tensor(
+        [[2, 2, 0], [3, 1, 0], [3, 1, 0], [0, 0, 4]]))
+    algorithm = types.SimpleNamespace(
+        config=types.SimpleNamespace(aggregation=types.SimpleNamespace(validation=2.0),
+                                     train=types.SimpleNamespace(eval_batch_size=2), seed=1),
+        data=types.SimpleNamespace(train_x=x, train_y=y, num_classes=3, plan=plan),
+        node_id=0, distrusted=set(), start_state={"w": torch.eye(3)})
+    model = Linear()  # trained this round into one that swaps classes 0 and 1: validation
+    with torch.no_grad():  # measures against the start of round, not against it
+        model.w.copy_(torch.eye(3)[[1, 0, 2]])
+
+    def sent(w):
+        return {"model": Payload({"w": w}, {"samples": 4})}
+    swapped = torch.eye(3)[[1, 0, 2]]  # reads class 0 as 1 and 1 as 0
+    half = torch.tensor([[1.0, 0, 0], [2.0, 0, 0], [0, 0, 1]])  # everything class 0
+    own = sent(torch.eye(3))
+    received = {1: sent(half), 2: sent(swapped), 3: sent(swapped)}
+    update = validated(algorithm, model, gather(own, received, 0, plan=plan))
+    # cross-entropies: a logit of 1 on the right class and 0 on two others, log(1 + 2/e) =
+    # 0.5514 (the start of round, every sample; peer 1 on class 0); 0 on the right one and
+    # 1 on another, log(e + 2) = 1.5514 (peer 2, both classes); 0 against 2, log(e^2 + 2)
+    # = 2.2395 (peer 1, class 1). Peer 1 (3 of class 0, 1 of class 1): (3 * 0.5514 +
+    # 2.2395) / 4 = 0.973, within 2 x 0.5514: kept; peer 2: 1.551, refused; peer 3 has
+    # only class 2, absent here: not validated
+    assert update.peers == [1, 3] and len(update.states) == 3
+    assert [(r.peer, r.rule) for r in update.refusals] == [(2, "validation")]
+    assert "loss on this node's samples of its classes is 1.55, more than 2 x this " \
+           "node's start of round 0.551" in update.refusals[0].reason
+    assert algorithm.distrusted == {2}
+    # the round's prototype step then leaves out peer 2's prototypes
+    protos = {"prototypes": Payload({"prototypes": torch.ones(1, 2),
+                                     "classes": torch.tensor([0]), "counts": torch.tensor([2])})}
+    later = validated(algorithm, None, gather(protos, {1: protos, 2: protos}, 0, num_classes=3,
+                                              dim=2))
+    assert later.peers == [1] and len(later.prototypes) == 2
+    assert [(r.peer, r.what) for r in later.refusals] == [(2, "prototypes")]
+    # validation off (0): nothing is validated
+    algorithm.config.aggregation.validation = 0.0
+    assert validated(algorithm, model, gather(own, received, 0, plan=plan)).peers == [1, 2, 3]

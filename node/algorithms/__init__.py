@@ -94,4 +94,10 @@ def create(name: str, config, data: NodeData, device: torch.device, node_id: int
 
     with _CONSTRUCTION:
         torch.manual_seed(config.seed)
-        return ALGORITHMS[name](config, data, device, node_id)
+        algorithm = ALGORITHMS[name](config, data, device, node_id)
+    from node.algorithms.common import snapshot
+
+    model = algorithm.travelling_model()
+    if model is not None:
+        algorithm.start_state = snapshot(model)
+    return algorithm

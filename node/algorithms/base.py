@@ -106,6 +106,15 @@ class Algorithm(abc.ABC):
         self.node_id = node_id
         self.kept_own_models = 0  # aggregates not adopted: they computed NaN (common.adopt)
         self.trust: dict[int, float] = {}  # in-neighbours' trust ("reputation" rule)
+        self.distrusted: set[int] = set()  # whose model failed validation this round
+        # the travelling model as this round's training began: what validation measures a
+        # peer's model against (common.validated); set by create() and each adoption
+        self.start_state: dict[str, torch.Tensor] | None = None
+
+    def travelling_model(self) -> Any:
+        """The model sent to in-neighbours and averaged (an nn.Module), None when only
+        prototypes travel."""
+        return None
 
     @property
     def settings(self) -> Any:

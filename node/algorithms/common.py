@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +38,7 @@ from node.architectures import (
 )
 from node.data.custom import build_model as custom_model
 from node.data.custom import is_import_path
-from node.defences import class_references
+from node.defences import class_references, class_weighted_mean, fails_validation
 from node.errors import ProtocolError
 from node.models import build_model
 from node.settings import FederationConfig
@@ -196,17 +198,24 @@ def computes_finite(model: nn.Module, x: torch.Tensor) -> bool:
     return all(bool(t.isfinite().all()) for t in outputs if isinstance(t, torch.Tensor))
 
 
+def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of `model`'s state."""
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
 def adopt(algorithm: Algorithm, model: nn.Module,
           aggregated: Mapping[str, torch.Tensor]) -> bool:
     """Load the aggregated state into `model` unless it computes NaN or infinities on the
     node's first training inputs (finite weights of 1e4 overflow a few layers on): then the
     model keeps the node's own state for this round, counted in the algorithm's
     `kept_own_models`. Whether it was adopted."""
-    own = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    own = snapshot(model)
     model.load_state_dict(aggregated)
     if computes_finite(model, algorithm.data.train_x[:PROBE_SAMPLES]):
+        algorithm.start_state = snapshot(model)
         return True
     model.load_state_dict(own)
+    algorithm.start_state = own
     algorithm.kept_own_models += 1
     log.warning("node %d: the aggregated model computes NaN or infinite values: this round "
                 "keeps the node's own model", algorithm.node_id)
@@ -505,3 +514,96 @@ def planned(peer: int, state: tuple | None, protos: tuple | None, plan: DataPlan
         # a class the plan does not give the peer carries no weight (and no row)
         protos = (prototypes, torch.where(counts > 0, planned_counts.to(counts.dtype), 0))
     return state, protos
+
+
+# At most this many of a node's training samples validate its in-neighbours' models.
+VALIDATION_SAMPLES = 1024
+
+
+@torch.no_grad()
+def loss_per_class(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
+                   batch_size: int) -> tuple[list[float], list[int]]:
+    """Per class, the summed cross-entropy of `model`'s logits over the samples, and how
+    many there are."""
+    model.eval()
+    sums = torch.zeros(num_classes, dtype=torch.float64)
+    for start in range(0, len(x), batch_size):
+        logits = model(x[start:start + batch_size])[0].double()
+        labels = y[start:start + batch_size]
+        losses = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+        sums.index_add_(0, labels.cpu(), losses.cpu())
+    return sums.tolist(), torch.bincount(y.cpu(), minlength=num_classes).tolist()
+
+
+def validation_samples(algorithm: Algorithm) -> tuple[torch.Tensor, torch.Tensor]:
+    """The node's training samples that validate its in-neighbours' models: all of them, or
+    a seeded draw of VALIDATION_SAMPLES."""
+    x, y = algorithm.data.train_x, algorithm.data.train_y
+    if len(y) <= VALIDATION_SAMPLES:
+        return x, y
+    draw = torch.randperm(len(y), generator=round_generator(algorithm.config,
+                                                            algorithm.node_id, -1))
+    index = draw[:VALIDATION_SAMPLES].to(x.device)
+    return x[index], y[index]
+
+
+def peer_class_weights(algorithm: Algorithm, update: Contributions, index: int) -> list[float]:
+    """The class counts the data plan gives the peer at `index` of `update.peers` (those
+    of its prototypes without a plan; every class alike when it sent none)."""
+    peer = update.peers[index]
+    plan = algorithm.data.plan
+    if plan is not None and plan.counts_of(peer) is not None:
+        return [float(n) for n in plan.counts_of(peer).tolist()]
+    if update.prototypes:
+        return [float(n) for n in update.prototypes[index + 1][1].tolist()]
+    return [1.0] * algorithm.data.num_classes
+
+
+def without_peers(update: Contributions, refused: Mapping[int, Refusal]) -> Contributions:
+    """`update` less every part of the peers in `refused`, whose refusals join its own."""
+    keep = [i for i, peer in enumerate(update.peers) if peer not in refused]
+    return Contributions(
+        states=update.states[:1] + [update.states[i + 1] for i in keep] if update.states else [],
+        prototypes=(update.prototypes[:1] + [update.prototypes[i + 1] for i in keep]
+                    if update.prototypes else []),
+        refusals=sorted([*update.refusals, *refused.values()], key=lambda r: r.peer),
+        peers=[update.peers[i] for i in keep])
+
+
+def validated(algorithm: Algorithm, model: nn.Module | None,
+              update: Contributions) -> Contributions:
+    """`update` less the in-neighbours whose model fails validation on this node's data
+    (`node.defences.fails_validation` against the model this node began the round with,
+    factor aggregation.validation) and, in a later prototype step of the same round, less
+    those peers' prototypes. `model` is this node's travelling model (None in a step
+    without models)."""
+    factor = algorithm.config.aggregation.validation
+    if factor <= 0:
+        return update
+    if model is None:
+        refused = {peer: Refusal(peer, "prototypes", "validation",
+                                 "its model failed validation this round")
+                   for peer in update.peers if peer in algorithm.distrusted}
+        return without_peers(update, refused)
+    x, y = validation_samples(algorithm)
+    classes, batch = algorithm.data.num_classes, algorithm.config.train.eval_batch_size
+    scratch = copy.deepcopy(model)
+    if algorithm.start_state is not None:
+        scratch.load_state_dict(algorithm.start_state)
+    start_sums, total = loss_per_class(scratch, x, y, classes, batch)
+    refused = {}
+    for index, peer in enumerate(update.peers):
+        weights = peer_class_weights(algorithm, update, index)
+        start = class_weighted_mean(start_sums, total, weights)
+        if start is None:
+            continue  # no class of the peer's here: nothing to validate it on
+        scratch.load_state_dict(dict(update.states[index + 1][0]))
+        loss = class_weighted_mean(loss_per_class(scratch, x, y, classes, batch)[0], total,
+                                   weights)
+        if not math.isfinite(loss) or fails_validation(loss, start, factor):
+            refused[peer] = Refusal(peer, "model and prototypes", "validation",
+                                    f"its model's loss on this node's samples of its classes "
+                                    f"is {loss:.3g}, more than {factor:g} x this node's "
+                                    f"start of round {start:.3g}")
+    algorithm.distrusted = set(refused)
+    return without_peers(update, refused)

@@ -33,6 +33,7 @@ from node.algorithms.common import (
     local_sgd,
     new_optimizer,
     state_payload,
+    validated,
 )
 from node.algorithms.losses import cross_entropy
 from node.settings import FederationConfig
@@ -59,12 +60,16 @@ class FedAvg(Algorithm):
         return local_sgd((self.model,), {"loss": (self.optimizer,)}, self.data, self.config,
                          self.node_id, round_, self._loss_terms)
 
+    def travelling_model(self) -> torch.nn.Module:
+        return self.model
+
     def payload(self) -> dict[str, Payload]:
         return {"model": state_payload(self.model, len(self.data.train_y))}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, plan=self.data.plan,
                         norm_bound=self.config.aggregation.norm_bound)
+        update = validated(self, self.model, update)
         state = combined_state(self, update)
         adopt(self, self.model, state)
         return update.refusals

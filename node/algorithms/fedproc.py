@@ -58,6 +58,7 @@ from node.algorithms.common import (
     prototype_payload,
     state_payload,
     train_prototypes,
+    validated,
 )
 from node.algorithms.settings import FedProcSettings
 from node.settings import FederationConfig
@@ -167,6 +168,9 @@ class FedProc(Algorithm):
         stats["alpha"] = alpha
         return stats
 
+    def travelling_model(self) -> torch.nn.Module:
+        return self.net
+
     def payload(self) -> dict[str, Payload]:
         return {"model": state_payload(self.net, len(self.data.train_y)),
                 "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
@@ -176,6 +180,7 @@ class FedProc(Algorithm):
                         self.local_prototypes.shape[1],
                         plan=self.data.plan,
                         norm_bound=self.config.aggregation.norm_bound)
+        update = validated(self, self.net, update)
         state = combined_state(self, update)
         adopt(self, self.net, state)
         global_prototypes, known = aggregate_prototypes(

@@ -19,6 +19,7 @@ from node.algorithms.common import (
     prototype_payload,
     state_payload,
     train_prototypes,
+    validated,
 )
 
 
@@ -70,6 +71,9 @@ class ModelAndPrototypes(PrototypeAlgorithm):
     def shared_model(self) -> nn.Module:
         """The model that travels and is averaged."""
 
+    def travelling_model(self) -> nn.Module:
+        return self.shared_model
+
     def payload(self) -> dict[str, Payload]:
         return {"model": state_payload(self.shared_model, len(self.data.train_y)),
                 "prototypes": self.local_prototype_payload()}
@@ -81,6 +85,7 @@ class ModelAndPrototypes(PrototypeAlgorithm):
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
                         plan=self.data.plan,
                         norm_bound=self.config.aggregation.norm_bound)
+        update = validated(self, self.shared_model if "model" in own else None, update)
         if "model" in own:
             state = combined_state(self, update)
             adopt(self, self.shared_model, state)
