@@ -13,6 +13,10 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   rule's settings let it through: the norm bound, the clipping radius estimated on what
   the attacker sees (so that clipping cuts nothing and trust never falls) and validation,
   its loss on its own classes, on its own data, kept just inside the ratio);
+  class_erasure (knows validation, which measures a model on its sender's classes: its
+  honest model with the classifier's bias lowered for the classes it holds least, so that
+  receivers' averages stop predicting them, as far as the norm bound, the clipping radius
+  and its own loss under validation let it);
 - data attacks: label_flip (trains on labels c -> C-1-c, so its model and prototypes lie
   together), free_rider (never trains; sends its first model every round);
 - prototype attacks, counts honest: proto_flip (each prototype negated), proto_swap (each
@@ -43,7 +47,8 @@ IPM_EPSILON = 1.0  # ipm: the update reversed at its own length
 ADAPTIVE_STEPS = (8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.125, 0.0)  # reversal lengths, longest first
 EDGE = 0.95  # the adaptive attacker stays this fraction inside the radius it estimates
 
-MODEL_ATTACKS = ("sign_flip", "ipm", "alie", "gaussian", "adaptive")
+ERASURE_SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0)  # class_erasure's bias shifts
+MODEL_ATTACKS = ("sign_flip", "ipm", "alie", "gaussian", "adaptive", "class_erasure")
 PROTOTYPE_ATTACKS = ("proto_flip", "proto_swap")
 PROBES = ("protozero", "scaled_model", "bounded_poison")
 ATTACKS = ("none", "withheld", *MODEL_ATTACKS, "label_flip", "free_rider",
@@ -129,6 +134,41 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
     return Limits(norm, distance)
 
 
+def erased(trained: torch.Tensor, like: Mapping[str, torch.Tensor], classes: Sequence[int],
+           shift: float) -> torch.Tensor:
+    """`trained` with the classifier's bias of `classes` lowered by `shift`."""
+    state = unflat(trained, like)
+    bias = state["classifier.bias"].clone()
+    bias[list(classes)] -= shift
+    return flat({**state, "classifier.bias": bias})
+
+
+def erasure_candidates(counts: Sequence[int]) -> list[tuple[tuple[int, ...], float]]:
+    """(classes, shift) pairs, most damage (classes x shift) first: the classes held
+    least, up to half of them."""
+    least = sorted(range(len(counts)), key=lambda c: (counts[c], c))
+    pairs = [(tuple(least[:m]), shift) for m in range(1, len(counts) // 2 + 1)
+             for shift in ERASURE_SHIFTS]
+    return sorted(pairs, key=lambda pair: -len(pair[0]) * pair[1])
+
+
+def class_erasure(start: torch.Tensor, trained: torch.Tensor, like: Mapping[str, torch.Tensor],
+                  counts: Sequence[int], limits: Limits,
+                  loss: Callable[[torch.Tensor], float] | None) -> torch.Tensor:
+    """The most damaging erasure (`erasure_candidates`) inside every limit; the trained
+    model itself when none is."""
+    for classes, shift in erasure_candidates(counts):
+        sent = erased(trained, like, classes, shift)
+        if limits.norm is not None and float(sent.norm()) > limits.norm:
+            continue
+        if limits.distance is not None and float((sent - trained).norm()) > limits.distance:
+            continue
+        if limits.loss is not None and loss is not None and loss(sent) > limits.loss:
+            continue
+        return sent
+    return trained.clone()
+
+
 def own_class_loss(algorithm: Algorithm) -> Callable[[torch.Tensor], float]:
     """A model's (flat) loss on the attacker's own training data, its classes weighed by
     their counts: what validating receivers measure on theirs."""
@@ -177,12 +217,16 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
                     self.config.seed * 1_009 + self.node_id * 101 + round_))
             limits = estimated_limits(self, trained, self.previous, self.seen)
             factor = self.config.aggregation.validation
-            if factor <= 0:
-                return adaptive(start, trained, limits)
-            loss = own_class_loss(self)
-            # just inside: receivers measure on their samples, which may fit it worse
-            limits = dataclasses.replace(limits, loss=EDGE * max(factor * loss(start),
-                                                                         LOSS_FLOOR))
+            loss = own_class_loss(self) if factor > 0 else None
+            if loss is not None:
+                # just inside: receivers measure on their samples, which may fit it worse
+                limits = dataclasses.replace(limits, loss=EDGE * max(factor * loss(start),
+                                                                     LOSS_FLOOR))
+            if attack == "class_erasure":
+                counts = torch.bincount(self.data.train_y.cpu(),
+                                        minlength=self.data.num_classes).tolist()
+                return class_erasure(start, trained, shared_model(self).state_dict(), counts,
+                                     limits, loss)
             return adaptive(start, trained, limits, loss)
 
         def payload(self) -> dict[str, Payload]:

@@ -86,6 +86,30 @@ def test_the_adaptive_attack_reverses_as_far_as_the_limits_it_estimates_let_it()
     assert nothing.tolist() == trained.tolist()  # no reversal is below norm 1
 
 
+def test_the_adaptive_attack_stays_inside_the_loss_validation_accepts():
+    start, trained = torch.tensor([0.0, 0.0]), torch.tensor([1.0, 0.0])
+    # the loss: the distance from (1, 0); a limit of 2.5 lets the reversal of length 1 by
+    sent = attacks.adaptive(start, trained, attacks.Limits(None, None, loss=2.5),
+                            loss=lambda v: float((v - trained).norm()))
+    assert sent.tolist() == [-1.0, 0.0]
+
+
+def test_class_erasure_lowers_the_bias_of_the_classes_held_least_inside_the_limits():
+    like = {"w": torch.zeros(2), "classifier.bias": torch.zeros(3)}
+    trained = torch.tensor([1.0, 2.0, 0.0, 0.0, 0.0])
+    assert attacks.erased(trained, like, [0, 2], 4.0).tolist() == [1, 2, -4, 0, -4]
+    # held least: class 1 (0 samples), then 2, 0, 3; most damage (classes x shift) first
+    assert attacks.erasure_candidates([5, 0, 3, 9])[:3] == [((1, 2), 64.0), ((1,), 64.0),
+                                                            ((1, 2), 32.0)]
+    # the norm may grow from sqrt(5) to 3 at most: a shift of 2 on class 1
+    sent = attacks.class_erasure(trained, trained, like, [5, 0, 3], attacks.Limits(3.0, None),
+                                 None)
+    assert sent.tolist() == [1, 2, 0, -2, 0]
+    # nothing inside the limits: the honest model
+    assert attacks.class_erasure(trained, trained, like, [5, 0, 3],
+                                 attacks.Limits(2.0, None), None).tolist() == trained.tolist()
+
+
 def test_every_attack_of_the_library_builds_an_attacker_and_an_unknown_one_is_refused():
     from node.algorithms.fedavg import FedAvg
     for attack in attacks.ATTACKS[1:]:
