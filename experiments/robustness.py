@@ -49,7 +49,7 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # The defences compared: each aggregation rule alone, and validation before mean or
 # clipping (aggregation.validation: a peer's model must fit this node's samples of the
 # peer's classes at least 10% better than the model this node began the round with).
-DEFENCES = {**{rule: {"rule": rule} for rule in AGGREGATION_RULES},
+DEFENCES = {**{rule: {"rule": rule, "validation": 0.0} for rule in AGGREGATION_RULES},
             "validated": {"rule": "mean", "validation": 0.9},
             "validated_clipped": {"rule": "clipped_mean", "validation": 0.9}}
 SPLITS = {"dirichlet": {"partition": "dirichlet", "alpha": 0.5},
