@@ -516,8 +516,10 @@ def planned(peer: int, state: tuple | None, protos: tuple | None, plan: DataPlan
     return state, protos
 
 
-# At most this many of a node's training samples validate its in-neighbours' models.
-VALIDATION_SAMPLES = 1024
+# At most this many of a node's training samples validate its in-neighbours' models: each
+# costs one forward pass per in-neighbour and round, and the loss is compared with the start
+# of round's on the same samples.
+VALIDATION_SAMPLES = 256
 
 
 @torch.no_grad()
