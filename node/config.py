@@ -436,8 +436,8 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
            f"{c.aggregation.norm_bound}")
     _check(0 <= c.aggregation.trust_memory < 1, source, "aggregation.trust_memory",
            f"must be in [0, 1), got {c.aggregation.trust_memory}")
-    _check(0 <= c.aggregation.validation <= 2, source, "aggregation.validation",
-           f"must be in [0, 2] (0: no validation), got {c.aggregation.validation}")
+    _check(0 <= c.aggregation.validation <= 1, source, "aggregation.validation",
+           f"must be in [0, 1] (0: no validation), got {c.aggregation.validation}")
 
 
 def _check_timeouts(c: FederationConfig, source: str) -> None:

@@ -75,12 +75,23 @@ def class_weighted_mean(sums: Sequence[float], total: Sequence[int],
     return sum(weights[c] * sums[c] / total[c] for c in shared) / weight
 
 
+def required_factor(own_loss: float, own_start_loss: float, share: float) -> float:
+    """The most a peer's loss may be, as a fraction of the start of round's: 1 - `share` x
+    the cut this node's own round made in the loss on its own samples (1 when it made none).
+    The same training recipe (model, learning rate, epochs) made both rounds, so this
+    node's own cut says how far one honest round goes, in any setting."""
+    if not own_start_loss > 0:
+        return 1.0
+    return 1.0 - share * max(0.0, 1.0 - own_loss / own_start_loss)
+
+
 def fails_validation(loss: float, start_loss: float, factor: float) -> bool:
     """Whether a peer's model fits this node's samples of the peer's own classes worse than
     `factor` times the model this node began the round with: its cross-entropy above
     max(factor x start_loss, LOSS_FLOOR). An honest update descends its sender's loss on
     its classes, so to first order the loss falls below the start's; a reversed one
     (loss(x - u) ~ loss(x) + |g.u|), a sign-flipped, random, untrained or label-flipped
-    model does not fall. A factor below 1 asks for a fall: from a random start every
-    near-uniform model, junk included, fits about as badly as the start."""
+    model does not fall. The factor below 1 (`required_factor`) asks for a fall: from a
+    random start every near-uniform model, junk included, fits about as badly as the
+    start."""
     return loss > max(factor * start_loss, LOSS_FLOOR)

@@ -136,10 +136,10 @@ class AggregationConfig:
     norm_bound: float = 3.0
     # "reputation": how much of a neighbour's trust is its history (the rest: this round)
     trust_memory: float = 0.5
-    # a peer's model whose loss on this node's samples of the peer's classes exceeds this
-    # times the loss of the model this node began the round with is refused with the
-    # peer's prototypes (0: never)
-    validation: float = 0.0
+    # a peer's model must cut the loss on this node's samples of the peer's classes, from the
+    # model this node began the round with, by this share of the cut this node's own round
+    # made on its own samples; else it is refused with the peer's prototypes (0: never)
+    validation: float = 0.5
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the aggregation functions."""

@@ -18,6 +18,7 @@ from node.defences import (
     clip_scores,
     fails_validation,
     relative_trust,
+    required_factor,
     updated_trust,
 )
 
@@ -124,11 +125,17 @@ def test_validation_loss_weighs_each_shared_class_by_the_peers_count():
     # class 1 has no samples here, class 2 no weight from the peer: class 0 alone
     assert class_weighted_mean([3, 0, 5], [4, 0, 10], [2.0, 7.0, 0.0]) == 0.75
     assert class_weighted_mean([1], [2], [0.0]) is None
-    # factor 0.9: refused unless 10% below the start of round's loss, or within the floor
-    assert fails_validation(0.82, 0.9, 0.9) and not fails_validation(0.81, 0.9, 0.9)
-    assert not fails_validation(LOSS_FLOOR, 0.05, 0.9)
-    assert fails_validation(1.01 * LOSS_FLOOR, 0.05, 0.9)
-    assert not fails_validation(1.8, 0.9, 2.0)
+
+
+def test_a_peer_must_cut_its_loss_by_a_share_of_what_this_nodes_own_round_cut():
+    # this node's round took its loss from 2.0 to 1.0 (a cut of 50%): with share 0.5 a
+    # peer must end at most 75% of the start's loss; no cut asks for no fall
+    assert required_factor(1.0, 2.0, 0.5) == 0.75
+    assert required_factor(2.5, 2.0, 0.5) == 1.0 and required_factor(1.0, 0.0, 0.5) == 1.0
+    assert fails_validation(0.76, 1.0, 0.75) and not fails_validation(0.75, 1.0, 0.75)
+    # a fit within the floor passes whatever the start
+    assert not fails_validation(LOSS_FLOOR, 0.05, 0.75)
+    assert fails_validation(1.01 * LOSS_FLOOR, 0.05, 0.75)
 
 
 class Linear(nn.Module):
@@ -145,35 +152,37 @@ class Linear(nn.Module):
 def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_prototypes_later():
     # this node holds two samples each of classes 0 and 1, as one-hot inputs
     x, y = torch.eye(3)[[0, 0, 1, 1]], torch.tensor([0, 0, 1, 1])
-    plan = DataPlan(samples=(4, 4, 4, 4), class_counts=torch.tensor(
-        [[2, 2, 0], [3, 1, 0], [3, 1, 0], [0, 0, 4]]))
+    plan = DataPlan(samples=(4,) * 5, class_counts=torch.tensor(
+        [[2, 2, 0], [3, 1, 0], [3, 1, 0], [0, 0, 4], [1, 1, 0]]))
     algorithm = types.SimpleNamespace(
-        config=types.SimpleNamespace(aggregation=types.SimpleNamespace(validation=2.0),
+        config=types.SimpleNamespace(aggregation=types.SimpleNamespace(validation=0.5),
                                      train=types.SimpleNamespace(eval_batch_size=2), seed=1),
         data=types.SimpleNamespace(train_x=x, train_y=y, num_classes=3, plan=plan),
         node_id=0, distrusted=set(), start_state={"w": torch.eye(3)})
-    model = Linear()  # trained this round into one that swaps classes 0 and 1: validation
-    with torch.no_grad():  # measures against the start of round, not against it
-        model.w.copy_(torch.eye(3)[[1, 0, 2]])
+    model = Linear()  # the start of round, identity, trained this round into 3 x identity
+    with torch.no_grad():
+        model.w.copy_(3 * torch.eye(3))
 
     def sent(w):
         return {"model": Payload({"w": w}, {"samples": 4})}
     swapped = torch.eye(3)[[1, 0, 2]]  # reads class 0 as 1 and 1 as 0
-    half = torch.tensor([[1.0, 0, 0], [2.0, 0, 0], [0, 0, 1]])  # everything class 0
-    own = sent(torch.eye(3))
-    received = {1: sent(half), 2: sent(swapped), 3: sent(swapped)}
+    own = sent(3 * torch.eye(3))
+    received = {1: sent(2 * torch.eye(3)), 2: sent(swapped), 3: sent(swapped),
+                4: sent(torch.eye(3))}
     update = validated(algorithm, model, gather(own, received, 0, plan=plan))
-    # cross-entropies: a logit of 1 on the right class and 0 on two others, log(1 + 2/e) =
-    # 0.5514 (the start of round, every sample; peer 1 on class 0); 0 on the right one and
-    # 1 on another, log(e + 2) = 1.5514 (peer 2, both classes); 0 against 2, log(e^2 + 2)
-    # = 2.2395 (peer 1, class 1). Peer 1 (3 of class 0, 1 of class 1): (3 * 0.5514 +
-    # 2.2395) / 4 = 0.973, within 2 x 0.5514: kept; peer 2: 1.551, refused; peer 3 has
-    # only class 2, absent here: not validated
+    # cross-entropies on one-hot inputs: logit k on the right class and 0 on two others,
+    # log(1 + 2 e^-k): 0.5514 (k = 1, the start of round and peer 4), 0.2395 (k = 2, peer
+    # 1), 0.0949 (k = 3, this node's trained model); 0 on the right one and 1 on another,
+    # log(e + 2) = 1.5514 (peer 2). This node's round cut its loss by 1 - 0.0949/0.5514 =
+    # 82.8%, so a peer must cut by half that: to at most 0.586 x 0.5514 = 0.323. Peer 1
+    # (0.2395) is kept; peer 2 (1.5514) and peer 4 (no cut) are refused; peer 3 has only
+    # class 2, absent here: not validated
     assert update.peers == [1, 3] and len(update.states) == 3
-    assert [(r.peer, r.rule) for r in update.refusals] == [(2, "validation")]
-    assert "loss on this node's samples of its classes is 1.55, more than 2 x this " \
-           "node's start of round 0.551" in update.refusals[0].reason
-    assert algorithm.distrusted == {2}
+    assert [(r.peer, r.rule) for r in update.refusals] == [(2, "validation"),
+                                                           (4, "validation")]
+    assert "loss on this node's samples of its classes is 1.55, more than 0.586 x the " \
+           "start of round's 0.551" in update.refusals[0].reason
+    assert algorithm.distrusted == {2, 4}
     # the round's prototype step then leaves out peer 2's prototypes
     protos = {"prototypes": Payload({"prototypes": torch.ones(1, 2),
                                      "classes": torch.tensor([0]), "counts": torch.tensor([2])})}
@@ -183,4 +192,4 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
     assert [(r.peer, r.what) for r in later.refusals] == [(2, "prototypes")]
     # validation off (0): nothing is validated
     algorithm.config.aggregation.validation = 0.0
-    assert validated(algorithm, model, gather(own, received, 0, plan=plan)).peers == [1, 2, 3]
+    assert validated(algorithm, model, gather(own, received, 0, plan=plan)).peers == [1, 2, 3, 4]

@@ -38,7 +38,12 @@ from node.architectures import (
 )
 from node.data.custom import build_model as custom_model
 from node.data.custom import is_import_path
-from node.defences import class_references, class_weighted_mean, fails_validation
+from node.defences import (
+    class_references,
+    class_weighted_mean,
+    fails_validation,
+    required_factor,
+)
 from node.errors import ProtocolError
 from node.models import build_model
 from node.settings import FederationConfig
@@ -421,6 +426,8 @@ def combined_state(algorithm: Algorithm,
     """The gathered models combined under the configured rule; "reputation" also carries
     the algorithm's trust in its neighbours on to the next round."""
     settings = algorithm.config.aggregation
+    if not sum(weight for _, weight in update.states) > 0:
+        return dict(update.states[0][0])  # a node without samples, every peer refused
     if settings.rule == "reputation":
         state, algorithm.trust = reputation_aggregate(update.states, update.peers,
                                                       algorithm.trust, settings.trust_memory)
@@ -576,11 +583,12 @@ def validated(algorithm: Algorithm, model: nn.Module | None,
               update: Contributions) -> Contributions:
     """`update` less the in-neighbours whose model fails validation on this node's data
     (`node.defences.fails_validation` against the model this node began the round with,
-    factor aggregation.validation) and, in a later prototype step of the same round, less
-    those peers' prototypes. `model` is this node's travelling model (None in a step
-    without models)."""
-    factor = algorithm.config.aggregation.validation
-    if factor <= 0:
+    asking for aggregation.validation of the cut this node's own round made:
+    `node.defences.required_factor`) and, in a later prototype step of the same round,
+    less those peers' prototypes. `model` is this node's travelling model, trained this
+    round (None in a step without models)."""
+    share = algorithm.config.aggregation.validation
+    if share <= 0:
         return update
     if model is None:
         refused = {peer: Refusal(peer, "prototypes", "validation",
@@ -593,6 +601,10 @@ def validated(algorithm: Algorithm, model: nn.Module | None,
     if algorithm.start_state is not None:
         scratch.load_state_dict(algorithm.start_state)
     start_sums, total = loss_per_class(scratch, x, y, classes, batch)
+    own = [float(n) for n in total]
+    factor = required_factor(class_weighted_mean(loss_per_class(model, x, y, classes,
+                                                                batch)[0], total, own) or 0.0,
+                             class_weighted_mean(start_sums, total, own) or 0.0, share)
     refused = {}
     for index, peer in enumerate(update.peers):
         weights = peer_class_weights(algorithm, update, index)
@@ -605,7 +617,7 @@ def validated(algorithm: Algorithm, model: nn.Module | None,
         if not math.isfinite(loss) or fails_validation(loss, start, factor):
             refused[peer] = Refusal(peer, "model and prototypes", "validation",
                                     f"its model's loss on this node's samples of its classes "
-                                    f"is {loss:.3g}, more than {factor:g} x this node's "
-                                    f"start of round {start:.3g}")
+                                    f"is {loss:.3g}, more than {factor:.3g} x the start of "
+                                    f"round's {start:.3g}")
     algorithm.distrusted = set(refused)
     return without_peers(update, refused)
