@@ -176,10 +176,12 @@ def test_two_runs_of_a_dynamic_config_agree_and_send_only_along_the_round_graph(
 
 
 def test_a_scripted_leave_and_late_join_end_as_scripted(data_dir, tmp_path):
+    # 150 images a node teach nothing in 4 rounds, and validation asks a peer's round to
+    # have taught something: it would refuse the late joiner, which this test is not about
     config = mnist_config(data_dir, 600, name="churn", nodes=4, rounds=4, algorithm="fedavg",
                           scenario={"events": [{"round": 2, "leave": [1]},
                                                {"round": 3, "join": [3]}]},
-                          report={"target_f1": 0.05})
+                          report={"target_f1": 0.05}, aggregation={"validation": 0})
     results = run_in_process(config, tmp_path)
     status = {r["node"]: r["status"] for r in results}
     assert status == {0: "finished", 1: "left", 2: "finished", 3: "finished"}

@@ -84,7 +84,7 @@ def test_nothing_is_sent_before_training():
 
 def test_aggregate_gives_count_weighted_global_prototypes():
     data = tiny_data()  # the arithmetic on hand prototypes: no norm bound (test_poison)
-    algorithm = create("fedproto", tiny_config(norm_bound=0), data, CPU, 0)
+    algorithm = create("fedproto", tiny_config(norm_bound=0, validation=0), data, CPU, 0)
     assert torch.equal(algorithm.predict(data.global_x),
                        algorithm.model(data.global_x)[0].argmax(dim=1))  # no prototype yet
     own, peer = hand_prototypes()
@@ -100,7 +100,7 @@ def test_aggregate_gives_count_weighted_global_prototypes():
 
 
 def test_malformed_prototypes_are_rejected():
-    algorithm = create("fedproto", tiny_config(norm_bound=0), tiny_data(), CPU, 0)
+    algorithm = create("fedproto", tiny_config(norm_bound=0, validation=0), tiny_data(), CPU, 0)
     own, good = hand_prototypes()
     t = good.tensors
     received = {

@@ -13,8 +13,9 @@ from tests.helpers import CPU, as_received, snapshot, tiny_data
 
 
 def profe(data, **profe_settings):
-    """Node 0 of a two-node ProFe federation with tiny CNNs (teacher 4/8, student 2/4)."""
-    config = from_dict({"nodes": 2, "seed": 1, "rounds": 4,
+    """Node 0 of a two-node ProFe federation with tiny CNNs (teacher 4/8, student 2/4), on
+    noise images: no peer's round teaches anything validation could see, so it is off."""
+    config = from_dict({"nodes": 2, "seed": 1, "rounds": 4, "aggregation": {"validation": 0},
                         "model": {"teacher_channels": [4, 8], "student_channels": [2, 4],
                                   "embedding_dim": 4},
                         "train": {"batch_size": 8, "device": "cpu"},
