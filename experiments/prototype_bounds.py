@@ -75,7 +75,26 @@ def render(results: dict[str, dict]) -> str:
         if kept < total:
             lines += ["", (f"(The first {kept} of {total}: a cell keeps its first "
                            "refusals with their reasons.)")]
+        lines += ["", *why(refused)]
     return "\n".join(lines) + "\n"
+
+
+def why(refused: list[tuple[str, dict]]) -> list[str]:
+    """Why the listed honest refusals happened, from their rounds."""
+    rounds = sorted({e["round"] for _, e in refused})
+    lines = ["## Why", "", "Refusals listed by round: " + ", ".join(
+        f"round {r}: {sum(e['round'] == r for _, e in refused)}" for r in rounds) + "."]
+    if rounds == [1]:
+        lines += ["", ("Every one listed is in round 1, before the first aggregation: each node's "
+                       "student has then been trained from the shared initial weights on its "
+                       "own two classes only, so the scale of its embeddings is its own. A "
+                       "prototype of a class the receiver lacks and fewer than three of its "
+                       "in-neighbours hold is bounded against the median norm of every "
+                       "prototype received (`node.defences.class_references`), and a "
+                       "neighbour whose embeddings grew 3 to 5 times larger than the others' "
+                       "in that first round is beyond it. From round 2 on every student "
+                       "starts from an aggregate, and no honest prototype is refused.")]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -329,7 +329,10 @@ def render(results: dict, command: str) -> str:
     produced = (f"Produced by `{command}`; rebuild from results.jsonl with "
                 "`python -m experiments.robustness --report-only`.")
     setup = ("Ten ProFe nodes, MNIST (10,000-image subset), 5 rounds, defaults otherwise "
-             "(among them aggregation.norm_bound = 3). With one attacker node 0 holds a "
+             "(among them aggregation.norm_bound = 3). The defences: each aggregation rule "
+             "alone (aggregation.validation = 0), `validated` (validation 0.5, then `mean`: "
+             "the default) and `validated_clipped` (validation 0.5, then `clipped_mean`). "
+             "With one attacker node 0 holds a "
              "stolen key, with two nodes 0 and 5; their messages pass every check. Attacks: "
              "see `experiments/attacks.py`. Cells: the honest nodes' mean final global F1 "
              f"(argmax), mean ± std over seeds ({', '.join(map(str, seeds))}); in brackets, "
