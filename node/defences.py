@@ -77,9 +77,9 @@ def class_weighted_mean(sums: Sequence[float], total: Sequence[int],
 
 def required_factor(own_loss: float, own_start_loss: float, share: float) -> float:
     """The most a peer's loss may be, as a fraction of the start of round's: 1 - `share` x
-    the cut this node's own round made in the loss on its own samples (1 when it made none).
-    The same training recipe (model, learning rate, epochs) made both rounds, so this
-    node's own cut says how far one honest round goes, in any setting."""
+    the cut this node's own round made in the loss on its own held-out samples (1 when it
+    made none). The same training recipe (model, learning rate, epochs) made both rounds,
+    so this node's own cut says how far one honest round goes, in any setting."""
     if not own_start_loss > 0:
         return 1.0
     return 1.0 - share * max(0.0, 1.0 - own_loss / own_start_loss)

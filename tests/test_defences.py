@@ -157,7 +157,8 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
     algorithm = types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=types.SimpleNamespace(validation=0.5),
                                      train=types.SimpleNamespace(eval_batch_size=2), seed=1),
-        data=types.SimpleNamespace(train_x=x, train_y=y, num_classes=3, plan=plan),
+        data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
+                                   num_classes=3, plan=plan),
         node_id=0, distrusted=set(), start_state={"w": torch.eye(3)})
     model = Linear()  # the start of round, identity, trained this round into 3 x identity
     with torch.no_grad():
@@ -173,14 +174,17 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
     # cross-entropies on one-hot inputs: logit k on the right class and 0 on two others,
     # log(1 + 2 e^-k): 0.5514 (k = 1, the start of round and peer 4), 0.2395 (k = 2, peer
     # 1), 0.0949 (k = 3, this node's trained model); 0 on the right one and 1 on another,
-    # log(e + 2) = 1.5514 (peer 2). This node's round cut its loss by 1 - 0.0949/0.5514 =
-    # 82.8%, so a peer must cut by half that: to at most 0.586 x 0.5514 = 0.323. Peer 1
+    # log(e + 2) = 1.5514 (peer 2). This node's round cut its loss on its test samples
+    # (halved one-hot inputs: logits 1.5 and 0.5, log(1 + 2 e^-1.5) = 0.3690 after, log(1 +
+    # 2 e^-0.5) = 0.7944 before) by 53.6%, not the 82.8% of its training samples, so a peer
+    # must cut by half that on this node's training samples of its classes: to at most
+    # 0.732 x 0.5514 = 0.404. Peer 1
     # (0.2395) is kept; peer 2 (1.5514) and peer 4 (no cut) are refused; peer 3 has only
     # class 2, absent here: not validated
     assert update.peers == [1, 3] and len(update.states) == 3
     assert [(r.peer, r.rule) for r in update.refusals] == [(2, "validation"),
                                                            (4, "validation")]
-    assert "loss on this node's samples of its classes is 1.55, more than 0.586 x the " \
+    assert "loss on this node's samples of its classes is 1.55, more than 0.732 x the " \
            "start of round's 0.551" in update.refusals[0].reason
     assert algorithm.distrusted == {2, 4}
     # the round's prototype step then leaves out peer 2's prototypes

@@ -556,6 +556,21 @@ def validation_samples(algorithm: Algorithm) -> tuple[torch.Tensor, torch.Tensor
     return x[index], y[index]
 
 
+def own_round_losses(algorithm: Algorithm, model: nn.Module,
+                     start: nn.Module) -> tuple[float, float]:
+    """This node's loss after its round and at its start, on its local test samples (on
+    its training samples without any): a peer's model is measured on samples it never
+    trained on, so this node's own round is too."""
+    data = algorithm.data
+    x, y = (data.test_x, data.test_y) if len(data.test_y) else validation_samples(algorithm)
+    classes, batch = data.num_classes, algorithm.config.train.eval_batch_size
+    losses = []
+    for each in (model, start):
+        sums, total = loss_per_class(each, x, y, classes, batch)
+        losses.append(class_weighted_mean(sums, total, [float(n) for n in total]) or 0.0)
+    return losses[0], losses[1]
+
+
 def peer_class_weights(algorithm: Algorithm, update: Contributions, index: int) -> list[float]:
     """The class counts the data plan gives the peer at `index` of `update.peers` (those
     of its prototypes without a plan; every class alike when it sent none)."""
@@ -601,10 +616,7 @@ def validated(algorithm: Algorithm, model: nn.Module | None,
     if algorithm.start_state is not None:
         scratch.load_state_dict(algorithm.start_state)
     start_sums, total = loss_per_class(scratch, x, y, classes, batch)
-    own = [float(n) for n in total]
-    factor = required_factor(class_weighted_mean(loss_per_class(model, x, y, classes,
-                                                                batch)[0], total, own) or 0.0,
-                             class_weighted_mean(start_sums, total, own) or 0.0, share)
+    factor = required_factor(*own_round_losses(algorithm, model, scratch), share)
     refused = {}
     for index, peer in enumerate(update.peers):
         weights = peer_class_weights(algorithm, update, index)
