@@ -94,6 +94,11 @@ def why(refused: list[tuple[str, dict]]) -> list[str]:
                        "neighbour whose embeddings grew 3 to 5 times larger than the others' "
                        "in that first round is beyond it. From round 2 on every student "
                        "starts from an aggregate, and no honest prototype is refused.")]
+    if any(e["rule"] == "validation" for _, e in refused):
+        lines += ["", ("The `validation` refusals (validation is on by default) are of models "
+                       "whose round did not cut the loss on the receiver's samples of their "
+                       "classes by the bar the receiver's own round set; the prototypes of a "
+                       "refused model go with it.")]
     return lines
 
 
