@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -101,13 +101,11 @@ class Limits:
     loss: float | None = None  # the largest loss on its classes validation accepts
 
 
-def adaptive(start: torch.Tensor, trained: torch.Tensor, limits: Limits,
-             loss: Callable[[torch.Tensor], float] | None = None) -> torch.Tensor:
-    """The longest reversal of the local update (ADAPTIVE_STEPS) that stays inside every
-    limit (`loss` scores a model on the attacker's own classes); the trained model itself
-    when none does."""
-    for length in ADAPTIVE_STEPS:
-        sent = reversed_update(start, trained, length)
+def first_inside(candidates: Iterable[torch.Tensor], trained: torch.Tensor, limits: Limits,
+                 loss: Callable[[torch.Tensor], float] | None = None) -> torch.Tensor:
+    """The first candidate inside every limit (`loss` scores a model on the attacker's own
+    classes); the trained model itself when none is."""
+    for sent in candidates:
         if limits.norm is not None and float(sent.norm()) > limits.norm:
             continue
         if limits.distance is not None and float((sent - trained).norm()) > limits.distance:
@@ -116,6 +114,14 @@ def adaptive(start: torch.Tensor, trained: torch.Tensor, limits: Limits,
             continue
         return sent
     return trained.clone()
+
+
+def adaptive(start: torch.Tensor, trained: torch.Tensor, limits: Limits,
+             loss: Callable[[torch.Tensor], float] | None = None) -> torch.Tensor:
+    """The longest reversal of the local update (ADAPTIVE_STEPS) that stays inside every
+    limit; the trained model itself when none does."""
+    return first_inside((reversed_update(start, trained, length) for length in ADAPTIVE_STEPS),
+                        trained, limits, loss)
 
 
 def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
@@ -152,21 +158,14 @@ def erasure_candidates(counts: Sequence[int]) -> list[tuple[tuple[int, ...], flo
     return sorted(pairs, key=lambda pair: -len(pair[0]) * pair[1])
 
 
-def class_erasure(start: torch.Tensor, trained: torch.Tensor, like: Mapping[str, torch.Tensor],
+def class_erasure(trained: torch.Tensor, like: Mapping[str, torch.Tensor],
                   counts: Sequence[int], limits: Limits,
                   loss: Callable[[torch.Tensor], float] | None) -> torch.Tensor:
     """The most damaging erasure (`erasure_candidates`) inside every limit; the trained
     model itself when none is."""
-    for classes, shift in erasure_candidates(counts):
-        sent = erased(trained, like, classes, shift)
-        if limits.norm is not None and float(sent.norm()) > limits.norm:
-            continue
-        if limits.distance is not None and float((sent - trained).norm()) > limits.distance:
-            continue
-        if limits.loss is not None and loss is not None and loss(sent) > limits.loss:
-            continue
-        return sent
-    return trained.clone()
+    return first_inside((erased(trained, like, classes, shift)
+                         for classes, shift in erasure_candidates(counts)),
+                        trained, limits, loss)
 
 
 def own_class_loss(algorithm: Algorithm) -> Callable[[torch.Tensor], float]:
@@ -226,8 +225,8 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             if attack == "class_erasure":
                 counts = torch.bincount(self.data.train_y.cpu(),
                                         minlength=self.data.num_classes).tolist()
-                return class_erasure(start, trained, shared_model(self).state_dict(), counts,
-                                     limits, loss)
+                return class_erasure(trained, shared_model(self).state_dict(), counts, limits,
+                                     loss)
             return adaptive(start, trained, limits, loss)
 
         def payload(self) -> dict[str, Payload]:

@@ -103,11 +103,11 @@ def test_class_erasure_lowers_the_bias_of_the_classes_held_least_inside_the_limi
     assert attacks.erasure_candidates([5, 0, 3, 9])[:3] == [((1, 2), 64.0), ((1,), 64.0),
                                                             ((1, 2), 32.0)]
     # the norm may grow from sqrt(5) to 3 at most: a shift of 2 on class 1
-    sent = attacks.class_erasure(trained, trained, like, [5, 0, 3], attacks.Limits(3.0, None),
+    sent = attacks.class_erasure(trained, like, [5, 0, 3], attacks.Limits(3.0, None),
                                  None)
     assert sent.tolist() == [1, 2, 0, -2, 0]
     # nothing inside the limits: the honest model
-    assert attacks.class_erasure(trained, trained, like, [5, 0, 3],
+    assert attacks.class_erasure(trained, like, [5, 0, 3],
                                  attacks.Limits(2.0, None), None).tolist() == trained.tolist()
 
 
