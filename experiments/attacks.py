@@ -38,7 +38,7 @@ from torch import nn
 from node.aggregation import clipping_radius
 from node.algorithms.base import Algorithm, Payload
 from node.algorithms.common import MAX_SAMPLES, loss_per_class
-from node.defences import LOSS_FLOOR, class_weighted_mean, required_factor
+from node.defences import LOSS_FLOOR, class_weighted_mean, loss_to_beat, required_factor
 
 POISON = 1e4  # bounded_poison's value: within every bound a message is checked against
 SCALE = 10.0  # scaled_model's boost
@@ -219,9 +219,9 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             loss = own_class_loss(self) if share > 0 else None
             if loss is not None:
                 # just inside: receivers measure on their samples, which may fit it worse
-                factor = required_factor(loss(trained), loss(start), share)
-                limits = dataclasses.replace(limits, loss=EDGE * max(factor * loss(start),
-                                                                     LOSS_FLOOR))
+                beat = loss_to_beat(loss(start), self.data.num_classes)
+                factor = required_factor(loss(trained), beat, share)
+                limits = dataclasses.replace(limits, loss=EDGE * max(factor * beat, LOSS_FLOOR))
             if attack == "class_erasure":
                 counts = torch.bincount(self.data.train_y.cpu(),
                                         minlength=self.data.num_classes).tolist()

@@ -1,9 +1,10 @@
 """What a node holds against its in-neighbours' updates, decided from numbers alone: per-class
-prototype norm references and trust from each neighbour's history. Pure and torch-free; the
+prototype norm references, trust from each neighbour's history and the bar of validation. Pure and torch-free; the
 algorithms measure the norms and distances (node.algorithms.common, node.aggregation)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 
@@ -73,6 +74,15 @@ def class_weighted_mean(sums: Sequence[float], total: Sequence[int],
         return None
     weight = sum(weights[c] for c in shared)
     return sum(weights[c] * sums[c] / total[c] for c in shared) / weight
+
+
+def loss_to_beat(start_loss: float, classes: int) -> float:
+    """The fit an update must improve on: the start of round's loss, or ln(`classes`) (the
+    cross-entropy of a uniform guess) where the start fits worse than guessing. After a
+    round of non-IID averaging the start can be confidently wrong on a peer's classes (a
+    loss of 3 on 10 classes), and an update that knows nothing (a random or zeroed model,
+    a uniform guess) would otherwise pass as a cut of a quarter."""
+    return min(start_loss, math.log(classes)) if classes > 1 else start_loss
 
 
 def required_factor(own_loss: float, own_start_loss: float, share: float) -> float:

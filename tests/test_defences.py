@@ -1,6 +1,7 @@
 """The decentralized defences by hand: per-class prototype references, trust from clipping
 history, the reputation rule's arithmetic, and the attack library's crafted models."""
 
+import math
 import types
 
 import pytest
@@ -17,6 +18,7 @@ from node.defences import (
     class_weighted_mean,
     clip_scores,
     fails_validation,
+    loss_to_beat,
     relative_trust,
     required_factor,
     updated_trust,
@@ -137,6 +139,9 @@ def test_a_peer_must_cut_its_loss_by_a_share_of_what_this_nodes_own_round_cut():
     assert not fails_validation(LOSS_FLOOR, 0.05, 0.75)
     assert fails_validation(1.01 * LOSS_FLOOR, 0.05, 0.75)
 
+    assert loss_to_beat(3.0, 10) == pytest.approx(math.log(10))
+    assert loss_to_beat(1.0, 10) == 1.0 and loss_to_beat(0.5, 1) == 0.5
+
 
 class Linear(nn.Module):
     """Logits x @ w, the inputs as their embedding."""
@@ -184,8 +189,8 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
     assert update.peers == [1, 3] and len(update.states) == 3
     assert [(r.peer, r.rule) for r in update.refusals] == [(2, "validation"),
                                                            (4, "validation")]
-    assert "loss on this node's samples of its classes is 1.55, more than 0.732 x the " \
-           "start of round's 0.551" in update.refusals[0].reason
+    assert "loss on this node's samples of its classes is 1.55, more than 0.732 x 0.551 " \
+           "(the start of round's" in update.refusals[0].reason
     assert algorithm.distrusted == {2, 4}
     # the round's prototype step then leaves out peer 2's prototypes
     protos = {"prototypes": Payload({"prototypes": torch.ones(1, 2),
@@ -197,3 +202,33 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
     # validation off (0): nothing is validated
     algorithm.config.aggregation.validation = 0.0
     assert validated(algorithm, model, gather(own, received, 0, plan=plan)).peers == [1, 2, 3, 4]
+
+
+def test_a_model_that_knows_nothing_fails_validation_against_a_start_worse_than_guessing():
+    # the start of round reads class 0 as 1 and 1 as 0, confidently (logit 3): on this
+    # node's one-hot samples its loss is log(e^3 + 2) = 3.1698, worse than a uniform
+    # guess's log 3 = 1.0986, which becomes the fit to beat. On the halved test samples the
+    # start's loss, log(e^1.5 + 2) = 1.8689, is also beaten by log 3, and this node's trained
+    # 3 x identity reaches 0.3690: a cut of 66.4%, so a peer must reach 0.668 x 1.0986 =
+    # 0.734. The all-zero model (a uniform guess, 1.0986) is refused, though measured against
+    # the start it would have cut 65%; identity (0.5514) is kept.
+    x, y = torch.eye(3)[[0, 0, 1, 1]], torch.tensor([0, 0, 1, 1])
+    plan = DataPlan(samples=(4,) * 3, class_counts=torch.tensor([[2, 2, 0], [2, 2, 0],
+                                                                 [2, 2, 0]]))
+    algorithm = types.SimpleNamespace(
+        config=types.SimpleNamespace(aggregation=types.SimpleNamespace(validation=0.5),
+                                     train=types.SimpleNamespace(eval_batch_size=2), seed=1),
+        data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
+                                   num_classes=3, plan=plan),
+        node_id=0, distrusted=set(), start_state={"w": 3 * torch.eye(3)[[1, 0, 2]]})
+    model = Linear()
+    with torch.no_grad():
+        model.w.copy_(3 * torch.eye(3))
+
+    def sent(w):
+        return {"model": Payload({"w": w}, {"samples": 4})}
+    update = validated(algorithm, model, gather(sent(3 * torch.eye(3)),
+                                                {1: sent(torch.zeros(3, 3)),
+                                                 2: sent(torch.eye(3))}, 0, plan=plan))
+    assert update.peers == [2]
+    assert "is 1.1, more than 0.668 x 1.1 " in update.refusals[0].reason

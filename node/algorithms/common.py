@@ -42,6 +42,7 @@ from node.defences import (
     class_references,
     class_weighted_mean,
     fails_validation,
+    loss_to_beat,
     required_factor,
 )
 from node.errors import ProtocolError
@@ -558,8 +559,9 @@ def validation_samples(algorithm: Algorithm) -> tuple[torch.Tensor, torch.Tensor
 
 def own_round_losses(algorithm: Algorithm, model: nn.Module,
                      start: nn.Module) -> tuple[float, float]:
-    """This node's loss after its round and at its start, on its local test samples (on
-    its training samples without any): a peer's model is measured on samples it never
+    """This node's loss after its round and at its start (a uniform guess's where lower:
+    `node.defences.loss_to_beat`), on its local test samples (on its training samples
+    without any): a peer's model is measured on samples it never
     trained on, so this node's own round is too."""
     data = algorithm.data
     x, y = (data.test_x, data.test_y) if len(data.test_y) else validation_samples(algorithm)
@@ -568,7 +570,7 @@ def own_round_losses(algorithm: Algorithm, model: nn.Module,
     for each in (model, start):
         sums, total = loss_per_class(each, x, y, classes, batch)
         losses.append(class_weighted_mean(sums, total, [float(n) for n in total]) or 0.0)
-    return losses[0], losses[1]
+    return losses[0], loss_to_beat(losses[1], classes)
 
 
 def peer_class_weights(algorithm: Algorithm, update: Contributions, index: int) -> list[float]:
@@ -598,7 +600,7 @@ def validated(algorithm: Algorithm, model: nn.Module | None,
               update: Contributions) -> Contributions:
     """`update` less the in-neighbours whose model fails validation on this node's data
     (`node.defences.fails_validation` against the model this node began the round with,
-    asking for aggregation.validation of the cut this node's own round made:
+    or a uniform guess where that fits better: `node.defences.loss_to_beat`, asking for aggregation.validation of the cut this node's own round made:
     `node.defences.required_factor`) and, in a later prototype step of the same round,
     less those peers' prototypes. `model` is this node's travelling model, trained this
     round (None in a step without models)."""
@@ -623,13 +625,14 @@ def validated(algorithm: Algorithm, model: nn.Module | None,
         start = class_weighted_mean(start_sums, total, weights)
         if start is None:
             continue  # no class of the peer's here: nothing to validate it on
+        start = loss_to_beat(start, classes)
         scratch.load_state_dict(dict(update.states[index + 1][0]))
         loss = class_weighted_mean(loss_per_class(scratch, x, y, classes, batch)[0], total,
                                    weights)
         if not math.isfinite(loss) or fails_validation(loss, start, factor):
             refused[peer] = Refusal(peer, "model and prototypes", "validation",
                                     f"its model's loss on this node's samples of its classes "
-                                    f"is {loss:.3g}, more than {factor:.3g} x the start of "
-                                    f"round's {start:.3g}")
+                                    f"is {loss:.3g}, more than {factor:.3g} x {start:.3g} (the "
+                                    f"start of round's, or a uniform guess's where lower)")
     algorithm.distrusted = set(refused)
     return without_peers(update, refused)
