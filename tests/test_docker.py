@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import time
 import warnings
 from pathlib import Path
 
@@ -259,13 +258,11 @@ def test_ctrl_c_stops_every_container_at_once_and_prints_the_table(client, node_
     with protofed_up(config, name) as (process, run_dir):
         for i in range(3):
             wait_for_rounds(run_dir / f"node-{i}.json", 1, timeout=300)
-        started = time.monotonic()
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=120)
-        took = time.monotonic() - started
     assert process.returncode == 130, err
-    # in parallel: one grace period at most, not one per container (5 s each before)
-    assert took < 12, (took, err)
+    # that all are signalled at once, not one grace period each, is tested without an
+    # engine (test_docker_down.py): a bound on the seconds here fails on a loaded machine
     assert "bytes sent" in out and out.count(" stopped") >= 3, out
     assert "per-round CSV:" in err and "results:" in err, err
     assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
