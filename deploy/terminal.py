@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 
+from deploy.launch import insecure_warning
 from deploy.views.pictures import RunFiles
 
 
@@ -32,7 +33,6 @@ def say_files(files: RunFiles) -> None:
 
 def warn_if_insecure(config) -> None:
     """Say it loudly, once, on the terminal: nothing between the nodes is authenticated."""
-    if config.deploy.security == "none":
-        print('protofed: WARNING: deploy.security = "none": peers are not authenticated and '
-              "traffic is plaintext; any process that reaches a node's port can pose as a "
-              "node and feed it anything", file=sys.stderr)
+    warning = insecure_warning(config)
+    if warning:
+        print(f"protofed: WARNING: {warning}", file=sys.stderr)

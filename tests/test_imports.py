@@ -7,7 +7,7 @@ import networkx as nx
 
 from tests.helpers import REPO
 
-PACKAGES = ("node", "topology", "quant", "deploy", "experiments")
+PACKAGES = ("protofed", "node", "topology", "quant", "deploy", "experiments")
 
 
 def module_name(path: Path) -> str:
@@ -84,7 +84,8 @@ def test_the_command_line_knows_backends_only_through_the_launchers():
 def test_deploy_is_two_wings_under_a_thin_command_line():
     """deploy/backends (where nodes run) and deploy/views (what shows a run) never import
     each other; both meet in the run folder (deploy.run_folder); only the command line
-    (deploy.cli, deploy.up, deploy.terminal) imports both, and nothing imports it."""
+    (deploy.cli, deploy.up, deploy.terminal) and the run both it and the Python API start
+    (deploy.launch) import both, and nothing imports the command line."""
     graph = import_graph()
     wing = {name: name.split(".")[1] for name in graph if name.startswith(
         ("deploy.backends", "deploy.views"))}
@@ -96,3 +97,5 @@ def test_deploy_is_two_wings_under_a_thin_command_line():
     assert [(s, t) for s, t in graph.edges if s in wing and t in top] == []
     assert not any(t.startswith("deploy") for s, t in graph.edges if s.startswith(
         ("node", "topology", "quant")))
+    # the Python API starts `up` as a process and reads run folders: never the command line
+    assert not [(s, t) for s, t in graph.edges if s.startswith("protofed") and t in top]

@@ -97,7 +97,7 @@ def test_up_refuses_a_run_id_whose_results_folder_exists_as_a_config_error(tmp_p
     done = protofed("up", "-c", REPO / "examples" / "quick.toml", "--run-id", "taken",
                     "--set", f"deploy.results_dir={tmp_path}", timeout=120)
     assert done.returncode == 2, done.stderr
-    assert f"results folder {tmp_path / 'taken'} already exists: pick another --run-id" \
+    assert f"results folder {tmp_path / 'taken'} already exists: pick another run id (--run-id" \
         in done.stderr
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["node-0.json"]  # untouched
 

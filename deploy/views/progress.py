@@ -1,8 +1,10 @@
-"""Progress of a running federation on the terminal: a live table per node on a terminal,
-plain lines (one per round the whole federation completes) otherwise."""
+"""Progress of a running federation: a live table per node on a terminal, plain lines (one
+per round the whole federation completes) in a pipe or a file, an HTML table redrawn in
+place in a Jupyter notebook."""
 
 from __future__ import annotations
 
+import html
 import sys
 import time
 from collections.abc import Callable
@@ -154,6 +156,52 @@ class LineProgress:
 
     def finish(self) -> None:
         pass
+
+
+def progress_html(results: list[NodeRecord], rounds: int, caption: str) -> str:
+    """The live table's rows as HTML: node, state, rounds done, bytes, last F1."""
+    head = "".join(f"<th>{h}</th>" for h in ("node", "state", "rounds", "bytes sent",
+                                             "bytes received", "last F1"))
+    rows = "".join(
+        f"<tr><td>{r.node}</td><td>{html.escape(node_state(r))}</td>"
+        f"<td><progress max='{rounds}' value='{r.rounds_done}'></progress> "
+        f"{r.rounds_done}/{rounds}</td><td>{r.bytes_sent:,}</td><td>{r.bytes_received:,}</td>"
+        f"<td>{_f1_text(r)}</td></tr>" for r in results)
+    return (f"<table><caption style='caption-side: bottom; text-align: left'>"
+            f"{html.escape(caption)}</caption><tr>{head}</tr>{rows}</table>")
+
+
+class NotebookProgress:
+    """The live table in a Jupyter notebook: one output redrawn in place (IPython's
+    display handles), nothing written to the terminal."""
+
+    def __init__(self, rounds: int, clock: Callable[[], float] = time.monotonic) -> None:
+        from IPython.display import HTML, display
+
+        self.rounds, self.html = rounds, HTML
+        self.timing = Timing(rounds, clock)
+        self.handle = display(HTML("starting the nodes"), display_id=True)
+
+    def show(self, results: list[NodeRecord]) -> None:
+        self.timing.look(results)
+        done = sum(r.rounds_done for r in results) / len(results) if results else 0
+        self.handle.update(self.html(progress_html(results, self.rounds,
+                                                   self.timing.text(done))))
+
+    def finish(self) -> None:
+        pass
+
+
+def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel (IPython's ZMQ shell)."""
+    shell = sys.modules.get("IPython")
+    if shell is None:
+        return False
+    try:
+        running = shell.get_ipython()
+    except AttributeError:
+        return False
+    return running is not None and type(running).__name__ == "ZMQInteractiveShell"
 
 
 def progress_for(rounds: int, stream: TextIO | None = None) -> LiveProgress | LineProgress:

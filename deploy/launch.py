@@ -1,0 +1,241 @@
+"""One federation from its config to its summary, shared by the command line (deploy.up) and
+the Python API (protofed): the backend's launcher prepares and starts it, a progress view
+shows it, and its folder gets the summary, the per-round CSV and the pictures. What it has
+to say goes to `say`; the caller owns the terminal."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deploy.backends.launchers import launcher_for
+from deploy.backends.plan import Plan, new_run_id, prepare_data, write_plan
+from deploy.backends.runner import watch
+from deploy.run_folder import read_node_results
+from deploy.views.dynamics import dynamics
+from deploy.views.monitor import check_port
+from deploy.views.pictures import RunFiles, write_run_files
+from deploy.views.pictures import preload as preload_pictures
+from deploy.views.report import summarize_records
+from deploy.views.tensorboard import TensorBoardExport
+from node.config import from_dict, load
+from node.data.custom import add_search_path
+from node.errors import ConfigError
+from node.record import NodeRecord
+from node.settings import FederationConfig
+
+ENDED_WELL = ("finished", "stopped", "left")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a federation ended: its plan, every node's record, the summary written to its
+    folder, the CSV and pictures, and whether it was interrupted or ran out of time."""
+
+    plan: Plan
+    records: list[NodeRecord]
+    summary: dict[str, Any]
+    files: RunFiles
+    interrupted: bool
+    out_of_time: bool
+    exit_codes: dict[int, int]
+    oom_killed: frozenset[int]
+
+    @property
+    def failed(self) -> list[int]:
+        """Nodes that ended other than finished, stopped from outside or left."""
+        return [n["node"] for n in self.summary["nodes"] if n["status"] not in ENDED_WELL]
+
+    @property
+    def stopped(self) -> list[int]:
+        return [n["node"] for n in self.summary["nodes"] if n["status"] == "stopped"]
+
+    @property
+    def exit_code(self) -> int:
+        """130 when interrupted, 1 when a node failed or was stopped, else 0."""
+        if self.interrupted:
+            return 130
+        return 1 if self.failed or self.stopped else 0
+
+
+def load_config(config: str | Path | Mapping[str, Any] | FederationConfig,
+                overrides: Sequence[str] = ()) -> tuple[FederationConfig, Path]:
+    """A validated config and the source it names in the run folder, from a config file's
+    path, a dict shaped like the file, or a loaded config; `overrides` are `--set` strings.
+    Model and data import paths are looked for beside the file (the current folder
+    otherwise)."""
+    if isinstance(config, FederationConfig):
+        return from_dict(config.to_dict(), source="<config>", overrides=overrides), \
+            Path("<config>")
+    if isinstance(config, Mapping):
+        add_search_path(Path.cwd())
+        return from_dict(dict(config), source="<dict>", overrides=overrides), Path("<dict>")
+    if not isinstance(config, (str, Path)):
+        raise ConfigError(f"config: expected a file path, a dict or a loaded config, not "
+                          f"{type(config).__name__}")
+    add_search_path(Path(config).parent)
+    return load(config, overrides), Path(config)
+
+
+def insecure_warning(config: FederationConfig) -> str | None:
+    """What a run without authentication must say once, or None for a secured one."""
+    if config.deploy.security != "none":
+        return None
+    return ('deploy.security = "none": peers are not authenticated and traffic is plaintext; '
+            "any process that reaches a node's port can pose as a node and feed it anything")
+
+
+def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
+           run_id: str | None, *, say: Callable[[str], None], progress,
+           tensorboard: Path | None = None, monitor_port: int | None = None,
+           on_summary: Callable[[dict], None] | None = None) -> Outcome:
+    """Run `config` to its end: plan, start, watch with `progress` (show/finish), then
+    write the summary (handed to `on_summary` before the pictures are drawn), the CSV and
+    the pictures. `tensorboard`: a folder to write TensorBoard runs into as rounds end;
+    `monitor_port`: serve the monitor page on 127.0.0.1 while it runs."""
+    run_id = run_id or new_run_id(config)
+    overrides = tuple(overrides)
+    launcher = launcher_for(config)  # refuses what its backend cannot run
+    cache_dir = prepare_data(config)  # once per federation, before any node exists
+    plan = launcher.prepare(source, overrides, run_id, cache_dir)
+    # the tensorboard package is looked for before anything is written or started
+    live = TensorBoardExport(tensorboard / run_id, config.to_dict()) if tensorboard else None
+    if monitor_port is not None:
+        check_port("127.0.0.1", monitor_port)  # a busy port stops before any node starts
+    _write_or_release(plan, launcher)
+    if launcher.memory_note:
+        say(launcher.memory_note)
+    say(f"run {run_id}: {config.nodes} {config.algorithm} nodes ({config.deploy.backend}) on "
+        f"{config.topology.kind} topology, {config.rounds} rounds, results in "
+        f"{plan.results_dir}")
+    try:
+        run = launcher.start(plan)
+    except KeyboardInterrupt:  # start() stopped and recorded whatever it had started
+        launcher.release()
+        say("interrupted while starting the nodes")
+        raise
+    page = _start_monitor(plan.results_dir, monitor_port, say) \
+        if monitor_port is not None else None
+    held: dict[int, Any] = {}
+    try:
+        interrupted, out_of_time = _watch(run, config, progress, say, live, held)
+        records = read_node_results(plan.results_dir, config.nodes)
+        if live is not None:
+            live.close(records)
+            say(f"TensorBoard runs: {live.folder} (tensorboard --logdir {live.folder})")
+        summary = _write_summary(plan, config, run, records)
+        if on_summary is not None:
+            on_summary(summary)
+        files = write_run_files(plan.results_dir, records)
+    finally:
+        if page is not None:
+            page.terminate()
+            page.wait()
+        _restore(held)
+    return Outcome(plan, records, summary, files, interrupted, out_of_time,
+                   dict(run.exit_codes), frozenset(getattr(run, "oom_killed", ())))
+
+
+def _write_or_release(plan: Plan, launcher) -> None:
+    """Write the run folder; on failure give back what the launcher reserved."""
+    try:
+        write_plan(plan)
+    except (ConfigError, FileExistsError) as exc:
+        launcher.release()
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
+                          "run id (--run-id; run_id= in Python)") from None
+
+
+def _watch(run, config: FederationConfig, progress, say: Callable[[str], None],
+           live: TensorBoardExport | None, held: dict[int, Any]) -> tuple[bool, bool]:
+    """Show progress (and write the TensorBoard runs, `live`) until every node ended;
+    (interrupted, out of time). Whatever happens, the run's logs are kept and its nodes
+    removed. After an interruption the stop signals stay ignored until the summary is
+    written (`held`: the handlers to put back then)."""
+    interrupted = out_of_time = False
+    show = _preloading(progress.show)
+
+    def show_and_export(records) -> None:
+        show(records)
+        if live is not None:
+            live.update(records)
+
+    try:
+        if not watch(run, show_and_export, deadline=config.timeouts.run or None):
+            out_of_time = True
+            progress.finish()
+            say(f"timeouts.run ({config.timeouts.run:g} s) passed before every node "
+                "finished: stopping the rest")
+            run.stop()
+    except KeyboardInterrupt:
+        # A second Ctrl-C or `kill` must not cut the stop short and leave nodes running:
+        # stopping takes at most the grace period, then the rest is killed.
+        held.update(_ignore_stop_signals())
+        interrupted = True
+        progress.finish()
+        say("interrupted, stopping every node")
+        run.stop()
+    finally:
+        progress.finish()
+        run.save_logs()
+        run.remove()
+    return interrupted, out_of_time
+
+
+def _ignore_stop_signals() -> dict[int, Any]:
+    """Ignore SIGINT and SIGTERM while the nodes stop (in the main thread only: a notebook
+    or a library caller may run this elsewhere); the handlers to put back."""
+    try:
+        return {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM,
+                                                                    signal.SIGINT)}
+    except ValueError:  # not the main thread
+        return {}
+
+
+def _restore(handlers: dict[int, Any]) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+def _preloading(show):
+    """`show`, which also loads the drawing libraries once every node has recorded round 0:
+    after start-up, while the nodes train, so neither start-up nor the end waits for it."""
+    loaded = False
+
+    def show_and_preload(results) -> None:
+        nonlocal loaded
+        show(results)
+        if not loaded and results and all(r.rounds for r in results):
+            loaded = True
+            preload_pictures()
+
+    return show_and_preload
+
+
+def _write_summary(plan: Plan, config: FederationConfig, run, records) -> dict:
+    summary = summarize_records(records, plan.run_id, {
+        "config_digest": plan.federation.config.digest(), "algorithm": config.algorithm,
+        "topology": config.topology.kind, "rounds": config.rounds,
+        "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())},
+        **dynamics(records, config.report.target_f1)},
+        exit_codes=dict(run.exit_codes))
+    (plan.results_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _start_monitor(run_dir: Path, port: int, say: Callable[[str], None]) -> subprocess.Popen:
+    """`protofed monitor` of this run in its own process (nothing threaded in the launcher,
+    which forks nodes); stopped when the run ends."""
+    process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "monitor", str(run_dir),
+                                "--port", str(port)], stdin=subprocess.DEVNULL,
+                               start_new_session=True)
+    say(f"monitor: http://127.0.0.1:{port}/")
+    return process

@@ -1,0 +1,155 @@
+"""The Python API (protofed): its tables by hand, and real federations run from Python outside
+the checkout, in a sweep and in the example notebook."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import protofed
+from deploy.views.progress import in_notebook, progress_html
+from node.errors import ConfigError
+from node.record import Evaluation, NodeRecord, RoundRecord
+from protofed.api import sweep_settings
+from protofed.frames import round_rows
+from tests.helpers import REPO, read_results
+from tests.helpers import protofed as protofed_command
+
+QUICK = REPO / "examples" / "quick.toml"
+
+
+def test_a_round_row_sums_each_kinds_bytes_over_peers_and_names_every_rules_scores():
+    record = RoundRecord(
+        round=1, global_test=Evaluation(accuracy=0.5, f1=0.4, rule="argmax", by_rule={
+            "argmax": {"f1": 0.4, "accuracy": 0.5}, "prototype": {"f1": 0.3, "accuracy": 0.35}}),
+        local_test=Evaluation(accuracy=0.7, f1=0.6), train_seconds=1.0,
+        communication_seconds=0.5, bytes_sent=330, bytes_received=40,
+        bytes_sent_by_peer={"1": {"model": 100, "prototypes": 10}, "2": {"model": 200}},
+        bytes_received_by_peer={"1": {"prototypes": 40}},
+        refusals=[{"peer": 1, "what": "prototypes", "rule": "validation", "reason": "x"}])
+    [row] = round_rows([NodeRecord(node=3, rounds=[record])])
+    assert row == {"node": 3, "round": 1, "f1": 0.4, "accuracy": 0.5, "rule": "argmax",
+                   "local_f1": 0.6, "local_accuracy": 0.7, "f1_argmax": 0.4,
+                   "accuracy_argmax": 0.5, "f1_prototype": 0.3, "accuracy_prototype": 0.35,
+                   "bytes_sent": 330, "bytes_received": 40, "bytes_sent_model": 300,
+                   "bytes_sent_prototypes": 10, "bytes_received_model": 0,
+                   "bytes_received_prototypes": 40, "seconds": 1.5, "refused": 1,
+                   "missing_peers": 0}
+
+
+def test_a_sweep_is_every_combination_of_the_grid_then_each_seed():
+    assert sweep_settings({"a": [1, 2], "b": ["x"]}, [7, 8]) == [
+        {"a": 1, "b": "x", "seed": 7}, {"a": 1, "b": "x", "seed": 8},
+        {"a": 2, "b": "x", "seed": 7}, {"a": 2, "b": "x", "seed": 8}]
+    assert sweep_settings({}, []) == [{}]
+    with pytest.raises(ConfigError, match="sweep grid: a lists no value"):
+        sweep_settings({"a": []}, [])
+    with pytest.raises(ConfigError, match="seed is both in the grid and in seeds"):
+        sweep_settings({"seed": [1]}, [2])
+
+
+def test_load_says_what_a_folder_lacks(tmp_path):
+    with pytest.raises(ConfigError, match="no summary.json \\(not a protofed results folder\\)"):
+        protofed.load(tmp_path)
+    (tmp_path / "federation.json").write_text("{}")
+    with pytest.raises(ConfigError, match="no summary.json \\(the run has not ended\\)"):
+        protofed.load(tmp_path)
+
+
+def test_a_config_of_another_type_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="config: expected a file path, a dict or a loaded "
+                                          "config, not int"):
+        protofed.run(3)
+
+
+def test_the_notebook_table_escapes_its_text_and_outside_a_kernel_is_not_chosen():
+    html = progress_html([NodeRecord(node=0, status="running", rounds_done=1, bytes_sent=1200)],
+                         3, "0:05 elapsed <now>")
+    assert "<td>0</td><td>running</td>" in html and "1/3" in html and "1,200" in html
+    assert "&lt;now&gt;" in html
+    assert not in_notebook()
+
+
+def test_importing_the_api_loads_no_torch():
+    done = subprocess.run([sys.executable, "-c", "import sys, protofed; "
+                           "print(sorted({'torch', 'pandas'} & set(sys.modules)))"],
+                          capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "['pandas']"
+
+
+def _bytes(nodes: list[dict]) -> list[tuple[int, int, int, int]]:
+    return [(n["node"], r["round"], r["bytes_sent"], r["bytes_received"])
+            for n in nodes for r in n["rounds"]]
+
+
+@pytest.mark.integration
+def test_a_run_from_python_outside_the_checkout_has_the_command_lines_bytes(tmp_path, data_dir):
+    settings = ["rounds=2", "data.subset=2000", f"deploy.results_dir={tmp_path / 'results'}"]
+    script = (f"import json, protofed\n"
+              f"run = protofed.run({str(QUICK)!r}, overrides={settings!r}, run_id='api', "
+              f"progress=False)\n"
+              f"print(json.dumps(run.rounds[['node', 'round', 'bytes_sent', 'bytes_received']]"
+              f".values.tolist()))\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env = {**os.environ, "PROTOFED_DATA_DIR": str(data_dir)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=outside, capture_output=True,
+                          text=True, timeout=600, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    rows = [tuple(row) for row in json.loads(done.stdout.splitlines()[-1])]
+    assert sorted({(node, round_) for node, round_, _, _ in rows}) == [
+        (node, round_) for node in range(5) for round_ in range(3)]
+    cli = protofed_command("up", "-c", QUICK, "--run-id", "cli",
+                           *[part for s in settings for part in ("--set", s)], timeout=600,
+                           env=env)
+    assert cli.returncode == 0, cli.stderr
+    assert rows == _bytes(read_results(tmp_path / "results" / "cli")[1])
+    # read back from its folder, the same tables
+    again = protofed.load(tmp_path / "results" / "api")
+    assert again.rounds[["node", "round", "bytes_sent", "bytes_received"]].values.tolist() \
+        == [list(row) for row in rows]
+    assert again.nodes["status"].tolist() == ["finished"] * 5
+
+
+@pytest.mark.integration
+def test_a_sweep_over_two_seeds_is_one_table_with_a_column_per_swept_key(tmp_path, data_dir):
+    config = {"name": "sweep", "nodes": 2, "rounds": 1,
+              "data": {"dataset": "mnist", "subset": 1000, "dir": str(data_dir)},
+              "deploy": {"results_dir": str(tmp_path)}}
+    frame = protofed.sweep(config, grid={"aggregation.rule": ["mean"]}, seeds=[1, 2],
+                           progress=False)
+    assert list(frame.columns[:3]) == ["run_id", "aggregation.rule", "seed"]
+    assert len(frame) == 2 * 2 * 2  # seeds x nodes x rounds 0-1
+    assert frame.groupby("seed")["run_id"].nunique().tolist() == [1, 1]
+    assert frame["run_id"].nunique() == 2
+    runs = [protofed.load(tmp_path / run_id) for run_id in frame["run_id"].unique()]
+    assert [run.summary["nodes"][0]["status"] for run in runs] == ["finished", "finished"]
+    by_seed = frame[frame["round"] == 1].set_index(["seed", "node"])["f1"]
+    assert not by_seed.isna().any() and isinstance(frame, pd.DataFrame)
+
+
+@pytest.mark.integration
+def test_the_example_notebook_runs_and_shows_progress_as_a_table_not_lines(tmp_path, data_dir,
+                                                                           monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    for name in ("python-api.ipynb", "quick.toml"):
+        shutil.copy(REPO / "examples" / name, tmp_path / name)
+    notebook = nbformat.read(tmp_path / "python-api.ipynb", as_version=4)
+    monkeypatch.setenv("PROTOFED_DATA_DIR", str(data_dir))
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [out for cell in notebook.cells if cell.cell_type == "code"
+               for out in cell.outputs]
+    assert not [out for out in outputs if out.output_type == "error"]
+    streamed = "".join(out.get("text", "") for out in outputs if out.output_type == "stream")
+    assert "round 1/2" not in streamed  # no progress lines: the table below
+    tables = [out for out in outputs if out.output_type == "display_data"
+              and "<progress" in out.get("data", {}).get("text/html", "")]
+    assert tables, "no progress table was displayed"
+    assert "finished" in streamed  # the end table printed by run.table()
+    assert len(list((tmp_path / "results").iterdir())) == 3  # the run and the sweep's two
