@@ -25,6 +25,7 @@ from node.errors import ConfigError, ProtofedError
 from node.federation import read as read_federation
 from node.lifecycle import exit_now
 from node.settings import BACKENDS
+from node.wording import counted
 
 log = logging.getLogger("protofed")
 
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 "report": cmd_report, "tensorboard": cmd_tensorboard,
                 "monitor": cmd_monitor}[args.command](args)
     except ProtofedError as exc:
-        print(f"protofed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"protofed: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
     except KeyboardInterrupt:  # before any node started (e.g. while building the image)
         print("protofed: interrupted", file=sys.stderr)
@@ -214,7 +215,7 @@ def cmd_compose(args: argparse.Namespace) -> int:
     compose, stack, image, folder = (written.compose, written.stack, written.image,
                                      written.results_dir)
     print(compose)
-    print(f"""protofed: wrote {compose} and {stack.name} for {config.nodes} nodes (image {image}).
+    print(f"""protofed: wrote {compose} and {stack.name} for {counted(config.nodes, 'node')} (image {image}).
   one host:  docker-compose -f {compose} -p {run_id} up
   swarm:     docker stack deploy -c {stack} {run_id}
   then:      protofed down {run_id}   (stops what is left, keeps the logs, removes the network)

@@ -29,6 +29,7 @@ from node.data.custom import add_search_path
 from node.errors import ConfigError
 from node.record import NodeRecord
 from node.settings import FederationConfig
+from node.wording import counted
 
 ENDED_WELL = ("finished", "stopped", "left")
 
@@ -111,9 +112,9 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     _write_or_release(plan, launcher)
     if launcher.memory_note:
         say(launcher.memory_note)
-    say(f"run {run_id}: {config.nodes} {config.algorithm} nodes ({config.deploy.backend}) on "
-        f"{config.topology.kind} topology, {config.rounds} rounds, results in "
-        f"{plan.results_dir}")
+    say(f"run {run_id}: {counted(config.nodes, config.algorithm + ' node')} "
+        f"({config.deploy.backend}) on {config.topology.kind} topology, "
+        f"{counted(config.rounds, 'round')}, results in {plan.results_dir}")
     try:
         run = launcher.start(plan)
     except KeyboardInterrupt:  # start() stopped and recorded whatever it had started

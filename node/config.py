@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import tomllib
 import types
 import typing
@@ -77,7 +78,7 @@ def from_dict(raw: dict[str, Any], *, source: str = "<config>",
     try:
         return _from_dict(raw, source, overrides)
     except ConfigError as exc:
-        raise _blame_overrides(exc, source, overrides) from None
+        raise blame_overrides(exc, source, overrides) from None
 
 
 def _from_dict(raw: dict[str, Any], source: str,
@@ -126,14 +127,25 @@ def _read_scenario_file(raw: dict[str, Any], source: str) -> None:
     raw["scenario"] = {"file": "", "events": events}
 
 
-def _blame_overrides(exc: ConfigError, source: str,
-                     overrides: typing.Sequence[str]) -> ConfigError:
-    """The error re-worded to name the --set option when the key it names came from one."""
+def blame_overrides(exc: ConfigError, source: str,
+                    overrides: typing.Sequence[str]) -> ConfigError:
+    """The error re-worded to name the --set options behind it: the one whose key it names
+    ("--set topology.k=3: ..."), else those that set keys of the table it is about
+    ("quick.toml with --set topology.kind=k_regular: [topology] ...")."""
     text = str(exc)
+    if not text.startswith(f"{source}: "):
+        return exc
+    rest = text[len(source) + 2:]
     for item in overrides:
         key = item.partition("=")[0].strip()
-        if text.startswith((f"{source}: {key} ", f"{source}: {key}[")):
-            return ConfigError(f"--set {item.strip()}: {text[len(source) + 2:]}")
+        if key and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", rest):
+            return ConfigError(f"--set {item.strip()}: {rest}")
+    table = re.match(r"\[?([a-z_]+)[\]:. ]", rest)
+    involved = [item.strip() for item in overrides if table and
+                item.partition("=")[0].strip().split(".")[0] == table.group(1)]
+    if involved:
+        return ConfigError(f"{source} with " + " ".join(f"--set {item}" for item in involved)
+                           + f": {rest}")
     return exc
 
 
@@ -471,7 +483,8 @@ def _check_deploy(c: FederationConfig, source: str) -> None:
     _check(len(c.deploy.pin) <= c.nodes, source, "deploy.pin",
            f"names machines for {len(c.deploy.pin)} nodes, but there are {c.nodes}")
     _check(c.deploy.backend != "swarm" or bool(c.deploy.registry), source, "deploy.registry",
-           'the swarm backend needs a registry every machine can pull from ("host:port")')
+           'must name a registry every machine can pull from ("host:port") for the swarm '
+           "backend")
     _check(c.deploy.security != "none" or c.deploy.backend not in SHARED_NETWORK_BACKENDS
            or c.deploy.allow_insecure, source, "deploy.security",
            f'"none" on the {c.deploy.backend} backend lets anything on its network pose as a '
@@ -501,12 +514,13 @@ def _check_links(c: FederationConfig, source: str) -> None:
     named = [("links", c.links.default())] + [
         (f"links.edges[{i}]", values) for i, (_, _, _, values) in enumerate(c.links.overrides())]
     for where, values in named:
-        try:
-            for key, value in values.items():
+        for key, value in values.items():
+            try:
                 if str(value).strip():
                     parse_condition(key, str(value))
-        except ValueError as exc:
-            raise ConfigError(f"{source}: {where}: {exc}") from None
+            except ValueError as exc:
+                # the parser's words begin with the condition's name
+                raise ConfigError(f"{source}: {where}.{exc}") from None
 
 
 SECTION_CHECKS = (_check_federation, _check_topology, _check_data, _check_model,

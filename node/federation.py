@@ -17,7 +17,7 @@ from typing import Any
 
 import networkx as nx
 
-from node.config import from_dict
+from node.config import blame_overrides, from_dict
 from node.errors import ConfigError, ProtofedError
 from node.settings import FederationConfig
 from node.topology_settings import build_graph, connections, link_conditions, schedule_over
@@ -96,10 +96,19 @@ class Federation:
 
 
 def resolve(config: FederationConfig, binds: Sequence[str], addresses: Sequence[str],
-            source: str = "<config>") -> Federation:
+            source: str = "<config>", overrides: Sequence[str] = ()) -> Federation:
     """Build the graph (once: a graph file is read here and nowhere else), draw every round,
     resolve every connection's link conditions, and give node i the bind and reach
-    addresses binds[i], addresses[i]; a ConfigError names [topology] or [links]."""
+    addresses binds[i], addresses[i]; a ConfigError names [topology] or [links], and the
+    `overrides` (--set options) that set their keys."""
+    try:
+        return _resolve(config, binds, addresses, source)
+    except ConfigError as exc:
+        raise blame_overrides(exc, source, overrides) from None
+
+
+def _resolve(config: FederationConfig, binds: Sequence[str], addresses: Sequence[str],
+             source: str) -> Federation:
     if not len(binds) == len(addresses) == config.nodes:
         raise ConfigError(f"need {config.nodes} addresses, got {len(binds)} and "
                           f"{len(addresses)}")

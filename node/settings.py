@@ -15,7 +15,7 @@ from typing import Any
 from topology import BUILDERS
 from topology.links import PROFILES as LINK_PROFILES
 
-TOPOLOGY_KINDS = (*BUILDERS, "file")
+TOPOLOGY_KINDS = tuple(BUILDERS)  # "file" among them
 
 # Allowed values owned by other modules (datasets, partitions, topologies, codecs, models,
 # aggregation rules, algorithms) are read from those modules; these are the config's own.

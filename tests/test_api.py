@@ -75,9 +75,9 @@ def test_the_notebook_table_escapes_its_text_and_outside_a_kernel_is_not_chosen(
 
 
 def test_importing_the_api_loads_no_torch():
-    done = subprocess.run([sys.executable, "-c", "import sys, protofed; "
-                           "print(sorted({'torch', 'pandas'} & set(sys.modules)))"],
-                          capture_output=True, text=True, check=True, timeout=120)
+    script = "import sys, protofed; print(sorted({'torch', 'pandas'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True, timeout=120)
     assert done.stdout.strip() == "['pandas']"
 
 

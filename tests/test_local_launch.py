@@ -37,7 +37,7 @@ def test_capacity_counts_the_shared_part_once_and_each_node_by_its_in_degree():
     assert capacity.need(config, FOOTPRINT, [4] * 20, container=False)[0] == \
         300 * MiB + 20 * 44 * MiB
     check_memory(config, FOOTPRINT, [4] * 20, 2 * 1024**3, container=False, where="here")
-    with pytest.raises(DeployError, match=r"20 local nodes need about 1.2 GiB \(measured 300 "
+    with pytest.raises(DeployError, match=r"20 local nodes would need about 1.2 GiB \(measured 300 "
                                           r"MiB shared by all, 44 MiB per node\) but here has "
                                           r"1.0 GiB"):
         check_memory(config, FOOTPRINT, [4] * 20, 1024**3, container=False, where="here")
@@ -86,7 +86,7 @@ def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(
                     f"data.dir={data_dir}", "--set", f"deploy.results_dir={tmp_path}",
                     timeout=120)
     assert done.returncode == 1, done.stderr
-    assert f"{nodes} local nodes need about" in done.stderr
+    assert f"{nodes} local nodes would need about" in done.stderr
     assert "(measured " in done.stderr and "MiB shared by all" in done.stderr
     assert not any(tmp_path.iterdir())  # nothing was planned or started
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from node.config import FederationConfig, memory_bytes
 from node.errors import DeployError
+from node.wording import counted
 
 if TYPE_CHECKING:
     from deploy.backends.plan import Plan
@@ -119,10 +120,10 @@ def check_memory(config: FederationConfig, footprint: NodeFootprint | None,
     """Refuse nodes (their in-degrees given) that would not fit in `available` bytes of
     `where` (0: unknown, nothing is refused); else say in one line what they need."""
     needed, source = need(config, footprint, in_degrees, container)
-    nodes = f"{len(in_degrees)} {'' if container else 'local '}nodes"
+    nodes = counted(len(in_degrees), "node" if container else "local node")
     if available and needed > HEADROOM * available:
         raise DeployError(
-            f"{nodes} need about {needed / GiB:.1f} GiB ({source}) but {where} has "
+            f"{nodes} would need about {needed / GiB:.1f} GiB ({source}) but {where} has "
             f"{available / GiB:.1f} GiB available: use fewer nodes, a smaller "
             "deploy.memory, or a larger host")
     have = f"{available / GiB:.1f} GiB available" if available else "availability unknown"

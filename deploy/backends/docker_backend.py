@@ -80,7 +80,7 @@ def plan_docker(config: FederationConfig, source: Path, overrides: tuple[str, ..
                                                                          dir=DATA_MOUNT))
     federation = resolve(in_containers, [f"tcp://0.0.0.0:{port}"] * config.nodes,
                          [f"tcp://{container_name(run_id, i)}:{port}"
-                          for i in range(config.nodes)], str(source))
+                          for i in range(config.nodes)], str(source), overrides)
     return Plan(run_id=run_id, source=source.resolve(), overrides=overrides,
                 results_dir=Path(config.deploy.results_dir).resolve() / run_id,
                 federation=federation)

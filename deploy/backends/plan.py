@@ -50,7 +50,7 @@ def plan_local(config: FederationConfig, source: Path, overrides: tuple[str, ...
     if len(ports) != config.nodes:
         raise ConfigError(f"need {config.nodes} ports, got {len(ports)}")
     addresses = [f"tcp://{config.deploy.host}:{port}" for port in ports]
-    federation = resolve(config, addresses, addresses, str(source))
+    federation = resolve(config, addresses, addresses, str(source), overrides)
     if federation.shaped_links:  # told apart by the sender's address: each node its own
         federation = federation.with_sources([loopback_source(i) for i in range(config.nodes)])
     return Plan(run_id=run_id, source=source.resolve(), overrides=overrides,
