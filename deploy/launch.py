@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from deploy.backends.launchers import launcher_for
-from deploy.backends.plan import Plan, new_run_id, prepare_data, write_plan
+from deploy.backends.plan import (
+    Plan,
+    ensure_results_dir,
+    new_run_id,
+    prepare_data,
+    write_plan,
+)
 from deploy.backends.runner import watch
 from deploy.run_folder import read_node_results
 from deploy.views.dynamics import dynamics
@@ -103,6 +109,7 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     run_id = run_id or new_run_id(config)
     overrides = tuple(overrides)
     launcher = launcher_for(config)  # refuses what its backend cannot run
+    ensure_results_dir(config, source, overrides)
     cache_dir = prepare_data(config)  # once per federation, before any node exists
     plan = launcher.prepare(source, overrides, run_id, cache_dir)
     # the tensorboard package is looked for before anything is written or started

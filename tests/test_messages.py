@@ -69,3 +69,15 @@ def test_counts_of_one_are_singular():
     with pytest.raises(DeployError, match=r"^1 local node would need about"):
         check_memory(from_dict({"nodes": 1}), footprint, [0], 2**20, container=False,
                      where="here")
+
+
+@pytest.mark.parametrize("where", ["a-file", "/proc/protofed-results"])
+def test_a_results_folder_that_cannot_hold_the_run_stops_it_in_one_line(tmp_path, capsys,
+                                                                        where):
+    (tmp_path / "a-file").write_text("not a folder")
+    folder = tmp_path / where if where == "a-file" else where
+    assert cli.main(["up", "-c", str(QUICK), "--set", f"deploy.results_dir={folder}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"protofed: --set deploy.results_dir={folder}: deploy.results_dir "
+                          f"'{folder}': cannot hold the run's folder: "), err
+    assert "Traceback" not in err and len(err.splitlines()) == 1

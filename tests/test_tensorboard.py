@@ -31,9 +31,11 @@ def finished(data_dir, tmp_path_factory):
     return config, [NodeRecord.from_dict(r) for r in results]
 
 
-def test_event_files_read_back_equal_the_node_records(finished, tmp_path):
+def test_event_files_read_back_equal_the_node_records_after_a_second_export(finished,
+                                                                            tmp_path):
     config, records = finished
     export(records, config.to_dict(), tmp_path)
+    export(records, config.to_dict(), tmp_path)  # again: each point once, not twice
     for node in records:
         events = read(tmp_path / f"node-{node.node}")
         for tag in scalars(node.rounds[-1]):

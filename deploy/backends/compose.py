@@ -25,7 +25,14 @@ from deploy.backends.docker_backend import (
 )
 from deploy.backends.docker_backend import connect as connect_engine
 from deploy.backends.launchers import refuse_user_code
-from deploy.backends.plan import Plan, host_data_dir, keys_dir, prepare_data, write_plan
+from deploy.backends.plan import (
+    Plan,
+    ensure_results_dir,
+    host_data_dir,
+    keys_dir,
+    prepare_data,
+    write_plan,
+)
 from deploy.backends.swarm_backend import (
     CONFIG_TARGET,
     NODE_LABEL,
@@ -192,6 +199,7 @@ def compose_run(config: FederationConfig, source: Path, overrides: tuple[str, ..
         raise ConfigError('deploy.security = "none" in a Compose file or a Swarm stack lets '
                           'anything on their network pose as a node: use "curve", or also '
                           "set deploy.allow_insecure = true")
+    ensure_results_dir(config, source, overrides)
     cache_dir = prepare_data(config)
     data_dir = host_data_dir(config).resolve()
     plan = plan_docker(config, source, overrides, run_id)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime
 import json
 import socket
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.run_folder import FEDERATION_FILE
+from node.config import blame_overrides
 from node.data import default_data_dir, ensure_dataset
 from node.errors import ConfigError
 from node.federation import Federation, Member, resolve
@@ -118,10 +120,34 @@ def keys_dir(plan: Plan) -> Path:
     return plan.results_dir / KEYS_DIR
 
 
+def ensure_results_dir(config: FederationConfig, source: Path,
+                       overrides: tuple[str, ...] = ()) -> Path:
+    """deploy.results_dir, created if need be and tried for writing, before anything else
+    is prepared: a folder that cannot hold the run (a file, under /proc, read-only) is a
+    config error naming the file or --set option that gave it, not a traceback once the
+    nodes are planned."""
+    folder = Path(config.deploy.results_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        error = ConfigError(f"{source}: deploy.results_dir {str(folder)!r}: cannot hold the "
+                            f"run's folder: {exc.strerror or exc}")
+        raise blame_overrides(error, str(source), overrides) from None
+    return folder
+
+
 def write_plan(plan: Plan) -> Path:
     """Create the run directory with the federation file and, unless security is off, a
     fresh keypair per node; return the federation file's path."""
-    plan.results_dir.mkdir(parents=True, exist_ok=False)
+    try:
+        plan.results_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise ConfigError(f"deploy.results_dir: cannot create the run's folder "
+                          f"{plan.results_dir}: {exc.strerror or exc}") from None
     (plan.results_dir / "logs").mkdir()
     if plan.federation.config.deploy.security == "curve":
         write_keys(keys_dir(plan), generate_keys(len(plan.nodes)))

@@ -101,7 +101,11 @@ class TensorBoardExport:
 
 
 def export(records: list[NodeRecord], config: dict[str, Any], folder: Path) -> Path:
-    """A finished run's records as TensorBoard runs under `folder`."""
+    """A finished run's records as TensorBoard runs under `folder`, in place of the event
+    files an earlier export left there (TensorBoard reads every file of a run: a second
+    export would draw each point twice)."""
     writer = TensorBoardExport(folder, config)
+    for earlier in Path(folder).glob("node-*/**/events.out.tfevents.*"):
+        earlier.unlink()
     writer.close(records)
     return folder
