@@ -34,14 +34,22 @@ class TopologyConfig:
     """Who sends to whom: a builder name and its parameters."""
 
     kind: str = "fully_connected"
+    """Who sends to whom: a graph builder (see Topologies), or "file" for `path`'s graph."""
     p: float = 0.5
+    """Edge probability of `random`; rewiring probability of `small_world`."""
     k: int = 2
+    """Degree of `k_regular`, nearest neighbours of `small_world`, peers per round of
+    `epidemic`."""
     seed: int | None = None
+    """Seed for the random graphs; unset: the federation's `seed`."""
     path: str = ""
+    """The graph file read when `kind = "file"`: .graphml, node-link .json or an edge list."""
     directed: bool = False
-    # draw the random graph again every N rounds from the seed and the round (0: never;
-    # epidemic and one_peer_exponential change every round unless N says otherwise)
+    """An edge-list file's edges go one way only (GraphML and node-link JSON say so
+    themselves)."""
     resample_every: int = 0
+    """Draw the random graph again every N rounds from the seed and the round (0: never;
+    epidemic and one_peer_exponential change every round unless N says otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -49,14 +57,25 @@ class DataConfig:
     """Which dataset, where its files are and how it is split among nodes."""
 
     dataset: str = "mnist"
+    """A built-in dataset, or a loader of yours, "package.module:function"."""
     dir: str = ""
+    """Dataset folder on the machine running `protofed`; empty: $PROTOFED_DATA_DIR, else
+    ./data."""
     download: bool = True
+    """The launcher tries the public download when files are missing (nodes never download)."""
     partition: str = "iid"
+    """How the training samples are split among the nodes."""
     classes_fraction: float = 0.6
+    """Share of the classes each node sees, under `partition = "classes"`; in (0, 1]."""
     alpha: float = 0.5
+    """Dirichlet concentration, under `partition = "dirichlet"`; positive."""
     subset: int = 0
+    """Use a stratified subset of this many samples (0: all)."""
     global_test_fraction: float = 0.1
+    """Share of the samples held out as the global test set (the paper's split); in [0, 1)."""
     local_train_fraction: float = 0.8
+    """Share of each node's samples it trains on, the rest its local test set (the paper's
+    split); in (0, 1]."""
 
 
 @dataclass(frozen=True)
@@ -64,10 +83,15 @@ class ModelGroup:
     """Different architectures for some nodes; empty values keep the [model] setting."""
 
     nodes: list[int] = field(default_factory=list)
+    """The node ids this group's architectures are for (required; no node in two groups)."""
     teacher: str = ""
+    """The teacher-role architecture of these nodes; empty: [model]'s."""
     student: str = ""
+    """The student architecture of these nodes; empty: [model]'s."""
     teacher_channels: list[int] = field(default_factory=list)
+    """The teacher's widths for these nodes; empty: [model]'s."""
     student_channels: list[int] = field(default_factory=list)
+    """The student's widths for these nodes; empty: [model]'s."""
 
 
 @dataclass(frozen=True)
@@ -78,11 +102,22 @@ class ModelConfig:
     """
 
     teacher: str = "auto"
+    """A built-in architecture or a factory of yours, "package.module:function"; "auto": the
+    CNN pair for (Fashion-)MNIST and datasets of yours, ResNet18/8 for CIFAR-10, ResNet32/18
+    for CIFAR-100."""
     student: str = "auto"
+    """The student's architecture, as for `teacher`."""
     teacher_channels: list[int] = field(default_factory=list)
+    """Conv widths (CNN) or stage widths (ResNet) of the teacher; empty: the defaults in
+    node/models.py."""
     student_channels: list[int] = field(default_factory=list)
+    """The student's widths, as for `teacher_channels` (the default student CNN: half the
+    teacher's)."""
     embedding_dim: int = 0
+    """Size of the embedding (first linear layer) that prototypes live in; 0: the default."""
     groups: list[ModelGroup] = field(default_factory=list)
+    """Other architectures for some nodes (prototype-only methods such as FedProto): see
+    [[model.groups]]."""
 
     def for_node(self, node_id: int) -> ModelConfig:
         """This config with the settings of the group that lists `node_id` applied."""
@@ -100,18 +135,33 @@ class TrainConfig:
     """Local training hyper-parameters shared by every algorithm."""
 
     epochs: int = 1
+    """Local epochs per round."""
     batch_size: int = 64
+    """Training batch size."""
     optimizer: str = "sgd"
+    """"sgd" (the papers': lr, momentum, weight decay) or "adam" (lr, weight decay,
+    adam_betas, amsgrad); FedHP keeps its own pair (SGD for the backbone, Adam for the
+    prototypes)."""
     lr: float = 0.01
+    """Learning rate."""
     momentum: float = 0.9
+    """SGD momentum; in [0, 1)."""
     weight_decay: float = 0.0
-    amsgrad: bool = False  # Adam only
+    """Weight decay (L2 penalty)."""
+    amsgrad: bool = False
+    """Adam's amsgrad variant (Adam only)."""
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """Adam's two betas, each in [0, 1)."""
     # 256 images through the CNN need ~25 MB of activations; 1000 needed ~100 MB in every
     # node at the same moment (evaluation follows each round everywhere at once)
     eval_batch_size: int = 256
+    """Batch size for evaluation and prototypes (memory: every node evaluates at the same
+    moment)."""
     device: str = "auto"
+    """Where nodes train: "auto" (CUDA if present), "cpu" or "cuda"."""
     threads: int = 0
+    """Torch threads per node; 0: the cores shared among the local nodes, so they do not
+    oversubscribe the machine."""
 
 
 @dataclass(frozen=True)
@@ -120,9 +170,15 @@ class ExchangeConfig:
     embeddings the prototypes of model-sharing methods come from."""
 
     codec: str = "int16"
+    """Codec for the model that travels (the student's, for ProFe)."""
     prototype_codec: str = ""
+    """Codec for prototypes; empty: `codec`."""
     prototypes_from: str = "aggregated"
-    max_message_bytes: int = 0  # 0: from the model (node.runtime.message_bound)
+    """ProFe/FedPR: prototypes from the aggregated model in a second exchange step, or "local"
+    (the papers' order)."""
+    max_message_bytes: int = 0
+    """Largest frame and message accepted from a neighbour; 0: twice the largest message of
+    the node's algorithm at fp32, plus 1 MiB (node.runtime.message_bound); else >= 1024."""
 
 
 @dataclass(frozen=True)
@@ -130,16 +186,20 @@ class AggregationConfig:
     """How models and prototypes from in-neighbours are combined (see node.aggregation)."""
 
     rule: str = "mean"
+    """How in-neighbours' models and prototypes are combined (see Robust aggregation)."""
     trim_fraction: float = 0.2
-    # a peer's model, or a prototype of it, with a norm above norm_bound times this node's
-    # own (its model; its largest prototype) is left out under every rule (0: never)
+    """Share cut from each end under "trimmed_mean"; in [0, 0.5)."""
     norm_bound: float = 3.0
-    # "reputation": how much of a neighbour's trust is its history (the rest: this round)
+    """A peer's model, or a prototype of it, with a norm above this many times this node's
+    own (its model; its largest prototype) is left out under every rule (0: never; else >= 1)."""
     trust_memory: float = 0.5
-    # a peer's model must cut the loss on this node's samples of the peer's classes, from the
-    # model this node began the round with, by this share of the cut this node's own round
-    # made on its own samples; else it is refused with the peer's prototypes (0: never)
+    """Under "reputation", the share of an in-neighbour's trust kept from earlier rounds each
+    round (the rest: this round); in [0, 1)."""
     validation: float = 0.5
+    """A peer's model must cut the loss on this node's samples of the peer's classes, from the
+    model this node began the round with, by this share of the cut this node's own round made
+    on its own samples; else it is refused with its prototypes that round (0: never); in
+    [0, 1]."""
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the aggregation functions."""
@@ -153,10 +213,17 @@ class TimeoutConfig:
     `run`: for the whole run, after which `protofed up` stops what is left (0 = never)."""
 
     startup: float = 60.0
+    """Seconds to wait for all neighbours at start-up (then an error naming the missing ones)."""
     round: float = 300.0
+    """Seconds to wait for in-neighbours each round before aggregating without them."""
     shutdown: float = 10.0
+    """Seconds to wait for neighbours' goodbyes and to deliver the last messages."""
     absent: float = 5.0
+    """Seconds to wait each round for an in-neighbour that missed the previous one (0 to
+    `round`)."""
     run: float = 86400.0
+    """Seconds `protofed up` lets the whole run take before it stops every node still
+    running (0: no limit)."""
 
 
 @dataclass(frozen=True)
@@ -164,27 +231,50 @@ class DeployConfig:
     """Where and how the nodes run."""
 
     backend: str = "local"
+    """Where nodes run: "local" processes, "docker" containers or "swarm" services on a Docker
+    Swarm; `protofed up --backend` overrides it."""
     host: str = "127.0.0.1"
+    """The address local nodes listen on."""
     base_port: int = 0
+    """Local nodes listen on `base_port + i`; 0: free ports. The launcher binds each port and
+    hands the listening socket to its node, so no other process can take it in between."""
     results_dir: str = "results"
+    """Where runs are written."""
     cores: int = 0
+    """Cores to share among local nodes (0: all available)."""
     image: str = ""
+    """docker: the node image to use; empty: build `protofed-node:<content hash>`."""
     base_image: str = "python:3.11-slim"
+    """docker: base of the node image when it is on this machine or can be pulled; otherwise
+    the local Debian base (`protofed-base:bookworm`, made once with debootstrap)."""
     cpus: float = 0.0
+    """CPUs per node: a container's limit (0: no limit)."""
     memory: str = ""
+    """Memory per node, like "512m" or "1g": a container's limit (empty: 1.5 times the
+    measured estimate), and what the capacity check counts per node on every backend
+    instead of measuring one."""
     port: int = 5555
+    """docker: the port each node listens on inside its container."""
     security: str = "curve"
-    # security = "none" on Docker or a Swarm needs this too: the network there may be shared
+    """"curve": authenticated, encrypted peers with a fresh keypair per node per run; "none":
+    plaintext, peers identified by what they claim (a warning on the terminal and in every
+    node's log)."""
     allow_insecure: bool = False
+    """Must be true as well for `security = "none"` on Docker or a Swarm (and in `protofed
+    compose` files): the network there may be shared."""
     restarts: int = 0
-    # swarm backend: the manager's Docker API ("" = $DOCKER_HOST, else the local engine),
-    # the registry every machine pulls the node image from, and where nodes run ("spread":
-    # node i on the i-th machine in turn; "swarm": wherever the scheduler puts it), with
-    # `pin[i]` a machine's hostname for node i ("" = by placement)
+    """local: how many times the launcher starts a crashed node again (it rejoins at the
+    federation's next round)."""
     manager: str = ""
+    """swarm: the manager's Docker API; empty: $DOCKER_HOST, else the local engine."""
     registry: str = ""
+    """swarm: "host:port" of the registry every machine pulls the node image from (required
+    there; with `protofed compose`, a stack with no host path)."""
     placement: str = "spread"
+    """swarm: "spread" (node i on the i-th machine in turn) or "swarm" (wherever the scheduler
+    puts it)."""
     pin: list[str] = field(default_factory=list)
+    """swarm: `pin[i]` a machine's hostname for node i ("": by placement)."""
 
 
 @dataclass(frozen=True)
@@ -192,11 +282,17 @@ class LinkEdge:
     """Conditions for one directed edge (nodes = [sender, receiver]), or both ways."""
 
     nodes: list[int] = field(default_factory=list)
+    """The edge as [sender, receiver] (required)."""
     both_ways: bool = False
+    """The conditions hold for [receiver, sender] too."""
     bandwidth: str = ""
+    """This edge's bandwidth; empty: the default (see Link conditions)."""
     delay: str = ""
+    """This edge's delay; empty: the default."""
     jitter: str = ""
+    """This edge's delay jitter; empty: the default."""
     loss: str = ""
+    """This edge's packet loss; empty: the default."""
 
 
 @dataclass(frozen=True)
@@ -205,11 +301,17 @@ class LinksConfig:
     graph's edge attributes, then `edges`; empty values leave a condition off."""
 
     profile: str = ""
+    """Named conditions every edge starts from (empty: none)."""
     bandwidth: str = ""
+    """Every edge's bandwidth (see Link conditions); empty: not shaped."""
     delay: str = ""
+    """Every edge's delay; empty: none."""
     jitter: str = ""
+    """Every edge's delay jitter; empty: none."""
     loss: str = ""
+    """Every edge's packet loss; empty: none."""
     edges: list[LinkEdge] = field(default_factory=list)
+    """One edge's conditions (or a pair's): see [[links.edges]]."""
 
     def default(self) -> dict[str, str]:
         """The conditions every edge starts from: the profile's, then this table's."""
@@ -233,11 +335,17 @@ class ScenarioEvent:
     undirected edges [u, v] that go down or come back up."""
 
     round: int = 0
+    """The round at whose start the event happens."""
     leave: list[int] = field(default_factory=list)
+    """Nodes that leave."""
     back: list[int] = field(default_factory=list)
+    """Nodes that come back after leaving."""
     join: list[int] = field(default_factory=list)
+    """Nodes that join for the first time (absent until then)."""
     edge_down: list[list[int]] = field(default_factory=list)
+    """Undirected edges [u, v] that go down."""
     edge_up: list[list[int]] = field(default_factory=list)
+    """Undirected edges [u, v] that come back up."""
 
 
 @dataclass(frozen=True)
@@ -245,18 +353,22 @@ class ScenarioConfig:
     """Churn by round: events here, or in a TOML file of [[events]] (read at the entrance)."""
 
     file: str = ""
+    """A TOML file of [[events]] (see Churn), read when the config is loaded; not with
+    `events`."""
     events: list[ScenarioEvent] = field(default_factory=list)
+    """Churn by round (see Churn): see [[scenario.events]]."""
 
 
 @dataclass(frozen=True)
 class ReportConfig:
     """What the run reports beyond bytes and F1."""
 
-    # the federation's mean F1 to reach: rounds, seconds and bytes until it first does (0: off)
     target_f1: float = 0.0
-    # values per round of each node's sketch of its model, for the consensus distance
-    # (0: none; at least the model's size: the model itself, exact)
+    """The federation's mean F1 to reach: rounds, seconds and bytes until it first does
+    (0: not reported); in [0, 1]."""
     consensus_sketch: int = 1024
+    """Values per round of each node's sketch of its model, for the consensus distance
+    (0: none; at least the model's size: the model itself, exact)."""
 
 
 @dataclass(frozen=True)
@@ -264,24 +376,40 @@ class FederationConfig:
     """A whole federation, as one TOML file describes it."""
 
     name: str = "federation"
+    """Run name, the prefix of the run id: letters, digits, '-' or '_'."""
     nodes: int = 5
+    """Number of nodes (1 runs, with a note that a single node exchanges nothing)."""
     rounds: int = 3
+    """Federated rounds."""
     seed: int = 42
+    """Seed for partitions, initial weights, shuffling and random graphs."""
     algorithm: str = "profe"
+    """The learning algorithm; its own settings are in its table ([profe], [fedhp], ...)."""
     topology: TopologyConfig = field(default_factory=TopologyConfig)
+    """[topology]: who sends to whom."""
     data: DataConfig = field(default_factory=DataConfig)
+    """[data]: the dataset and how it is split."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """[model]: the architectures."""
     train: TrainConfig = field(default_factory=TrainConfig)
+    """[train]: local training."""
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    """[exchange]: how tensors travel."""
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    """[aggregation]: how what arrives is combined."""
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
+    """[timeouts]: how long to wait."""
     deploy: DeployConfig = field(default_factory=DeployConfig)
+    """[deploy]: where and how the nodes run."""
     links: LinksConfig = field(default_factory=LinksConfig)
+    """[links]: emulated link conditions."""
     scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
+    """[scenario]: churn by round."""
     report: ReportConfig = field(default_factory=ReportConfig)
-    # each algorithm's own table ([fedhp], ...) by algorithm name, as its module declares it
-    # (node.config fills in every registered algorithm's table)
+    """[report]: what the run reports beyond bytes and F1."""
     methods: dict[str, Any] = field(default_factory=dict)
+    """Each algorithm's own table ([fedhp], ...) by algorithm name, as its module declares it
+    (node.config fills in every registered algorithm's table)."""
 
     @property
     def prototype_codec(self) -> str:

@@ -18,21 +18,39 @@ SCHEDULES = ("halve", "linear")
 class ProFeSettings:
     """[profe]: Eq. 8/9's weights and schedule, and the readings the paper leaves open."""
 
-    alpha_s: float = 1.0  # initial distillation weight
-    alpha_limit: float = 0.1  # below it the weight becomes 0 and the teacher retires
+    alpha_s: float = 1.0
+    """Initial distillation weight."""
+    alpha_limit: float = 0.1
+    """Below it the distillation weight becomes 0 and the teacher retires."""
     alpha_schedule: str = "halve"
-    beta_s: float = 1.0  # prototype-term weights of student and teacher
+    """How the distillation weight falls from round to round."""
+    beta_s: float = 1.0
+    """The student's prototype-loss weight."""
     beta_t: float = 1.0
+    """The teacher's prototype-loss weight."""
     temperature: float = 2.0
-    kd_weight: float = 1.0  # the KD term's weight inside Eq. 8's bracket
-    feature_weight: float = 1.0  # the feature MSE's weight inside Eq. 8's bracket
-    kd_logits: str = "capped"  # the logits KD compares (see node.algorithms.losses.kd_loss)
-    features: str = "normalized"  # the feature term between unit-length embeddings, or "raw"
-    order: str = "teacher_first"  # the teacher's epoch, then the student's; or "same_batch"
-    kd_classes: str = "all"  # or "local": KD over the classes this node holds
-    prototype_loss: str = "mse"  # Eq. 6; or "softmax", the reference implementation's
-    fresh_optimizers: bool = False  # new optimiser state every round
+    """Distillation temperature T; positive."""
+    kd_weight: float = 1.0
+    """The KD term's weight inside Eq. 8's bracket."""
+    feature_weight: float = 1.0
+    """The feature MSE's weight inside Eq. 8's bracket."""
+    kd_logits: str = "capped"
+    """The logits KD compares: "capped" (spread above 1 scaled down to 1), "standardized"
+    (z-scores) or "raw" (see node.algorithms.losses.kd_loss)."""
+    features: str = "normalized"
+    """The feature term between unit-length embeddings, or "raw"."""
+    order: str = "teacher_first"
+    """The teacher's epoch, then the student's; or "same_batch"."""
+    kd_classes: str = "all"
+    """KD over all classes, or "local": over the classes this node holds."""
+    prototype_loss: str = "mse"
+    """Eq. 6's MSE, or "softmax": the reference implementation's cross-entropy between
+    softened prototype and embedding, summed over the batch."""
+    fresh_optimizers: bool = False
+    """New optimiser state every round."""
     preset: str = ""
+    """A named set of values (see The ProFe trainer) that fills in what the file leaves unset;
+    empty: none."""
 
     def problems(self) -> list[tuple[str, str]]:
         found = [(key, f"must be non-negative, got {getattr(self, key)}")
@@ -77,6 +95,8 @@ class FedProtoSettings:
     """[fedproto]: the prototype-loss weight lambda; unset = the paper's value for the dataset."""
 
     weight: float | None = None
+    """The prototype-loss weight lambda; unset: the paper's for the dataset (1 for
+    (Fashion-)MNIST and datasets of yours, 0.1 for CIFAR)."""
 
     def problems(self) -> list[tuple[str, str]]:
         if self.weight is not None and self.weight < 0:
@@ -89,7 +109,9 @@ class FedProcSettings:
     """[fedproc]: projection head output size and contrastive temperature (paper: 256, 1)."""
 
     projection_dim: int = 256
+    """Output size of the projection head."""
     temperature: float = 1.0
+    """Temperature of the contrastive loss; positive."""
 
     def problems(self) -> list[tuple[str, str]]:
         found = []
@@ -105,9 +127,13 @@ class FedHPSettings:
     """[fedhp]: anchor weight lambda, prototype Adam lr, backbone weight decay, L_U init steps."""
 
     weight: float = 0.1
+    """The anchor loss's weight lambda."""
     prototype_lr: float = 0.005
+    """The prototypes' Adam learning rate."""
     weight_decay: float = 1e-4
+    """The backbone's weight decay (its SGD: lr and momentum from [train])."""
     init_steps: int = 1000
+    """Steps of the seeded hyperspherical initialisation of the prototypes (L_U)."""
 
     def problems(self) -> list[tuple[str, str]]:
         found = [(key, f"must be non-negative, got {getattr(self, key)}")
@@ -124,6 +150,7 @@ class FedPRSettings:
     """[fedpr]: the weight on the l2 distance to the global prototype (Eq. 4 has none: 1)."""
 
     weight: float = 1.0
+    """The weight on the l2 distance to the global prototype."""
 
     def problems(self) -> list[tuple[str, str]]:
         return [] if self.weight >= 0 else [("weight", f"must be non-negative, got {self.weight}")]
