@@ -202,6 +202,17 @@ def test_plain_progress_says_every_round_even_when_several_ended_between_two_loo
         ["round 2/2: 2 nodes", "mean F1 0.8500", "4,000 bytes sent"]]
 
 
+def test_a_node_that_left_after_a_round_counts_in_that_rounds_line():
+    progress = LineProgress(rounds=2, stream=io.StringIO(), clock=Clock())
+    # node 0 left (churn) after round 1; node 1 goes on to round 2
+    lines = progress.lines(_states(("left", [0.1, 0.5]), ("running", [0.1, 0.7, 0.9])))
+    assert [line.split(", ")[:2] for line in lines] == [
+        ["node 0 left after 1/2 rounds"],
+        ["every node started (round 0): 2 nodes", "mean F1 0.1000"],
+        ["round 1/2: 2 nodes", "mean F1 0.6000"],
+        ["round 2/2: 1 node", "mean F1 0.9000"]]
+
+
 def test_the_time_left_is_the_pace_of_the_rounds_done_times_the_rounds_to_go():
     assert seconds_left(30.0, 3, 10) == 70.0
     assert seconds_left(30.0, 0, 10) is None  # no round done: no pace yet

@@ -16,6 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from node.record import NodeRecord, final_evaluation
+from node.wording import counted
 
 ENDED = ("finished", "failed", "stopped", "dead", "missed", "left")
 
@@ -135,20 +136,22 @@ class LineProgress:
         # Every round completed since the last look gets its line, even when the nodes
         # finished several between two looks.
         for k in range(self.federation_round + 1, done + 1):
-            out.append(self._round_line(k, working, results))
+            out.append(self._round_line(k, results))
         self.federation_round = max(self.federation_round, done)
         return out
 
-    def _round_line(self, k: int, working: list[NodeRecord], results: list[NodeRecord]) -> str:
-        """Round k across the federation: mean global-test F1 of the working nodes' round k,
-        and the bytes every node sent up to and including round k."""
-        scores = [rr.global_test.f1 for r in working for rr in r.rounds
+    def _round_line(self, k: int, results: list[NodeRecord]) -> str:
+        """Round k across the federation: the nodes that recorded it (one that left or
+        failed since counts in the rounds it did), their mean global-test F1, and the bytes
+        every node sent up to and including round k."""
+        scores = [rr.global_test.f1 for r in results for rr in r.rounds
                   if rr.round == k and rr.global_test.f1 is not None]
+        present = sum(1 for r in results if any(rr.round == k for rr in r.rounds))
         mean = f"{sum(scores) / len(scores):.4f}" if scores else "-"
         sent = sum(rr.bytes_sent for r in results for rr in r.rounds if rr.round <= k)
         what = "every node started (round 0)" if k == 0 else f"round {k}/{self.rounds}"
-        nodes = f"{len(working)} node" + ("s" if len(working) != 1 else "")
-        return f"{what}: {nodes}, mean F1 {mean}, {sent:,} bytes sent, {self.timing.text(k)}"
+        return f"{what}: {counted(present, 'node')}, mean F1 {mean}, {sent:,} bytes sent, " \
+               f"{self.timing.text(k)}"
 
     def show(self, results: list[NodeRecord]) -> None:
         for line in self.lines(results):
