@@ -10,7 +10,7 @@ CONFIG ?= examples/quick.toml
 # torch is pinned to the CPU build first so pip never pulls a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv run test test-fast test-swarm lint clean
+.PHONY: venv run test test-fast test-swarm lint docs clean
 
 $(BIN)/protofed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,8 @@ test: venv
 	$(DATA_ENV) $(BIN)/python -m pytest -q -n 3 --dist loadfile
 
 # A three-engine Docker Swarm with a registry on this machine (root, Docker installed): see
-# the README's "Docker Swarm" section; the lab is left up for the next run (`down` with
-# $(BIN)/python -m tests.swarm_lab down).
+# docs/backends.md ("A federation across machines"); the lab is left up for the next run
+# (`down` with $(BIN)/python -m tests.swarm_lab down).
 test-swarm: venv
 	$(BIN)/python -m tests.swarm_lab up
 	$(DATA_ENV) $(BIN)/python -m pytest -q -m swarm tests/test_swarm.py
@@ -42,6 +42,10 @@ test-fast: venv
 lint: venv
 	$(BIN)/pip install --quiet ruff
 	$(BIN)/ruff check .
+
+# The documentation site (docs/, mkdocs.yml) into site/; strict: a broken link fails it.
+docs: venv
+	$(BIN)/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) results *.egg-info

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -153,3 +154,16 @@ def test_the_example_notebook_runs_and_shows_progress_as_a_table_not_lines(tmp_p
     assert tables, "no progress table was displayed"
     assert "finished" in streamed  # the end table printed by run.table()
     assert len(list((tmp_path / "results").iterdir())) == 3  # the run and the sweep's two
+
+
+def test_a_module_named_like_ours_in_the_working_folder_cannot_break_the_command(tmp_path):
+    for name in ("node", "deploy", "protofed"):
+        (tmp_path / f"{name}.py").write_text("raise SystemExit('a module of the user ran')\n")
+    command = Path(sys.executable).parent / "protofed"  # the console script of this venv
+    done = subprocess.run([str(command), "status"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "a module of the user ran" not in done.stderr, done.stderr
+    # the Python API's own `up` process: python -P, so the folder is not on its path
+    done = subprocess.run([sys.executable, "-P", "-m", "deploy.cli", "status"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "a module of the user ran" not in done.stderr, done.stderr

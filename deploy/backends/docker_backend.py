@@ -59,7 +59,7 @@ def connect():
         raise DeployError(
             "Docker is not available: cannot reach the engine "
             f"({str(exc).splitlines()[0][:200]}). Install docker.io and start dockerd "
-            "(see the README), or use the local backend.") from None
+            "(see docs/backends.md), or use the local backend.") from None
     return client
 
 

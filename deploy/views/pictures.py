@@ -29,7 +29,8 @@ PICTURES = ("topology", "bytes_per_round", "f1_per_round")
 DYNAMIC_PICTURES = ("consensus_per_round", "edge_activity")
 PICTURE_SIZES = {"bytes_per_round": (10.0, 4.4)}  # two panels side by side
 FORMATS = ("png", "svg")
-PICTURES_HINT = "pictures need matplotlib: pip install -e '.[experiments]'"
+PICTURES_HINT = ("pictures need matplotlib, which this environment lacks (protofed depends on "
+                 "it): pip install matplotlib")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,99 @@
+"""The README stays a quick start, and the documentation site builds with no broken link,
+no missing anchor and no page left out of its navigation."""
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import REPO
+
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+REPORTS = REPO / "experiments" / "reports"
+# [text](target) and ![alt](target), the target up to a space or the closing bracket
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)")
+
+
+def _relative_links(text: str) -> list[str]:
+    """The link targets of a Markdown text that point into the repository."""
+    return [target for target in LINK.findall(text)
+            if not re.match(r"^[a-z][a-z0-9+.-]*:", target) and not target.startswith("#")]
+
+
+def _pages() -> set[str]:
+    """Every Markdown page under docs/, as mkdocs finds them (the reports link followed)."""
+    found = set()
+    for folder, _, files in os.walk(DOCS, followlinks=True):
+        for name in files:
+            if name.endswith(".md"):
+                found.add((Path(folder) / name).relative_to(DOCS).as_posix())
+    return found
+
+
+def _nav_pages(entries) -> set[str]:
+    """The pages mkdocs.yml's nav lists, at any depth."""
+    found = set()
+    for entry in entries:
+        if isinstance(entry, str):
+            found.add(entry)
+        elif isinstance(entry, dict):
+            for value in entry.values():
+                found |= _nav_pages(value) if isinstance(value, list) else _nav_pages([value])
+    return found
+
+
+def _config() -> dict:
+    return yaml.safe_load((REPO / "mkdocs.yml").read_text())
+
+
+def test_the_readme_is_a_quick_start_of_at_most_20000_bytes():
+    size = len(README.read_bytes())
+    assert size <= 20_000, f"README.md is {size:,} bytes: move the details to a page in docs/"
+
+
+def test_every_relative_link_in_the_readme_names_a_file_that_exists():
+    targets = _relative_links(README.read_text())
+    assert targets, "the README links no page of docs/"
+    missing = [target for target in targets
+               if not (REPO / target.split("#", 1)[0]).exists()]
+    assert not missing, f"README.md links files that do not exist: {missing}"
+
+
+def test_every_page_in_docs_is_in_the_nav():
+    pages = _pages()
+    listed = _nav_pages(_config()["nav"])
+    assert not pages - listed, f"pages missing from mkdocs.yml's nav: {sorted(pages - listed)}"
+    assert not listed - pages - {"reference.md"}, \
+        f"mkdocs.yml's nav names pages that do not exist: {sorted(listed - pages)}"
+
+
+def test_the_experiments_page_links_every_committed_report():
+    linked = set(_relative_links((DOCS / "experiments.md").read_text()))
+    reports = {"reports/" + path.relative_to(REPORTS).as_posix()
+               for path in REPORTS.glob("*/*.md")}
+    assert reports and not reports - linked, \
+        f"reports the experiments page does not link: {sorted(reports - linked)}"
+
+
+def test_the_site_builds_strictly(tmp_path):
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed: pip install -e '.[docs]'")
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs, symlinks=True, ignore=shutil.ignore_patterns("reports"))
+    (docs / "reports").symlink_to(REPORTS, target_is_directory=True)
+    if not (docs / "reference.md").exists():  # the generated page, in this copy only
+        (docs / "reference.md").write_text("# Configuration reference\n")
+    config = {**_config(), "docs_dir": str(docs), "site_dir": str(tmp_path / "site")}
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
+                           str(tmp_path / "mkdocs.yml")], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "index.html").is_file()
