@@ -23,7 +23,7 @@ from deploy.backends.plan import (
     write_plan,
 )
 from deploy.backends.runner import watch
-from deploy.run_folder import read_node_results
+from deploy.run_folder import mark_dead, read_node_results
 from deploy.views.dynamics import dynamics
 from deploy.views.monitor import check_port
 from deploy.views.pictures import RunFiles, write_run_files
@@ -133,7 +133,8 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     held: dict[int, Any] = {}
     try:
         interrupted, out_of_time = _watch(run, config, progress, say, live, held)
-        records = read_node_results(plan.results_dir, config.nodes)
+        records = mark_dead(plan.results_dir, read_node_results(plan.results_dir, config.nodes),
+                            dict(run.exit_codes))
         if live is not None:
             live.close(records)
             say(f"TensorBoard runs: {live.folder} (tensorboard --logdir {live.folder})")

@@ -6,10 +6,11 @@ the launcher ran it), `node-<i>.json` (each node's record), `logs/node-<i>.log`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
-from node.record import NodeRecord
+from node.record import NodeRecord, write_json_atomically
 
 FEDERATION_FILE = "federation.json"
 RUN_FILE = "run.json"
@@ -47,6 +48,23 @@ class RecordReader:
             return self._seen[node_id][1] if node_id in self._seen else NodeRecord(node=node_id)
         self._seen[node_id] = (version, record)
         return record
+
+
+def mark_dead(results_dir: Path, records: list[NodeRecord],
+              exit_codes: dict[int, int]) -> list[NodeRecord]:
+    """The records again, where a node's process ended while its own record still says it
+    was working (killed: SIGKILL, out of memory) rewritten as "dead" with its exit code, in
+    its file too: the record is the node's account, and it can no longer give one."""
+    marked = []
+    for record in records:
+        code = exit_codes.get(record.node)
+        if code is not None and record.status in ("starting", "running"):
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            record = dataclasses.replace(record, status="dead", error=record.error or (
+                f"its process ended ({how}) without recording an end"))
+            write_json_atomically(results_dir / f"node-{record.node}.json", record.to_dict())
+        marked.append(record)
+    return marked
 
 
 def log_tail(results_dir: Path, node_id: int, lines: int = 15) -> str:

@@ -109,6 +109,9 @@ def test_a_node_killed_mid_run_does_not_stop_the_others(workdir, data_dir):
         assert node["elapsed_seconds"] < round_timeout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["failed_nodes"] == [2]
+    # its own record no longer says it runs: the launcher wrote what became of it
+    killed = json.loads((run_dir / "node-2.json").read_text())
+    assert killed["status"] == "dead" and "killed by signal 9" in killed["error"]
 
 
 @contextlib.contextmanager

@@ -58,6 +58,17 @@ def test_a_killed_node_is_dead_and_left_out_of_the_means(tmp_path):
     assert summarize(tmp_path, "run", 2)["nodes"][1]["status"] == "running"
 
 
+def test_stopped_nodes_count_in_the_total_rows_means(tmp_path):
+    write_node(tmp_path, 0, 0.9, 0.8, status="stopped")  # `protofed down`, or Ctrl-C
+    write_node(tmp_path, 1, 0.7, 0.6, status="stopped")
+    summary = summarize(tmp_path, "run", 2, exit_codes={0: 0, 1: 0})
+    assert summary["mean_global_f1"] == pytest.approx(0.8)
+    table = format_table(summary)
+    total = next(line for line in table.splitlines() if line.startswith("total"))
+    assert "0.8000" in total and " - " not in f" {total} "
+    assert "the mean over the finished nodes and those stopped." in table
+
+
 def test_report_of_a_missing_run_says_the_folder_does_not_exist(tmp_path, capsys):
     from deploy.cli import main
     code = main(["report", str(tmp_path / "nowhere"), "--results-dir", str(tmp_path)])

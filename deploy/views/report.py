@@ -11,6 +11,8 @@ from deploy.run_folder import read_node_results
 from deploy.views.dynamics import describe
 from node.record import Evaluation, NodeRecord, final_evaluation
 
+AVERAGED = ("finished", "stopped")  # statuses whose last F1 the total row's means count
+
 
 def node_status(result: NodeRecord, exit_code: int | None) -> str:
     """The node's status; a node whose process ended while its file says it was still
@@ -31,7 +33,8 @@ def summarize_records(records: list[NodeRecord], run_id: str,
                       extra: dict[str, Any] | None = None,
                       exit_codes: dict[int, int] | None = None) -> dict[str, Any]:
     """One summary of a run: per-node bytes and final metrics, plus totals, and means over
-    the nodes that finished (a dead node's last F1 is stale and left out)."""
+    the nodes that finished or were stopped (`down`, Ctrl-C: their last round's F1 is
+    theirs); a dead or failed node's last F1 is stale and left out."""
     rows = []
     for result in records:
         global_ = final_evaluation(result, "global_test") or Evaluation()
@@ -56,7 +59,7 @@ def summarize_records(records: list[NodeRecord], run_id: str,
             "in_links": in_link_rates(result),
             "error": result.error,
         })
-    finished = [r for r in rows if r["global_f1"] is not None and r["status"] == "finished"]
+    finished = [r for r in rows if r["global_f1"] is not None and r["status"] in AVERAGED]
     summary = {
         "run_id": run_id, "nodes": rows,
         "totals": {"bytes_sent": sum(r["bytes_sent"] for r in rows),
@@ -129,7 +132,7 @@ def table_columns(summary: dict[str, Any]) -> list[Column]:
     nodes = summary["nodes"]
     rule = next((r["rule"] for r in nodes if r.get("rule")), None)
     others = sorted({o for r in nodes for o in r.get("global_f1_by_rule", {})} - {rule})
-    finished = [r for r in nodes if r["global_f1"] is not None and r["status"] == "finished"]
+    finished = [r for r in nodes if r["global_f1"] is not None and r["status"] in AVERAGED]
     totals = summary["totals"]
     columns = [
         Column("node", [str(r["node"]) for r in nodes], "total", RANK_KEEP),
@@ -218,7 +221,9 @@ def format_table(summary: dict[str, Any], width: int | None = None,
     shown = shown_rows(summary, every)
     rows = [line([c.cells[i] for c in kept]) for i in shown]
     notes = ["F1 and accuracy: the global test set" + (f", {rule} rule" if rule else "")
-             + "; in the total row, the mean over the finished nodes."]
+             + "; in the total row, the mean over the finished nodes"
+             + (" and those stopped" if any(r["status"] == "stopped" for r in summary["nodes"])
+                else "") + "."]
     if len(shown) < len(summary["nodes"]):
         notes.append(f"Shown: {len(shown)} of {len(summary['nodes'])} nodes, the "
                      f"{EXTREMES} best and {EXTREMES} worst by global F1 and any that did not "
