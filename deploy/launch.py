@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from deploy.backends.plan import (
 from deploy.backends.runner import watch
 from deploy.run_folder import mark_dead, read_node_results
 from deploy.views.dynamics import dynamics
-from deploy.views.monitor import check_port
+from deploy.views.monitor import check_installed, check_port
 from deploy.views.pictures import RunFiles, write_run_files
 from deploy.views.pictures import preload as preload_pictures
 from deploy.views.report import summarize_records
@@ -110,12 +112,13 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     overrides = tuple(overrides)
     launcher = launcher_for(config)  # refuses what its backend cannot run
     ensure_results_dir(config, source, overrides)
+    if monitor_port is not None:  # what the page needs, before anything is prepared
+        check_installed()
+        check_port("127.0.0.1", monitor_port)
     cache_dir = prepare_data(config)  # once per federation, before any node exists
     plan = launcher.prepare(source, overrides, run_id, cache_dir)
     # the tensorboard package is looked for before anything is written or started
     live = TensorBoardExport(tensorboard / run_id, config.to_dict()) if tensorboard else None
-    if monitor_port is not None:
-        check_port("127.0.0.1", monitor_port)  # a busy port stops before any node starts
     _write_or_release(plan, launcher)
     if launcher.memory_note:
         say(launcher.memory_note)
@@ -246,5 +249,23 @@ def _start_monitor(run_dir: Path, port: int, say: Callable[[str], None]) -> subp
     process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "monitor", str(run_dir),
                                 "--port", str(port)], stdin=subprocess.DEVNULL,
                                start_new_session=True)
-    say(f"monitor: http://127.0.0.1:{port}/")
+    if page_answers(port, process):
+        say(f"monitor: http://127.0.0.1:{port}/")
+    else:
+        say(f"monitor: the page did not start on port {port} (its words are above); the run "
+            "goes on")
     return process
+
+
+def page_answers(port: int, process: subprocess.Popen, host: str = "127.0.0.1",
+                 within: float = 60.0) -> bool:
+    """Whether the monitor's port accepts a connection before its process ends (or
+    `within` seconds pass: a page that slow is reported as not started)."""
+    deadline = time.monotonic() + within
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False

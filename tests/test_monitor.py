@@ -84,6 +84,55 @@ def test_monitor_on_a_busy_port_says_so_in_one_line(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1 and "in use" in done.stderr
 
 
+def test_the_monitors_address_is_printed_once_its_page_answers(tmp_path):
+    write_node(tmp_path, 0)
+    port = free_port()
+    with protofed_running("monitor", tmp_path, "--port", str(port)) as process:
+        line = process.stderr.readline()  # blocks until the command says where it is
+        assert f"127.0.0.1:{port}" in line, line
+        # said only once listening: connecting now succeeds at the first try
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+
+
+def test_up_with_the_monitor_but_not_its_packages_stops_before_anything_starts(
+        tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from deploy import cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "starlette" else real(name, *a))
+    config = write_config(tmp_path, tmp_path, "no-monitor")
+    assert cli.main(["up", "-c", str(config), "--monitor"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "protofed: the monitor needs starlette and uvicorn, which this " \
+                          "environment lacks: pip install starlette uvicorn"
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
+
+
+def test_the_launcher_says_the_page_started_only_when_its_port_answers():
+    import subprocess
+    import sys
+
+    from deploy.launch import page_answers
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert not page_answers(free_port(), gone)  # ended without listening
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            assert page_answers(listening.getsockname()[1], alive)
+        finally:
+            alive.kill()
+            alive.wait()
+
+
 def chromium():
     """Headless Chromium that cannot resolve any name but 127.0.0.1's: a request to
     anywhere else fails (and the test below finds none)."""

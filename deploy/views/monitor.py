@@ -37,7 +37,17 @@ STALE_ROUNDS = 3.0  # ... or this many of the federation's median seconds per ro
 DOWNLOADS = re.compile(r"(rounds\.csv|summary\.json|federation\.json|run\.json"
                        r"|node-\d+\.json|[a-z_]+\.(png|svg))")
 WORKING = ("starting", "running")
-HINT = "the monitor needs starlette and uvicorn: pip install -e '.[monitor]'"
+HINT = ("the monitor needs starlette and uvicorn, which this environment lacks: "
+        "pip install starlette uvicorn")
+
+
+def check_installed() -> None:
+    """ConfigError naming the packages when the monitor's are missing (before a run
+    starts, not once its page is due)."""
+    import importlib.util
+
+    if any(importlib.util.find_spec(name) is None for name in ("starlette", "uvicorn")):
+        raise ConfigError(HINT)
 
 
 def run_folder(path: Path) -> tuple[Path, int]:
@@ -291,6 +301,13 @@ def serve(run_dir: Path, host: str, port: int, ready=None) -> None:
     config = uvicorn.Config(application, host=host, port=port, log_level="warning",
                             lifespan="off")
     server = uvicorn.Server(config)
-    if ready is not None:
-        ready()
-    server.run()
+
+    async def serve_then_say() -> None:  # `ready` once the page answers, not before
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started and ready is not None:
+            ready()
+        await task
+
+    asyncio.run(serve_then_say())
