@@ -115,6 +115,10 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     if monitor_port is not None:  # what the page needs, before anything is prepared
         check_installed()
         check_port("127.0.0.1", monitor_port)
+    # preparing takes seconds, a minute on a loaded machine: say so before, and how long after
+    began = time.monotonic()
+    say(f"preparing run {run_id}: the {config.data.dataset} dataset, then what one node "
+        "needs in memory")
     cache_dir = prepare_data(config)  # once per federation, before any node exists
     plan = launcher.prepare(source, overrides, run_id, cache_dir)
     # the tensorboard package is looked for before anything is written or started
@@ -124,7 +128,8 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
         say(launcher.memory_note)
     say(f"run {run_id}: {counted(config.nodes, config.algorithm + ' node')} "
         f"({config.deploy.backend}) on {config.topology.kind} topology, "
-        f"{counted(config.rounds, 'round')}, results in {plan.results_dir}")
+        f"{counted(config.rounds, 'round')}, results in {plan.results_dir} (prepared in "
+        f"{time.monotonic() - began:.0f} s)")
     try:
         run = launcher.start(plan)
     except KeyboardInterrupt:  # start() stopped and recorded whatever it had started

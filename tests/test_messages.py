@@ -1,6 +1,8 @@
 """What a new user reads when a setting is wrong: one line that names the --set option or
 the file behind it, no exception class names, counts in the singular when there is one."""
 
+import sys
+
 import pytest
 
 from deploy import cli
@@ -81,3 +83,30 @@ def test_a_results_folder_that_cannot_hold_the_run_stops_it_in_one_line(tmp_path
     assert err.startswith(f"protofed: --set deploy.results_dir={folder}: deploy.results_dir "
                           f"'{folder}': cannot hold the run's folder: "), err
     assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_up_says_it_is_preparing_before_the_slow_part(capsys, monkeypatch, tmp_path):
+    from deploy import launch
+    from node.errors import DataError
+
+    def slow_part(config):
+        print("(the dataset is read here)", file=sys.stderr)
+        raise DataError("mnist: stop here")
+    monkeypatch.setattr(launch, "prepare_data", slow_part)
+    assert cli.main(["up", "-c", str(QUICK), "--run-id", "early", "--set",
+                     f"deploy.results_dir={tmp_path}"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "protofed: preparing run early: the mnist dataset, then what one " \
+                       "node needs in memory"
+    assert lines[1:] == ["(the dataset is read here)", "protofed: mnist: stop here"]
+
+
+def test_the_live_table_stays_off_the_terminal_until_the_first_look():
+    import io
+
+    from deploy.views.progress import LiveProgress
+
+    stream = io.StringIO()
+    progress = LiveProgress(rounds=2, stream=stream)
+    assert not progress.live.is_started and stream.getvalue() == ""
+    progress.finish()

@@ -38,7 +38,8 @@ def seconds_left(training_seconds: float, rounds_done: float, rounds: int) -> fl
 
 
 class Timing:
-    """Elapsed time since the launch and, once every node started, the time left."""
+    """Elapsed time since the launch (preparing the run included) and, once every node
+    started, the time left."""
 
     def __init__(self, rounds: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.rounds = rounds
@@ -80,9 +81,9 @@ class LiveProgress:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.rounds = rounds
         self.timing = Timing(rounds, clock)
+        # started at the first look, so the lines said while the run is prepared stay plain
         self.live = Live(Table(), console=Console(file=stream), auto_refresh=False,
                          transient=True)
-        self.live.start()
 
     def table(self, results: list[NodeRecord]) -> Table:
         self.timing.look(results)
@@ -101,6 +102,8 @@ class LiveProgress:
         return table
 
     def show(self, results: list[NodeRecord]) -> None:
+        if not self.live.is_started:
+            self.live.start()
         self.live.update(self.table(results), refresh=True)
 
     def finish(self) -> None:
