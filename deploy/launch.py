@@ -111,7 +111,9 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     run_id = run_id or new_run_id(config)
     overrides = tuple(overrides)
     launcher = launcher_for(config)  # refuses what its backend cannot run
-    ensure_results_dir(config, source, overrides)
+    if ensure_results_dir(config, source, overrides).joinpath(run_id).exists():
+        raise ConfigError(f"results folder {Path(config.deploy.results_dir) / run_id} already "
+                          "exists: pick another run id (--run-id; run_id= in Python)")
     if monitor_port is not None:  # what the page needs, before anything is prepared
         check_installed()
         check_port("127.0.0.1", monitor_port)

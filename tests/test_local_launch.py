@@ -43,7 +43,7 @@ def test_capacity_counts_the_shared_part_once_and_each_node_by_its_in_degree():
         check_memory(config, FOOTPRINT, [4] * 20, 1024**3, container=False, where="here")
     # a container shares nothing: its whole peak plus its neighbours' messages
     assert node_memory(config, FOOTPRINT, 4, container=True) == 344 * MiB
-    with pytest.raises(DeployError, match=r"20 nodes need about 6.7 GiB \(measured 344 MiB "
+    with pytest.raises(DeployError, match=r"20 nodes would need about 6.7 GiB \(measured 344 MiB "
                                           r"per node\) but the Docker host"):
         check_memory(config, FOOTPRINT, [4] * 20, 4 * 1024**3, container=True,
                      where="the Docker host")
