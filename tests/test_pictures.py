@@ -147,7 +147,7 @@ def test_without_matplotlib_the_csv_is_written_and_the_hint_given(tmp_path, monk
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
     files = pictures.write_run_files(tmp_path, two_nodes())
     assert files.csv.is_file() and files.pictures == ()
-    assert "pip install" in files.hint and "experiments" in files.hint
+    assert "pip install matplotlib" in files.hint
     assert not list(tmp_path.glob("*.png"))
 
 
@@ -335,3 +335,115 @@ def test_rows_carry_the_consensus_distance_from_the_nodes_sketches():
     assert {(r["consensus_distance"], r["distance_from_mean"]) for r in rows} == {(1.0, 1.0)}
     assert all(r["consensus_distance"] == "" for r in pictures.round_rows(records)
                if r["round"] == 0)
+
+
+def _ring(count, f1s=None):
+    """`count` nodes in a ring, each sending 100 bytes of model to both neighbours in round 1;
+    node i's final F1 is f1s[i] (0.5 when not given)."""
+    f1s = f1s or [0.5] * count
+    records = []
+    for i in range(count):
+        peers = sorted({(i + 1) % count, (i - 1) % count} - {i})
+        sent = {str(p): {"model": 100} for p in peers}
+        records.append(NodeRecord(node=i, status="finished", out_neighbours=peers,
+                                  in_neighbours=peers, rounds_done=1,
+                                  rounds=[_round(0, 0.1), _round(1, f1s[i], sent=sent)],
+                                  bytes_sent_by_peer=sent))
+    return records
+
+
+def _churned(*rounds_by_node):
+    """Nodes that recorded the given rounds, each round's F1 being round / 10 + node / 100."""
+    return [NodeRecord(node=i, rounds=[_round(k, k / 10 + i / 100) for k in rounds])
+            for i, rounds in enumerate(rounds_by_node)]
+
+
+def test_the_colour_scale_spans_the_runs_own_f1():
+    from matplotlib.figure import Figure
+
+    assert pictures.f1_limits([0.84, 0.94, None]) == pytest.approx((0.84, 0.94))
+    low, high = pictures.f1_limits([0.9, 0.9])  # identical: a small span around them
+    assert high - low == pytest.approx(pictures.MIN_F1_SPAN) and low < 0.9 < high
+    low, high = pictures.f1_limits([1.0, 1.0])
+    assert high == 1.0 and high - low == pytest.approx(pictures.MIN_F1_SPAN)
+    assert pictures.f1_limits([]) == (0.0, 1.0)
+    figure = Figure()
+    pictures._topology(figure, _ring(5, [0.84, 0.9, 0.94, 0.86, 0.88]))
+    colour_bar = figure.axes[-1]
+    assert colour_bar.get_ylim() == pytest.approx((0.84, 0.94))
+    assert "0.840 to 0.940" in colour_bar.get_ylabel()
+
+
+def test_a_large_topology_drops_the_labels_and_shrinks_the_nodes():
+    from matplotlib.figure import Figure
+
+    small, large = pictures.topology_style(5, 5), pictures.topology_style(200, 200)
+    assert small.labels and not large.labels
+    assert large.node_size < small.node_size and large.widest < small.widest
+    figure = Figure()
+    pictures._topology(figure, _ring(200))
+    assert len(figure.axes[0].texts) == 0  # no node ids, no bytes on the edges
+    figure = Figure()
+    pictures._topology(figure, _ring(5))
+    assert {str(n) for n in range(5)} <= {t.get_text() for t in figure.axes[0].texts}
+
+
+def test_many_nodes_get_the_mean_and_a_band_instead_of_a_line_each():
+    from matplotlib.figure import Figure
+
+    spread = pictures.round_spread(_ring(30, [i / 29 for i in range(30)]),
+                                   lambda r: r.global_test.f1)
+    assert spread.rounds == [0, 1]
+    assert spread.mean == pytest.approx([0.1, 0.5])
+    assert spread.low == pytest.approx([0.1, 0.1]) and spread.high == pytest.approx([0.1, 0.9])
+    figure = Figure()
+    pictures._f1_per_round(figure, _ring(30))
+    axes = figure.axes[0]
+    legend = [t.get_text() for t in axes.get_legend().get_texts()]
+    assert "mean of the nodes present" in legend
+    assert any("10th–90th percentile" in text for text in legend)
+    assert len(axes.collections) == 1  # the band
+    assert max(line.get_linewidth() for line in axes.get_lines()
+               if line.get_label() != "mean of the nodes present") < 1
+    figure = Figure()
+    pictures._f1_per_round(figure, two_nodes())  # few nodes: a line each and the mean
+    labels = [line.get_label() for line in figure.axes[0].get_lines()]
+    assert labels == ["node 0", "node 1", "mean of the nodes present"]
+    assert len(figure.axes[0].collections) == 0
+
+
+def test_a_nodes_line_breaks_over_the_rounds_it_missed():
+    import math
+
+    from matplotlib.figure import Figure
+
+    records = _churned([0, 1, 3], [0, 1, 2, 3], [0, 1])  # node 0 away in 2, node 2 left after 1
+    rounds, values = pictures.node_series(records[0].rounds, lambda r: r.global_test.f1)
+    assert rounds == [0, 1, 2, 3] and math.isnan(values[2])
+    assert values[:2] + values[3:] == pytest.approx([0.0, 0.1, 0.3])
+    spread = pictures.round_spread(records, lambda r: r.global_test.f1)
+    assert spread.mean == pytest.approx([0.01, 0.11, 0.21, 0.305])  # who recorded the round
+    figure = Figure()
+    pictures._f1_per_round(figure, records)
+    first = figure.axes[0].get_lines()[0]
+    assert list(first.get_xdata()) == [0, 1, 2, 3] and math.isnan(first.get_ydata()[2])
+
+
+def test_tiny_or_widely_spread_consensus_distances_go_on_a_log_axis(monkeypatch):
+    from matplotlib.figure import Figure
+
+    axis = pictures.consensus_axis({0: 0.0, 1: 2e-9, 2: 1e-9, 3: None})
+    assert (axis.scale, axis.rounds, axis.values, axis.zeros) == ("log", [1, 2], [2e-9, 1e-9],
+                                                                  [0])
+    assert pictures.consensus_axis({1: 3.0, 2: 0.001}).scale == "log"  # 3 orders of magnitude
+    assert pictures.consensus_axis({1: 3.0, 2: 0.5, 3: 0.0}) == pictures.ConsensusAxis(
+        "linear", [1, 2, 3], [3.0, 0.5, 0.0], [])
+    assert pictures.consensus_axis({1: 0.0, 2: 0.0}).scale == "linear"  # nothing to log
+    monkeypatch.setattr(pictures, "consensus_by_round", lambda records: {0: 0.0, 1: 1e-9,
+                                                                         2: 5e-10})
+    figure = Figure()
+    pictures._consensus_per_round(figure, two_nodes())
+    axes = figure.axes[0]
+    assert axes.get_yscale() == "log" and "log scale" in axes.get_ylabel()
+    assert "1 round at exactly 0" in axes.get_title()
+    assert list(axes.get_lines()[0].get_ydata()) == [1e-9, 5e-10]

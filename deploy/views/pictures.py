@@ -7,6 +7,7 @@ import contextlib
 import csv
 import io
 import logging
+import math
 import os
 import signal
 import threading
@@ -298,6 +299,60 @@ def _draw_logged(run_dir: Path, name: str, painter, records: list[NodeRecord]) -
 
 # Up to this many edges, each gets its byte count written on it.
 EDGE_LABELS_UP_TO = 12
+# Up to this many nodes each is a 500 pt² disc with its id in it; about 40 such discs fit
+# side by side around the circle of a 6.4 x 4.8 inch picture, beyond that they overlap.
+NODE_LABELS_UP_TO = 40
+# The colour scale spans the run's own F1, but never less than this, so that equal scores
+# do not make a zero-width scale.
+MIN_F1_SPAN = 0.02
+
+
+@dataclass(frozen=True)
+class TopologyStyle:
+    """How big the topology picture draws nodes and edges, and whether it labels them."""
+
+    node_size: float  # pt²
+    labels: bool  # node ids in the nodes, bytes and bandwidth on the edges
+    widest: float  # line width of the busiest edge
+    alpha: float
+    arrow_size: float
+
+
+def topology_style(nodes: int, edges: int) -> TopologyStyle:
+    """Sizes and labels that stay legible for `nodes` nodes joined by `edges` edges."""
+    # Dense graphs get thinner, lighter lines, so the widths still read as widths.
+    widest = max(1.0, 5.0 * min(1.0, 30 / max(edges, 1)))
+    alpha = 0.6 if edges <= 30 else 0.35
+    if nodes <= NODE_LABELS_UP_TO:
+        return TopologyStyle(500.0, True, widest, alpha, 10.0)
+    # The disc's diameter shrinks with the room each node has on the circle (500 pt² at 40).
+    return TopologyStyle(max(12.0, (900 / nodes) ** 2), False, 0.6, min(alpha, 0.25), 4.0)
+
+
+def known_scores(scores: list[float | None]) -> list[float]:
+    """The scores that are numbers (no None, no NaN)."""
+    return [score for score in scores if score is not None and not math.isnan(score)]
+
+
+def f1_limits(scores: list[float | None]) -> tuple[float, float]:
+    """The colour scale's ends: lowest and highest F1, at least MIN_F1_SPAN apart, in 0-1."""
+    known = known_scores(scores)
+    if not known:
+        return 0.0, 1.0
+    low, high = min(known), max(known)
+    if high - low >= MIN_F1_SPAN:
+        return low, high
+    start = min(max(0.0, (low + high - MIN_F1_SPAN) / 2), 1.0 - MIN_F1_SPAN)
+    return start, start + MIN_F1_SPAN
+
+
+def f1_range_text(scores: list[float | None]) -> str:
+    """The run's F1 range for the colour bar: 'from 0.840 to 0.940', or 'all 0.900'."""
+    known = known_scores(scores)
+    if not known:
+        return "no node recorded one"
+    low, high = min(known), max(known)
+    return f"all {low:.3f}" if high - low < 5e-4 else f"from {low:.3f} to {high:.3f}"
 
 
 def _topology(figure, records: list[NodeRecord]) -> None:
@@ -313,33 +368,35 @@ def _topology(figure, records: list[NodeRecord]) -> None:
     graph = nx.DiGraph() if not symmetric else nx.Graph()
     graph.add_nodes_from(node.node for node in records)
     graph.add_edges_from(edges)
+    style = topology_style(graph.number_of_nodes(), len(edges))
     largest = max(edges.values(), default=0)
     axes = figure.add_subplot()
     layout = nx.circular_layout(graph)
     colour_map = matplotlib.colormaps["viridis"]
     scores = {node.node: evaluation.f1 for node in records
               if (evaluation := final_evaluation(node, "global_test")) is not None}
+    norm = matplotlib.colors.Normalize(*f1_limits(list(scores.values())))
     nodes = list(graph.nodes)  # a peer with no record of its own is drawn grey
-    colours = [colour_map(scores[n]) if scores.get(n) is not None else "lightgrey"
+    colours = [colour_map(norm(scores[n])) if scores.get(n) is not None else "lightgrey"
                for n in nodes]
     nx.draw_networkx_nodes(graph, layout, ax=axes, nodelist=nodes, node_color=colours,
-                           node_size=500)
-    for node, colour in zip(nodes, colours):
-        nx.draw_networkx_labels(graph, layout, ax=axes, labels={node: str(node)},
-                                font_color=label_colour(colour))
-    # Dense graphs get thinner, lighter lines, so the widths still read as widths.
-    widest = max(1.0, 5.0 * min(1.0, 30 / max(len(edges), 1)))
-    alpha = 0.6 if len(edges) <= 30 else 0.35
-    widths = [0.25 * widest + 0.75 * widest * edges[e] / (largest or 1) for e in edges]
+                           node_size=style.node_size)
+    if style.labels:
+        for node, colour in zip(nodes, colours):
+            nx.draw_networkx_labels(graph, layout, ax=axes, labels={node: str(node)},
+                                    font_color=label_colour(colour))
+    widths = [0.25 * style.widest + 0.75 * style.widest * edges[e] / (largest or 1)
+              for e in edges]
     if symmetric:
         nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
-                               alpha=alpha)
+                               alpha=style.alpha)
     else:
         nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
-                               arrows=True, arrowsize=10, connectionstyle="arc3,rad=0.08",
-                               node_size=500, alpha=alpha)
-    limits = link_labels(records, symmetric)
-    if edges and len(edges) <= EDGE_LABELS_UP_TO:
+                               arrows=True, arrowsize=style.arrow_size,
+                               connectionstyle="arc3,rad=0.08", node_size=style.node_size,
+                               alpha=style.alpha)
+    limits = link_labels(records, symmetric) if style.labels else {}
+    if style.labels and edges and len(edges) <= EDGE_LABELS_UP_TO:
         nx.draw_networkx_edge_labels(
             graph, layout, ax=axes, font_size=7, label_pos=0.5 if symmetric else 0.35,
             edge_labels={e: bytes_text(b) + (f"\n{limits[e]}" if e in limits else "")
@@ -347,12 +404,15 @@ def _topology(figure, records: list[NodeRecord]) -> None:
     elif limits:  # too many edges for byte labels: the limited links still say their limit
         nx.draw_networkx_edge_labels(graph, layout, ax=axes, font_size=7, edge_labels=limits,
                                      label_pos=0.5 if symmetric else 0.35)
-    scale = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0, 1),
-                                         cmap=colour_map)
+    scale = matplotlib.cm.ScalarMappable(norm=norm, cmap=colour_map)
     rule = prediction_rule(records)
     figure.colorbar(scale, ax=axes, label="final F1, global test"
-                    + (f" ({rule} rule)" if rule else ""))
-    axes.set_title(topology_title(edges, symmetric))
+                    + (f" ({rule} rule)" if rule else "")
+                    + f"\nscaled to this run's range: {f1_range_text(list(scores.values()))}")
+    title = topology_title(edges, symmetric)
+    if not style.labels:
+        title += f"\n{len(nodes)} nodes: ids and edge labels left out"
+    axes.set_title(title)
     axes.set_axis_off()
 
 
@@ -393,21 +453,83 @@ def undirected_bytes(edges: dict[tuple[int, int], int]) -> dict[tuple[int, int],
     return pairs
 
 
+# Up to this many nodes each gets a line of its own (and a legend entry up to
+# NODE_LEGEND_UP_TO); beyond, the lines tangle and the mean with a band tells more.
+SINGLE_LINES_UP_TO = 20
+NODE_LEGEND_UP_TO = 10
+# The band's percentiles: one straggler among hundreds of nodes does not stretch it.
+BAND_PERCENTILES = (10, 90)
+MEAN_LABEL = "mean of the nodes present"
+
+
+@dataclass(frozen=True)
+class RoundSpread:
+    """Per round, over the nodes that recorded it: the mean and the band's low and high."""
+
+    rounds: list[int]
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+
+
+def node_series(rounds: list[RoundRecord], value) -> tuple[list[int], list[float]]:
+    """A node's rounds, first to last, and `value` in each: NaN (a break) where it missed one."""
+    got = {record.round: value(record) for record in rounds}
+    span = range(min(got), max(got) + 1) if got else range(0)
+    return list(span), [got.get(number, math.nan) for number in span]
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The `share` (0 to 1) percentile of `values`, linear between the two closest."""
+    ordered = sorted(values)
+    position = share * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
+def round_spread(records: list[NodeRecord], value,
+                 percentiles: tuple[int, int] = BAND_PERCENTILES) -> RoundSpread:
+    """`value`'s mean and percentile band per round, over the nodes that recorded it."""
+    by_round: dict[int, list[float]] = {}
+    for node in records:
+        for record in node.rounds:
+            by_round.setdefault(record.round, []).extend(known_scores([value(record)]))
+    rounds = sorted(r for r, values in by_round.items() if values)
+    return RoundSpread(rounds, [sum(by_round[r]) / len(by_round[r]) for r in rounds],
+                       [percentile(by_round[r], percentiles[0] / 100) for r in rounds],
+                       [percentile(by_round[r], percentiles[1] / 100) for r in rounds])
+
+
 def _per_round(figure, records: list[NodeRecord], value, label: str, title: str) -> None:
     from matplotlib.ticker import MaxNLocator
 
     axes = figure.add_subplot()
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    for node in records:
-        if node.rounds:
-            axes.plot([r.round for r in node.rounds], [value(r) for r in node.rounds],
-                      marker="o", markersize=3, label=f"node {node.node}")
+    drawn = [node for node in records if node.rounds]
+    many = len(drawn) > SINGLE_LINES_UP_TO
+    for index, node in enumerate(drawn):
+        rounds, values = node_series(node.rounds, value)
+        if many:
+            axes.plot(rounds, values, color="grey", linewidth=0.5, alpha=0.25,
+                      label="each node" if index == 0 else "_node")
+        else:
+            axes.plot(rounds, values, marker="o", markersize=3,
+                      label=f"node {node.node}" if len(drawn) <= NODE_LEGEND_UP_TO
+                      else f"_node {node.node}")
+    spread = round_spread(drawn, value)
+    if many:
+        low, high = BAND_PERCENTILES
+        axes.fill_between(spread.rounds, spread.low, spread.high, color="C0", alpha=0.3,
+                          linewidth=0, label=f"{low}th–{high}th percentile of the nodes")
+    if spread.rounds:
+        axes.plot(spread.rounds, spread.mean, color="black", linewidth=2,
+                  linestyle="-" if many else "--", label=MEAN_LABEL)
+        axes.legend(fontsize="small")
     axes.set_xlabel("round (0: the untrained model)")
     axes.set_ylabel(label)
     axes.set_title(title)
     axes.grid(alpha=0.3)
-    if 0 < len(records) <= 10:
-        axes.legend(fontsize="small")
 
 
 def _bytes_per_round(figure, records: list[NodeRecord]) -> None:
@@ -441,18 +563,50 @@ def _bytes_per_round(figure, records: list[NodeRecord]) -> None:
     figure.suptitle("bytes sent by message kind (round 0: the hellos)")
 
 
+# A log axis when the distances span more than this factor, or all lie below LOG_BELOW:
+# a linear axis shows 1e-9 as 0 and the first rounds' drop as a cliff.
+LOG_SPAN = 100.0
+LOG_BELOW = 1e-3
+
+
+@dataclass(frozen=True)
+class ConsensusAxis:
+    """The consensus picture's scale, what it draws, and the rounds at 0 a log axis drops."""
+
+    scale: str
+    rounds: list[int]
+    values: list[float]
+    zeros: list[int]
+
+
+def consensus_axis(consensus: dict[int, float | None]) -> ConsensusAxis:
+    """What to draw of each round's consensus distance (None: not known) and on which scale."""
+    known = {r: v for r, v in sorted(consensus.items()) if v is not None}
+    positive = [v for v in known.values() if v > 0]
+    if not positive or (max(positive) <= LOG_SPAN * min(positive)
+                        and max(known.values()) >= LOG_BELOW):
+        return ConsensusAxis("linear", list(known), list(known.values()), [])
+    shown = {r: v for r, v in known.items() if v > 0}
+    return ConsensusAxis("log", list(shown), list(shown.values()),
+                         [r for r, v in known.items() if v <= 0])
+
+
 def _consensus_per_round(figure, records: list[NodeRecord]) -> None:
     from matplotlib.ticker import MaxNLocator
 
-    consensus = {r: v for r, v in consensus_by_round(records).items() if v is not None}
+    axis = consensus_axis(consensus_by_round(records))
     axes = figure.add_subplot()
-    axes.plot(list(consensus), list(consensus.values()), marker="o")
-    if all(v > 0 for v in consensus.values()):
-        axes.set_yscale("log")
+    axes.plot(axis.rounds, axis.values, marker="o")
+    axes.set_yscale(axis.scale)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("round")
-    axes.set_ylabel("consensus distance")
-    axes.set_title("Mean squared distance of the models from their average")
+    axes.set_ylabel("consensus distance" + (" (log scale)" if axis.scale == "log" else ""))
+    title = "Mean squared distance of the models from their average"
+    if axis.zeros:
+        count = len(axis.zeros)
+        title += (f"\n{count} round{'s' if count > 1 else ''} at exactly 0 left out "
+                  "(the log axis has no 0)")
+    axes.set_title(title)
     axes.grid(alpha=0.3)
 
 
