@@ -26,7 +26,15 @@ from typing import Any
 
 from deploy.run_folder import FEDERATION_FILE, RUN_FILE, RecordReader
 from deploy.views.dynamics import consensus_by_round, round_means
-from deploy.views.pictures import PAYLOAD_KINDS, bytes_by_kind, round_seconds
+from deploy.views.pictures import (
+    CSV_NAME,
+    DYNAMIC_PICTURES,
+    FORMATS,
+    PAYLOAD_KINDS,
+    PICTURES,
+    bytes_by_kind,
+    round_seconds,
+)
 from node.errors import ConfigError
 from node.record import NodeRecord
 
@@ -34,8 +42,10 @@ PAGE = Path(__file__).resolve().parent / "monitor_page"
 PUSH_EVERY = 1.0  # seconds: the page is updated at most this often
 STALE_AFTER = 30.0  # seconds without a change to a working node's record, at least...
 STALE_ROUNDS = 3.0  # ... or this many of the federation's median seconds per round
-DOWNLOADS = re.compile(r"(rounds\.csv|summary\.json|federation\.json|run\.json"
-                       r"|node-\d+\.json|[a-z_]+\.(png|svg))")
+# what the run leaves beside the node records, in the order the page offers it
+OUTPUTS = (CSV_NAME, "summary.json", FEDERATION_FILE, RUN_FILE,
+           *(f"{name}.{fmt}" for name in (*PICTURES, *DYNAMIC_PICTURES) for fmt in FORMATS))
+NODE_FILE = re.compile(r"node-\d+\.json")
 WORKING = ("starting", "running")
 HINT = ("the monitor needs starlette and uvicorn, which this environment lacks: "
         "pip install starlette uvicorn")
@@ -132,8 +142,13 @@ class Monitor:
             "nodes": [self._node(r, states[r.node]) for r in records],
             "edges": self._edges(records),
             "positions": positions(self.nodes),
-            "per_round": self._per_round(records),
+            "per_round": self._per_round(records, whole_through(records, states)),
+            "downloads": self.downloads(),
         }
+
+    def downloads(self) -> list[str]:
+        """The run's outputs its folder has now (the node records aside)."""
+        return [name for name in OUTPUTS if (self.run_dir / name).is_file()]
 
     def _states(self, records: list[NodeRecord], run: dict, now: float) -> dict[int, str]:
         """Each node's state: its record's status; `dead` where its process ended while the
@@ -194,16 +209,20 @@ class Monitor:
                 for (u, v), values in sorted(edges.items())]
 
     @staticmethod
-    def _per_round(records: list[NodeRecord]) -> dict[str, Any]:
+    def _per_round(records: list[NodeRecord], through: int | None) -> dict[str, Any]:
+        """The charts' series, rounds up to `through` only (None: every round)."""
         rounds, by_kind = bytes_by_kind(records)
+        whole = [i for i, r in enumerate(rounds) if through is None or r <= through]
         means = round_means(records)
         consensus = consensus_by_round(records)
-        return {"rounds": rounds,
-                "mean_f1": [round(means[r], 4) for r in rounds],
-                "f1": {str(r.node): [[x.round, round(x.global_test.f1, 4)] for x in r.rounds]
+        return {"rounds": [rounds[i] for i in whole],
+                "mean_f1": [round(means[rounds[i]], 4) for i in whole],
+                "f1": {str(r.node): [[x.round, round(x.global_test.f1, 4)] for x in r.rounds
+                                     if through is None or x.round <= through]
                        for r in records},
-                "bytes_by_kind": by_kind,
-                "consensus": [consensus.get(r) for r in rounds]}
+                "bytes_by_kind": {kind: [values[i] for i in whole]
+                                  for kind, values in by_kind.items()},
+                "consensus": [consensus.get(rounds[i]) for i in whole]}
 
     def log_tail(self, node: int, lines: int = 40) -> str:
         path = self.run_dir / "logs" / f"node-{node}.log"
@@ -215,6 +234,23 @@ class Monitor:
         except OSError:
             return f"(no log for node {node} here yet)"
         return "\n".join(text.splitlines()[-lines:])
+
+
+def whole_through(records: list[NodeRecord], states: dict[int, str]) -> int | None:
+    """The last round every working node has reported or is away for (-1: none yet; None:
+    no node works any more, so every round is as whole as it will be). A later round drawn
+    now would show only the nodes that reported it: a drop that is no drop."""
+    reached = [reported_through(r) for r in records if states[r.node] in WORKING]
+    return min(reached) if reached else None
+
+
+def reported_through(record: NodeRecord) -> int:
+    """The node's last round, and after it the rounds the scenario keeps it away."""
+    last = record.rounds[-1].round if record.rounds else -1
+    away = set(record.away_rounds or ())
+    while last + 1 in away:
+        last += 1
+    return last
 
 
 def positions(nodes: int) -> dict[str, list[float]]:
@@ -270,7 +306,7 @@ def app(monitor: Monitor):
     async def files(request):
         name = request.path_params["name"]
         path = monitor.run_dir / name
-        if not DOWNLOADS.fullmatch(name) or not path.is_file():
+        if not (name in OUTPUTS or NODE_FILE.fullmatch(name)) or not path.is_file():
             return PlainTextResponse("not found", status_code=404)
         return FileResponse(path, filename=name)
 
