@@ -80,7 +80,7 @@ def test_the_installed_requirements_are_the_declared_ones():
     required = image.project_requirements()
     assert required[0] == image.TORCH_SPEC
     assert any(r.startswith("pyzmq") for r in required)
-    assert not any("pytest" in r or "matplotlib" in r for r in required)
+    assert not any("pytest" in r or "matplotlib" in r or "pandas" in r for r in required)
 
 
 def test_the_build_context_holds_the_packages_of_an_installed_copy(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,9 +54,16 @@ def image_tag(root: Path = PACKAGE_ROOT, base_image: str = "") -> str:
     return f"{IMAGE_NAME}:{content_hash(root, base_image)}"
 
 
+# What the launcher and the Python API use and a node never imports: the tables and the
+# pictures are made where `protofed` runs, so the node image leaves them out.
+LAUNCHER_ONLY = ("matplotlib", "pandas")
+
+
 def runtime_requirements(declared: list[str]) -> list[str]:
-    """`declared` without the optional extras, with torch pinned to the CPU build."""
-    kept = [d for d in declared if "extra" not in d.partition(";")[2]]
+    """`declared` without the optional extras and the launcher's own packages, with torch
+    pinned to the CPU build."""
+    kept = [d for d in declared if "extra" not in d.partition(";")[2]
+            and not re.match(rf"({'|'.join(LAUNCHER_ONLY)})\b", d.strip())]
     return [TORCH_SPEC] + [d for d in kept if not d.replace(" ", "").startswith("torch")]
 
 

@@ -122,15 +122,18 @@ def keys_dir(plan: Plan) -> Path:
 
 def ensure_results_dir(config: FederationConfig, source: Path,
                        overrides: tuple[str, ...] = ()) -> Path:
-    """deploy.results_dir, created if need be and tried for writing, before anything else
-    is prepared: a folder that cannot hold the run (a file, under /proc, read-only) is a
-    config error naming the file or --set option that gave it, not a traceback once the
-    nodes are planned."""
+    """deploy.results_dir, checked before anything else is prepared: a place that cannot
+    hold the run's folder (a file, under /proc, read-only) is a config error naming the
+    file or --set option that gave it, not a traceback once the nodes are planned. Nothing
+    is left behind: the check writes and removes a scratch folder in the nearest existing
+    folder on the way."""
     folder = Path(config.deploy.results_dir)
+    existing = next((p for p in (folder.absolute(), *folder.absolute().parents)
+                     if p.exists()), Path("/"))
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        if not existing.is_dir():
+            raise NotADirectoryError(20, f"{existing} is not a folder")
+        tempfile.TemporaryDirectory(dir=existing).cleanup()
     except OSError as exc:
         error = ConfigError(f"{source}: deploy.results_dir {str(folder)!r}: cannot hold the "
                             f"run's folder: {exc.strerror or exc}")
