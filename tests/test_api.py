@@ -1,14 +1,10 @@
 """The Python API (protofed): its tables by hand, and real federations run from Python outside
 the checkout, in a sweep and in the example notebook."""
 
-import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 import protofed
@@ -17,8 +13,7 @@ from node.errors import ConfigError
 from node.record import Evaluation, NodeRecord, RoundRecord
 from protofed.api import sweep_settings
 from protofed.frames import round_rows
-from tests.helpers import REPO, read_results
-from tests.helpers import protofed as protofed_command
+from tests.helpers import REPO
 
 QUICK = REPO / "examples" / "quick.toml"
 
@@ -80,80 +75,6 @@ def test_importing_the_api_loads_no_torch():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           check=True, timeout=120)
     assert done.stdout.strip() == "['pandas']"
-
-
-def _bytes(nodes: list[dict]) -> list[tuple[int, int, int, int]]:
-    return [(n["node"], r["round"], r["bytes_sent"], r["bytes_received"])
-            for n in nodes for r in n["rounds"]]
-
-
-@pytest.mark.integration
-def test_a_run_from_python_outside_the_checkout_has_the_command_lines_bytes(tmp_path, data_dir):
-    settings = ["rounds=2", "data.subset=2000", f"deploy.results_dir={tmp_path / 'results'}"]
-    script = (f"import json, protofed\n"
-              f"run = protofed.run({str(QUICK)!r}, overrides={settings!r}, run_id='api', "
-              f"progress=False)\n"
-              f"print(json.dumps(run.rounds[['node', 'round', 'bytes_sent', 'bytes_received']]"
-              f".values.tolist()))\n")
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    env = {**os.environ, "PROTOFED_DATA_DIR": str(data_dir)}
-    done = subprocess.run([sys.executable, "-c", script], cwd=outside, capture_output=True,
-                          text=True, timeout=600, env=env, check=False)
-    assert done.returncode == 0, done.stderr
-    rows = [tuple(row) for row in json.loads(done.stdout.splitlines()[-1])]
-    assert sorted({(node, round_) for node, round_, _, _ in rows}) == [
-        (node, round_) for node in range(5) for round_ in range(3)]
-    cli = protofed_command("up", "-c", QUICK, "--run-id", "cli",
-                           *[part for s in settings for part in ("--set", s)], timeout=600,
-                           env=env)
-    assert cli.returncode == 0, cli.stderr
-    assert rows == _bytes(read_results(tmp_path / "results" / "cli")[1])
-    # read back from its folder, the same tables
-    again = protofed.load(tmp_path / "results" / "api")
-    assert again.rounds[["node", "round", "bytes_sent", "bytes_received"]].values.tolist() \
-        == [list(row) for row in rows]
-    assert again.nodes["status"].tolist() == ["finished"] * 5
-
-
-@pytest.mark.integration
-def test_a_sweep_over_two_seeds_is_one_table_with_a_column_per_swept_key(tmp_path, data_dir):
-    config = {"name": "sweep", "nodes": 2, "rounds": 1,
-              "data": {"dataset": "mnist", "subset": 1000, "dir": str(data_dir)},
-              "deploy": {"results_dir": str(tmp_path)}}
-    frame = protofed.sweep(config, grid={"aggregation.rule": ["mean"]}, seeds=[1, 2],
-                           progress=False)
-    assert list(frame.columns[:3]) == ["run_id", "aggregation.rule", "seed"]
-    assert len(frame) == 2 * 2 * 2  # seeds x nodes x rounds 0-1
-    assert frame.groupby("seed")["run_id"].nunique().tolist() == [1, 1]
-    assert frame["run_id"].nunique() == 2
-    runs = [protofed.load(tmp_path / run_id) for run_id in frame["run_id"].unique()]
-    assert [run.summary["nodes"][0]["status"] for run in runs] == ["finished", "finished"]
-    by_seed = frame[frame["round"] == 1].set_index(["seed", "node"])["f1"]
-    assert not by_seed.isna().any() and isinstance(frame, pd.DataFrame)
-
-
-@pytest.mark.integration
-def test_the_example_notebook_runs_and_shows_progress_as_a_table_not_lines(tmp_path, data_dir,
-                                                                           monkeypatch):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    for name in ("python-api.ipynb", "quick.toml"):
-        shutil.copy(REPO / "examples" / name, tmp_path / name)
-    notebook = nbformat.read(tmp_path / "python-api.ipynb", as_version=4)
-    monkeypatch.setenv("PROTOFED_DATA_DIR", str(data_dir))
-    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
-    outputs = [out for cell in notebook.cells if cell.cell_type == "code"
-               for out in cell.outputs]
-    assert not [out for out in outputs if out.output_type == "error"]
-    streamed = "".join(out.get("text", "") for out in outputs if out.output_type == "stream")
-    assert "round 1/2" not in streamed  # no progress lines: the table below
-    tables = [out for out in outputs if out.output_type == "display_data"
-              and "<progress" in out.get("data", {}).get("text/html", "")]
-    assert tables, "no progress table was displayed"
-    assert "finished" in streamed  # the end table printed by run.table()
-    assert len(list((tmp_path / "results").iterdir())) == 3  # the run and the sweep's two
 
 
 def test_a_module_named_like_ours_in_the_working_folder_cannot_break_the_command(tmp_path):
