@@ -110,3 +110,11 @@ def test_the_live_table_stays_off_the_terminal_until_the_first_look():
     progress = LiveProgress(rounds=2, stream=stream)
     assert not progress.live.is_started and stream.getvalue() == ""
     progress.finish()
+
+
+def test_install_hints_work_wherever_protofed_is_installed():
+    from deploy.views import monitor, pictures, tensorboard
+
+    # an editable install of the checkout (-e '.[extra]') fails outside the checkout
+    for hint in (pictures.PICTURES_HINT, monitor.HINT, tensorboard.HINT):
+        assert "pip install " in hint and "-e" not in hint and ".[" not in hint, hint

@@ -5,7 +5,7 @@ sent and received (in all and per peer), and the config as text and as hyperpara
 Written from the node records alone, so it serves every backend, live (`protofed up
 --tensorboard DIR`: new rounds are written and flushed as the records show them) or after
 the run (`protofed tensorboard RUN DIR`). Needs the `tensorboard` package
-(`pip install -e '.[tensorboard]'`).
+(`pip install tensorboard`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 from node.errors import ConfigError
 from node.record import NodeRecord, RoundRecord
 
-HINT = "TensorBoard export needs the tensorboard package: pip install -e '.[tensorboard]'"
+HINT = ("TensorBoard export needs the tensorboard package, which this environment lacks: "
+        "pip install tensorboard")
 
 
 def scalars(record: RoundRecord) -> dict[str, float]:
