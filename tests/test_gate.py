@@ -98,7 +98,10 @@ def test_a_refusal_storm_bans_its_address_in_the_kernel_and_open_connections_go_
         friend.send(0, [b"during"])  # ... while the open connection goes on
         assert receive_until(receiver, lambda got: len(got) == 1,
                              "the friend's message during the ban") == [(1, [b"during"])]
-        assert receiver.refused_keys - refused <= 2  # the storm's retries never reach ZAP
+        # the storm's retries never reach ZAP: at most the one handshake each storm socket
+        # had in flight when the ban landed (unbanned, 8 sockets retrying every 0.1 s would
+        # add dozens before the friend's message is through)
+        assert receiver.refused_keys - refused <= len(storm)
         # after the ban, TCP retransmits the SYN and the new neighbour gets in (not before)
         receive_until(receiver, lambda got: (2, [b"late"]) in got,
                       "the new neighbour getting in after the ban", timeout=60)
