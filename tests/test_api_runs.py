@@ -23,7 +23,9 @@ def _bytes(nodes: list[dict]) -> list[tuple[int, int, int, int]]:
 
 @pytest.mark.integration
 def test_a_run_from_python_outside_the_checkout_has_the_command_lines_bytes(tmp_path, data_dir):
-    settings = ["rounds=2", "data.subset=1000", f"deploy.results_dir={tmp_path / 'results'}"]
+    # deploy.memory skips the memory probe (seconds per run); the bytes do not depend on it
+    settings = ["rounds=2", "data.subset=1000", 'deploy.memory="512m"',
+                f"deploy.results_dir={tmp_path / 'results'}"]
     script = (f"import json, protofed\n"
               f"run = protofed.run({str(QUICK)!r}, overrides={settings!r}, run_id='api', "
               f"progress=False)\n"
@@ -54,7 +56,7 @@ def test_a_run_from_python_outside_the_checkout_has_the_command_lines_bytes(tmp_
 def test_a_sweep_over_two_seeds_is_one_table_with_a_column_per_swept_key(tmp_path, data_dir):
     config = {"name": "sweep", "nodes": 2, "rounds": 1,
               "data": {"dataset": "mnist", "subset": 1000, "dir": str(data_dir)},
-              "deploy": {"results_dir": str(tmp_path)}}
+              "deploy": {"results_dir": str(tmp_path), "memory": "512m"}}
     frame = protofed.sweep(config, grid={"aggregation.rule": ["mean"]}, seeds=[1, 2],
                            progress=False)
     assert list(frame.columns[:3]) == ["run_id", "aggregation.rule", "seed"]
