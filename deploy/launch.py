@@ -1,7 +1,8 @@
-"""One federation from its config to its summary, shared by the command line (deploy.up) and
-the Python API (protofed): the backend's launcher prepares and starts it, a progress view
-shows it, and its folder gets the summary, the per-round CSV and the pictures. What it has
-to say goes to `say`; the caller owns the terminal."""
+"""One federation from its config to its summary, as `protofed up` runs it (the Python API
+starts `up` as a process of its own and shares only `load_config`): the backend's launcher
+prepares and starts it, a progress view shows it, and its folder gets the summary, the
+per-round CSV and the pictures. What it has to say goes to `say`; the caller owns the
+terminal."""
 
 from __future__ import annotations
 
@@ -111,9 +112,9 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     run_id = run_id or new_run_id(config)
     overrides = tuple(overrides)
     launcher = launcher_for(config)  # refuses what its backend cannot run
-    if ensure_results_dir(config, source, overrides).joinpath(run_id).exists():
-        raise ConfigError(f"results folder {Path(config.deploy.results_dir) / run_id} already "
-                          "exists: pick another run id (--run-id; run_id= in Python)")
+    taken = ensure_results_dir(config, source, overrides) / run_id
+    if taken.exists():
+        raise _taken(taken)
     if monitor_port is not None:  # what the page needs, before anything is prepared
         check_installed()
         check_port("127.0.0.1", monitor_port)
@@ -140,9 +141,8 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
         raise
     page = _start_monitor(plan.results_dir, monitor_port, say) \
         if monitor_port is not None else None
-    held: dict[int, Any] = {}
     try:
-        interrupted, out_of_time = _watch(run, config, progress, say, live, held)
+        interrupted, out_of_time = _watch(run, config, progress, say, live)
         records = mark_dead(plan.results_dir, read_node_results(plan.results_dir, config.nodes),
                             dict(run.exit_codes))
         if live is not None:
@@ -156,7 +156,6 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
         if page is not None:
             page.terminate()
             page.wait()
-        _restore(held)
     return Outcome(plan, records, summary, files, interrupted, out_of_time,
                    dict(run.exit_codes), frozenset(getattr(run, "oom_killed", ())))
 
@@ -169,16 +168,19 @@ def _write_or_release(plan: Plan, launcher) -> None:
         launcher.release()
         if isinstance(exc, ConfigError):
             raise
-        raise ConfigError(f"results folder {plan.results_dir} already exists: pick another "
-                          "run id (--run-id; run_id= in Python)") from None
+        raise _taken(plan.results_dir) from None
+
+
+def _taken(folder: Path) -> ConfigError:
+    return ConfigError(f"results folder {folder} already exists: pick another run id "
+                       "(--run-id; run_id= in Python)")
 
 
 def _watch(run, config: FederationConfig, progress, say: Callable[[str], None],
-           live: TensorBoardExport | None, held: dict[int, Any]) -> tuple[bool, bool]:
+           live: TensorBoardExport | None) -> tuple[bool, bool]:
     """Show progress (and write the TensorBoard runs, `live`) until every node ended;
     (interrupted, out of time). Whatever happens, the run's logs are kept and its nodes
-    removed. After an interruption the stop signals stay ignored until the summary is
-    written (`held`: the handlers to put back then)."""
+    removed."""
     interrupted = out_of_time = False
     show = _preloading(progress.show)
 
@@ -197,7 +199,8 @@ def _watch(run, config: FederationConfig, progress, say: Callable[[str], None],
     except KeyboardInterrupt:
         # A second Ctrl-C or `kill` must not cut the stop short and leave nodes running:
         # stopping takes at most the grace period, then the rest is killed.
-        held.update(_ignore_stop_signals())
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         interrupted = True
         progress.finish()
         say("interrupted, stopping every node")
@@ -207,21 +210,6 @@ def _watch(run, config: FederationConfig, progress, say: Callable[[str], None],
         run.save_logs()
         run.remove()
     return interrupted, out_of_time
-
-
-def _ignore_stop_signals() -> dict[int, Any]:
-    """Ignore SIGINT and SIGTERM while the nodes stop (in the main thread only: a notebook
-    or a library caller may run this elsewhere); the handlers to put back."""
-    try:
-        return {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM,
-                                                                    signal.SIGINT)}
-    except ValueError:  # not the main thread
-        return {}
-
-
-def _restore(handlers: dict[int, Any]) -> None:
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
 
 
 def _preloading(show):

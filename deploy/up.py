@@ -1,5 +1,5 @@
 """`protofed up`: one federation from its config to its end table on the terminal. The run
-itself is deploy.launch's (shared with the Python API); this module owns what the terminal
+itself is deploy.launch's; this module owns what the terminal
 shows: the live progress, the table, the files and what went wrong."""
 
 from __future__ import annotations

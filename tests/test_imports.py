@@ -84,8 +84,8 @@ def test_the_command_line_knows_backends_only_through_the_launchers():
 def test_deploy_is_two_wings_under_a_thin_command_line():
     """deploy/backends (where nodes run) and deploy/views (what shows a run) never import
     each other; both meet in the run folder (deploy.run_folder); only the command line
-    (deploy.cli, deploy.up, deploy.terminal) and the run both it and the Python API start
-    (deploy.launch) import both, and nothing imports the command line."""
+    (deploy.cli, deploy.up, deploy.terminal) and the run `up` starts (deploy.launch) import
+    both, and nothing imports the command line."""
     graph = import_graph()
     wing = {name: name.split(".")[1] for name in graph if name.startswith(
         ("deploy.backends", "deploy.views"))}

@@ -202,21 +202,6 @@ def warm_up(config: FederationConfig) -> None:
     gc.freeze()
 
 
-def streams_on_descriptors() -> None:
-    """In a forked child, print through file descriptors 1 and 2: a Jupyter kernel's
-    sys.stdout and sys.stderr are objects that send to the notebook over the kernel's
-    sockets, which a node must neither share nor write to."""
-    for name, descriptor in (("stdout", 1), ("stderr", 2)):
-        stream = getattr(sys, name)
-        try:
-            if stream.fileno() == descriptor:
-                continue
-        except (AttributeError, OSError, ValueError):
-            pass
-        # the child writes through it until it exits
-        setattr(sys, name, open(descriptor, "w", buffering=1, closefd=False))  # noqa: SIM115
-
-
 def probe_footprint(config: FederationConfig) -> NodeFootprint:
     """Measure node 0 of `config` in a process forked from this warm one, as nodes are."""
     from deploy.backends.capacity import NodeFootprint, measure_footprint
@@ -227,7 +212,6 @@ def probe_footprint(config: FederationConfig) -> NodeFootprint:
     pid = os.fork()
     if pid == 0:  # the child: it never returns from here
         try:
-            streams_on_descriptors()
             os.close(readable)
             try:
                 answer = asdict(measure_footprint(config, forked=True))
@@ -295,7 +279,6 @@ def fork_node(plan: Plan, node_id: int, listeners: list[socket.socket],
         os.dup2(output, 1)
         os.dup2(output, 2)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        streams_on_descriptors()
         for other, listener in enumerate(listeners):
             if other != node_id:
                 listener.close()

@@ -479,26 +479,19 @@ def node_series(rounds: list[RoundRecord], value) -> tuple[list[int], list[float
     return list(span), [got.get(number, math.nan) for number in span]
 
 
-def percentile(values: list[float], share: float) -> float:
-    """The `share` (0 to 1) percentile of `values`, linear between the two closest."""
-    ordered = sorted(values)
-    position = share * (len(ordered) - 1)
-    below = math.floor(position)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
-
-
 def round_spread(records: list[NodeRecord], value,
                  percentiles: tuple[int, int] = BAND_PERCENTILES) -> RoundSpread:
     """`value`'s mean and percentile band per round, over the nodes that recorded it."""
+    import numpy  # with the drawing, not with the command line's start-up
+
     by_round: dict[int, list[float]] = {}
     for node in records:
         for record in node.rounds:
             by_round.setdefault(record.round, []).extend(known_scores([value(record)]))
     rounds = sorted(r for r, values in by_round.items() if values)
     return RoundSpread(rounds, [sum(by_round[r]) / len(by_round[r]) for r in rounds],
-                       [percentile(by_round[r], percentiles[0] / 100) for r in rounds],
-                       [percentile(by_round[r], percentiles[1] / 100) for r in rounds])
+                       [float(numpy.percentile(by_round[r], percentiles[0])) for r in rounds],
+                       [float(numpy.percentile(by_round[r], percentiles[1])) for r in rounds])
 
 
 def _per_round(figure, records: list[NodeRecord], value, label: str, title: str) -> None:

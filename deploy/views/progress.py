@@ -62,6 +62,11 @@ class Timing:
             self.training_since = self.clock()
 
 
+def mean_rounds_done(results: list[NodeRecord]) -> float:
+    """Rounds done, averaged over the nodes (0 before any record)."""
+    return sum(r.rounds_done for r in results) / len(results) if results else 0.0
+
+
 def node_state(record: NodeRecord) -> str:
     """What a node is doing, in a word: waiting for its process, starting, or its status."""
     return {"missing": "waiting", "starting": "starting"}.get(record.status, record.status)
@@ -87,9 +92,8 @@ class LiveProgress:
 
     def table(self, results: list[NodeRecord]) -> Table:
         self.timing.look(results)
-        done = sum(r.rounds_done for r in results) / len(results) if results else 0
-        table = Table(box=None, pad_edge=False, caption=self.timing.text(done),
-                      caption_justify="left")
+        caption = self.timing.text(mean_rounds_done(results))
+        table = Table(box=None, pad_edge=False, caption=caption, caption_justify="left")
         for column, justify in (("node", "right"), ("state", "left"), ("rounds", "left"),
                                 ("", "right"), ("bytes sent", "right"),
                                 ("bytes received", "right"), ("last F1", "right")):
@@ -190,9 +194,8 @@ class NotebookProgress:
 
     def show(self, results: list[NodeRecord]) -> None:
         self.timing.look(results)
-        done = sum(r.rounds_done for r in results) / len(results) if results else 0
-        self.handle.update(self.html(progress_html(results, self.rounds,
-                                                   self.timing.text(done))))
+        self.handle.update(self.html(progress_html(
+            results, self.rounds, self.timing.text(mean_rounds_done(results)))))
 
     def finish(self) -> None:
         pass
