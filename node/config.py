@@ -502,6 +502,19 @@ def _check_deploy(c: FederationConfig, source: str) -> None:
            f"must be a TCP port, got {c.deploy.port}")
 
 
+def _check_sim(c: FederationConfig, source: str) -> None:
+    """[sim], and what only the sim backend models."""
+    _check(c.sim.slowdown > 0, source, "sim.slowdown", f"must be positive, got {c.sim.slowdown}")
+    _check(not c.sim.node_slowdowns or len(c.sim.node_slowdowns) == c.nodes, source,
+           "sim.node_slowdowns", f"must list one factor per node ({c.nodes}), got "
+           f"{len(c.sim.node_slowdowns)}")
+    _check(all(x > 0 for x in c.sim.node_slowdowns), source, "sim.node_slowdowns",
+           f"must be positive numbers, got {c.sim.node_slowdowns}")
+    _check(not c.links.uplink or c.deploy.backend == "sim", source, "links.uplink",
+           "is modelled by the sim backend only (the kernel shapes each edge, not a node's "
+           "uplink): leave it empty or use --backend sim")
+
+
 def _check_links(c: FederationConfig, source: str) -> None:
     """[links]: the profile, each edge's form and each value alone; how they combine with a
     graph file's attributes, and that each edge is in the graph, are checked when the
@@ -513,6 +526,8 @@ def _check_links(c: FederationConfig, source: str) -> None:
                f"links.edges[{index}].nodes", f"must be [sender, receiver], got {edge.nodes}")
     named = [("links", c.links.default())] + [
         (f"links.edges[{i}]", values) for i, (_, _, _, values) in enumerate(c.links.overrides())]
+    if c.links.uplink:
+        named.append(("links", {"uplink": c.links.uplink}))
     for where, values in named:
         for key, value in values.items():
             try:
@@ -520,12 +535,13 @@ def _check_links(c: FederationConfig, source: str) -> None:
                     parse_condition(key, str(value))
             except ValueError as exc:
                 # the parser's words begin with the condition's name
-                raise ConfigError(f"{source}: {where}.{exc}") from None
+                words = str(exc).replace("bandwidth", key, 1)
+                raise ConfigError(f"{source}: {where}.{words}") from None
 
 
 SECTION_CHECKS = (_check_federation, _check_topology, _check_data, _check_model,
                   _check_train, _check_exchange, _check_aggregation, _check_timeouts,
-                  _check_methods, _check_deploy, _check_links, _check_scenario,
+                  _check_methods, _check_deploy, _check_sim, _check_links, _check_scenario,
                   _check_report)
 
 

@@ -25,6 +25,7 @@ import torch
 from node.algorithms import create
 from node.algorithms.base import Algorithm, DataPlan, NodeData, Payload
 from node.algorithms.common import weightless
+from node.clock import SYSTEM, Clock
 from node.consensus import flat_parameters, sketch, to_text
 from node.data import Dataset, default_data_dir, load_dataset
 from node.data.partition import FederatedSplit, federated_split
@@ -187,9 +188,11 @@ class Recorder:
         self.write()
 
 
-def prepare_process(config: FederationConfig, node_id: int) -> tuple[int, torch.device]:
-    """Torch threads and the Python and numpy seeds of this node; its device."""
-    threads = torch_threads(config, config.nodes)
+def prepare_process(config: FederationConfig, node_id: int,
+                    threads: int | None = None) -> tuple[int, torch.device]:
+    """Torch threads (`threads`, else torch_threads) and the Python and numpy seeds of this
+    node; its device."""
+    threads = threads or torch_threads(config, config.nodes)
     torch.set_num_threads(threads)
     random.seed(config.seed + node_id)
     np.random.seed(config.seed + node_id)
@@ -212,13 +215,14 @@ def message_bound(config: FederationConfig, algorithm: Algorithm) -> int:
 
 
 def build_node(federation: Federation, node_id: int, connect: Callable[[int], Transport],
-               recorder: Recorder) -> Node:
+               recorder: Recorder, clock: Clock = SYSTEM, threads: int | None = None) -> Node:
     """Compose one node from its parts: process settings, data, algorithm, then the network
-    (`connect(max_message_bytes)` opens it) and peers."""
+    (`connect(max_message_bytes)` opens it) and peers; `clock`: where it reads the time;
+    `threads`: torch threads instead of torch_threads's."""
     config = federation.config
     member = federation.member(node_id)
     previous = recorder.unfinished(config.digest())  # before this start overwrites it
-    threads, device = prepare_process(config, node_id)
+    threads, device = prepare_process(config, node_id, threads)
     recorder.result = NodeRecord(
         node=node_id, status="starting", algorithm=config.algorithm,
         config_digest=config.digest(), config_name=config.name,
@@ -231,7 +235,7 @@ def build_node(federation: Federation, node_id: int, connect: Callable[[int], Tr
     result = recorder.result
     result.train_samples, result.test_samples = len(data.train_y), len(data.test_y)
     result.global_test_samples = len(data.global_y)
-    result.setup_seconds = time.monotonic() - recorder.started
+    result.setup_seconds = clock.monotonic() - recorder.started
     result.max_message_bytes = message_bound(config, algorithm)
     shaped = federation.shaped_links
     if shaped:
@@ -244,8 +248,8 @@ def build_node(federation: Federation, node_id: int, connect: Callable[[int], Tr
                   max_message_bytes=result.max_message_bytes,
                   codecs=kind_codecs(config, algorithm.kinds), stamp=bool(shaped),
                   round_in_neighbours=lambda r: schedule.in_neighbours(r, node_id),
-                  left_early=schedule.left_early())
-    return Node(config, node_id, algorithm, peers, recorder, previous, schedule)
+                  left_early=schedule.left_early(), clock=clock)
+    return Node(config, node_id, algorithm, peers, recorder, previous, schedule, clock)
 
 
 def kind_codecs(config: FederationConfig, kinds: tuple[str, ...]) -> dict[str, str]:
@@ -260,8 +264,10 @@ class Node:
 
     def __init__(self, config: FederationConfig, node_id: int, algorithm: Algorithm,
                  peers: Peers, recorder: Recorder,
-                 previous: NodeRecord | None = None, schedule: Schedule | None = None) -> None:
+                 previous: NodeRecord | None = None, schedule: Schedule | None = None,
+                 clock: Clock = SYSTEM) -> None:
         self.config = config
+        self.clock = clock
         self.node_id = node_id
         self.algorithm = algorithm
         self.peers = peers
@@ -277,14 +283,14 @@ class Node:
         algorithm, data = self.algorithm, self.algorithm.data
         result = self.recorder.result
         result.machine = os.environ.get("PROTOFED_MACHINE") or None  # set on a swarm
-        handshake_started = time.monotonic()
+        handshake_started = self.clock.monotonic()
         # A first start evaluates its initial model (round 0) while ZeroMQ's threads run the
         # connections' handshakes: at 100 nodes on 2 cores both take about 15 s. A process
         # started again after a crash usually rejoins later rounds and skips round 0.
         present = [self._present(r) for r in range(config.rounds + 1)]
         initial = peers.handshake(config.timeouts.startup, None if self.previous or not present[0]
                                   else (lambda: self._evaluate(algorithm, data)))
-        result.handshake_seconds = time.monotonic() - handshake_started
+        result.handshake_seconds = self.clock.monotonic() - handshake_started
         result.status = "running"
         away = [r for r, here in enumerate(present) if not here]
         result.away_rounds = away or None
@@ -327,7 +333,7 @@ class Node:
                         "no round: recorded as missed", node_id)
             result.status = "missed"
             result.error = "restarted after the federation's last round"
-        result.elapsed_seconds = time.monotonic() - self.recorder.started
+        result.elapsed_seconds = self.clock.monotonic() - self.recorder.started
         self._fill_totals(peers)
         self.recorder.write()
         return result
@@ -343,7 +349,7 @@ class Node:
         peers.settle_transfers()
         peers.transport.close(self.config.timeouts.shutdown)
         result.status = "left"
-        result.elapsed_seconds = time.monotonic() - self.recorder.started
+        result.elapsed_seconds = self.clock.monotonic() - self.recorder.started
         self._fill_totals(peers)
         self.recorder.write()
         log.info("node %d: left the federation after round %d, as the scenario says",
@@ -369,15 +375,15 @@ class Node:
         # a node joining late trains nothing in its first round: it only listens, and
         # starts from its in-neighbours' models and prototypes
         joining = schedule is not None and schedule.joining(round_, me)
-        started = time.monotonic()
+        started = self.clock.monotonic()
         train_stats = {} if joining else algorithm.train_round(round_)
-        trained = time.monotonic()
+        trained = self.clock.monotonic()
         missing: set[int] = set()
         refusals: list[dict] = []
         timings = {"train_seconds": trained - started, "communication_seconds": 0.0,
                    "aggregation_seconds": 0.0}
         for kinds in algorithm.exchange_steps():
-            step_started = time.monotonic()
+            step_started = self.clock.monotonic()
             own = {kind: payload for kind, payload in algorithm.payload().items()
                    if kind in kinds}
             for kind in kinds:
@@ -388,14 +394,14 @@ class Node:
             received = {peer: {kind: Payload(m.tensors, m.meta) for kind, m in by_kind.items()}
                         for peer, by_kind in updates.items()}
             missing.update(step_missing)
-            communicated = time.monotonic()
+            communicated = self.clock.monotonic()
             if joining:
                 own = weightless(own)
             if received or not joining:
                 refusals += [r.as_record() for r in algorithm.aggregate(own, received)]
             del updates, received  # the neighbours' messages, before the next wait
             timings["communication_seconds"] += communicated - step_started
-            timings["aggregation_seconds"] += time.monotonic() - communicated
+            timings["aggregation_seconds"] += self.clock.monotonic() - communicated
         return self._round_record(round_, algorithm, data, peers, train_stats, timings,
                                   sorted(missing), refusals)
 
@@ -409,8 +415,8 @@ class Node:
         local, global_, seconds = evaluated or self._evaluate(algorithm, data)
         record = RoundRecord(
             round=round_, local_test=local, global_test=global_, train=train_stats, **timings,
-            evaluation_seconds=seconds, recorded_at=time.time(),
-            cpu_seconds=time.process_time(), missing_peers=missing,
+            evaluation_seconds=seconds, recorded_at=self.clock.time(),
+            cpu_seconds=self.clock.cpu(), missing_peers=missing,
             rejected_peers=sorted({r["peer"] for r in refusals}), refusals=refusals,
             trust={str(peer): value for peer, value in sorted(algorithm.trust.items())} or None,
             model_sketch=self._model_sketch(algorithm))
@@ -431,10 +437,10 @@ class Node:
     def _evaluate(self, algorithm: Algorithm,
                   data: NodeData) -> tuple[Evaluation, Evaluation, float]:
         """The model on the node's local test set and on the global one; the seconds it took."""
-        batch, started = self.config.train.eval_batch_size, time.monotonic()
+        batch, started = self.config.train.eval_batch_size, self.clock.monotonic()
         local = evaluate(algorithm, data.test_x, data.test_y, data.num_classes, batch)
         global_ = evaluate(algorithm, data.global_x, data.global_y, data.num_classes, batch)
-        return local, global_, time.monotonic() - started
+        return local, global_, self.clock.monotonic() - started
 
     def _fill_totals(self, peers: Peers) -> None:
         meter = peers.meter

@@ -20,7 +20,7 @@ TOPOLOGY_KINDS = tuple(BUILDERS)  # "file" among them
 # Allowed values owned by other modules (datasets, partitions, topologies, codecs, models,
 # aggregation rules, algorithms) are read from those modules; these are the config's own.
 PROTOTYPE_SOURCES = ("aggregated", "local")
-BACKENDS = ("local", "docker", "swarm")
+BACKENDS = ("local", "docker", "swarm", "sim")
 RESTARTING_BACKENDS = ("local",)  # the launcher restarts a failed node (deploy.restarts)
 SHARED_NETWORK_BACKENDS = ("docker", "swarm")  # nodes on a network others may join
 SECURITY = ("curve", "none")
@@ -231,8 +231,9 @@ class DeployConfig:
     """Where and how the nodes run."""
 
     backend: str = "local"
-    """Where nodes run: "local" processes, "docker" containers or "swarm" services on a Docker
-    Swarm; `protofed up --backend` overrides it."""
+    """Where nodes run: "local" processes, "docker" containers, "swarm" services on a Docker
+    Swarm, or "sim": every node in one process, in virtual time (see [sim]); `protofed up
+    --backend` overrides it."""
     host: str = "127.0.0.1"
     """The address local nodes listen on."""
     base_port: int = 0
@@ -241,7 +242,8 @@ class DeployConfig:
     results_dir: str = "results"
     """Where runs are written."""
     cores: int = 0
-    """Cores to share among local nodes (0: all available)."""
+    """Cores to share among local nodes, or on the sim backend the nodes computing at once
+    (0: all available)."""
     image: str = ""
     """docker: the node image to use; empty: build `protofed-node:<content hash>`."""
     base_image: str = "python:3.11-slim"
@@ -310,6 +312,9 @@ class LinksConfig:
     """Every edge's delay jitter; empty: none."""
     loss: str = ""
     """Every edge's packet loss; empty: none."""
+    uplink: str = ""
+    """sim backend: each node's uplink, shared equally by the copies of one broadcast (a
+    bandwidth like "10mbit"); empty: each copy only as fast as its edge."""
     edges: list[LinkEdge] = field(default_factory=list)
     """One edge's conditions (or a pair's): see [[links.edges]]."""
 
@@ -327,6 +332,19 @@ class LinksConfig:
     @property
     def configured(self) -> bool:
         return bool(self.default()) or bool(self.edges)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The sim backend's virtual time: how a node's measured compute maps to virtual
+    seconds (network time follows [links])."""
+
+    slowdown: float = 1.0
+    """Virtual seconds per CPU second of every node's compute (1: each node a core of this
+    machine; 5: ten nodes sharing two cores); positive."""
+    node_slowdowns: list[float] = field(default_factory=list)
+    """Per node, a factor on `slowdown` (heterogeneous devices: 4 is a node four times
+    slower); empty: 1 for every node, else one positive number per node."""
 
 
 @dataclass(frozen=True)
@@ -403,6 +421,8 @@ class FederationConfig:
     """[deploy]: where and how the nodes run."""
     links: LinksConfig = field(default_factory=LinksConfig)
     """[links]: emulated link conditions."""
+    sim: SimConfig = field(default_factory=SimConfig)
+    """[sim]: the sim backend's virtual time."""
     scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
     """[scenario]: churn by round."""
     report: ReportConfig = field(default_factory=ReportConfig)

@@ -78,7 +78,7 @@ def parse_loss(text: str) -> float:
 
 def parse_condition(key: str, text: str) -> float:
     """One condition's value alone: bits per second, seconds or a fraction."""
-    if key == "bandwidth":
+    if key in ("bandwidth", "uplink"):
         return parse_rate(text)
     if key == "loss":
         return parse_loss(text)

@@ -10,11 +10,12 @@ the image); what runs where is decided by the pure plan functions it calls (`pla
 from __future__ import annotations
 
 import abc
+import os
 import socket
 from pathlib import Path
 from typing import TextIO
 
-from deploy.backends import capacity, local, shaping
+from deploy.backends import capacity, local, shaping, sim
 from deploy.backends import docker_backend as docker
 from deploy.backends import image as docker_image
 from deploy.backends import swarm_backend as swarm
@@ -153,6 +154,27 @@ class SwarmLauncher(Launcher):
         return swarm.start(self.config, plan, self.image, self.client, self.constraints)
 
 
+class SimLauncher(Launcher):
+    """Every node a thread of one process on this machine, in virtual time."""
+
+    def refuse_unrunnable(self) -> None:
+        if self.config.train.device == "cuda":
+            raise ConfigError('train.device = "cuda": the sim backend measures each node\'s '
+                              "compute as its thread's CPU time, so it runs nodes on the CPU")
+
+    def prepare(self, source: Path, overrides: tuple[str, ...], run_id: str,
+                cache_dir: Path | None) -> Plan:
+        local.check_user_models(self.config)
+        plan = sim.plan_sim(self.config, source, overrides, run_id)
+        self.memory_note = (f"sim: {self.config.nodes} nodes in one process, "
+                            f"{self.config.deploy.cores or len(os.sched_getaffinity(0))} computing at once "
+                            "(deploy.cores); seconds in the records are virtual")
+        return plan
+
+    def start(self, plan: Plan) -> sim.SimRun:
+        return sim.start(plan)
+
+
 def refuse_user_code(config: FederationConfig) -> None:
     """Containers run the node image, which holds no module of the user's."""
     for key, value in user_code(config):
@@ -161,7 +183,7 @@ def refuse_user_code(config: FederationConfig) -> None:
 
 
 LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "docker": DockerLauncher,
-                                         "swarm": SwarmLauncher}
+                                         "swarm": SwarmLauncher, "sim": SimLauncher}
 
 
 def launcher_for(config: FederationConfig) -> Launcher:
@@ -210,7 +232,9 @@ class LocalFleet(Fleet):
         return [run["run_id"] for run in self._running()]
 
     def describe(self) -> list[str]:
-        return [f"{run['run_id']}  local  nodes alive: "
+        return [f"{run['run_id']}  sim  {run['nodes']} nodes in process {run['alive']['sim']}"
+                if run["backend"] == "sim" else
+                f"{run['run_id']}  local  nodes alive: "
                 f"{', '.join(sorted(run['alive'], key=int))}" for run in self._running()]
 
     def stop(self, run_id: str) -> str | None:

@@ -385,8 +385,9 @@ def follow_file(path: Path, tail: int, running: Callable[[], bool], out: TextIO,
 
 
 def node_alive(results_root: Path, run_id: str, node_id: int) -> bool:
-    """Whether node `node_id` of local run `run_id` still runs."""
-    return any(run["run_id"] == run_id and str(node_id) in run["alive"]
+    """Whether node `node_id` of local run `run_id` still runs (of a sim run: whether the
+    simulation does)."""
+    return any(run["run_id"] == run_id and (str(node_id) in run["alive"] or "sim" in run["alive"])
                for run in running_runs(results_root))
 
 
@@ -398,7 +399,7 @@ def running_runs(results_root: Path) -> list[dict]:
             document = json.loads(run_file.read_text())
         except (OSError, ValueError):
             continue
-        if document.get("backend") != "local":
+        if document.get("backend") not in ("local", "sim"):  # sim: one process, every node
             continue
         starts = document.get("start_times", {})
         alive = {i: pid for i, pid in document.get("pids", {}).items()

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import collections
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
 
+from node.clock import SYSTEM, Clock
 from node.errors import PeerTimeout, ProtocolError
 from node.net.kinds import CONTROL_KINDS
 from node.net.message import Message, decode_message, encode_message, frame_bytes
@@ -151,8 +151,9 @@ class Peers:
                  out_neighbours: Iterable[int], rounds: int, max_message_bytes: int,
                  codecs: Mapping[str, str], stamp: bool = False,
                  round_in_neighbours: Callable[[int], Sequence[int]] | None = None,
-                 left_early: Iterable[int] = ()) -> None:
+                 left_early: Iterable[int] = (), clock: Clock = SYSTEM) -> None:
         self.node_id = node_id
+        self.clock = clock  # deadlines and stamps: the system's time, or a simulation's
         self.transport = transport
         self.in_neighbours = sorted(in_neighbours)  # in any round: whose hellos it awaits
         self.out_neighbours = sorted(out_neighbours)
@@ -200,7 +201,7 @@ class Peers:
             raise ValueError(f"no codec for message kind {kind!r} (codecs for "
                              f"{sorted(self.codecs)})")
         if self.stamp and tensors:
-            meta = {**(meta or {}), SENT_AT: int(time.time() * 1000)}
+            meta = {**(meta or {}), SENT_AT: int(self.clock.time() * 1000)}
         frames = encode_message(self.node_id, round_, kind, tensors,
                                 self.codecs.get(kind, "fp32"), meta)
         for peer in recipients:
@@ -371,9 +372,9 @@ class Peers:
         for peer in self.out_neighbours:
             self._send(peer, 0, "hello", encode_message(self.node_id, 0, "hello"))
         done_meanwhile = while_waiting() if while_waiting else None
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         while not self._handshake_done():
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 silent_out = sorted(set(self.out_neighbours) - self.ack_from)
                 silent_in = sorted(set(self.in_neighbours) - self.hello_from)
@@ -404,14 +405,14 @@ class Peers:
         self.current_round = round_
         for message in self.inbox.discard_before(round_):
             self.meter.drop(message.sender, 0, "stale round", message.round)
-        started = time.monotonic()
+        started = self.clock.monotonic()
         deadlines = {p: started + (timeout if p not in self.absent or absent_timeout is None
                                    else min(timeout, absent_timeout))
                      for p in senders}
         while True:
             gone = (self.bye_from | self._lost()
                     | {p for p, last in self.rejoins_after.items() if round_ <= last})
-            now = time.monotonic()
+            now = self.clock.monotonic()
             pending = [p for p in senders if p not in gone
                        and not self.inbox.has(round_, p, kinds) and now < deadlines[p]]
             if not pending:
@@ -441,10 +442,10 @@ class Peers:
                            encode_message(self.node_id, self.rounds, "bye"))
         self.leaving = True
         self.transport.farewell()
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         lost_since = None
         while missing := set(self.in_neighbours) - self.bye_from:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if missing <= self._lost():
                 # a neighbour closes its sockets right after its own goodbye, which may
                 # still be on its way on another connection: give it a moment
