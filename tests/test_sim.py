@@ -1,0 +1,185 @@
+"""The sim backend: virtual time computed right, and the same federation as node processes."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import pytest
+
+from node.sim.engine import Engine, SimTransport
+from node.sim.wire import (
+    FRAME_OVERHEAD,
+    MIN_RETRANSMIT_S,
+    Wire,
+    lost_packets,
+    retransmission_seconds,
+    wire_bytes,
+)
+from tests.helpers import run_federation
+from topology.links import Link
+
+FIVE_MBIT = 5_000_000
+
+
+# --- the wire: hand computations ------------------------------------------------------------
+
+
+def test_a_message_on_a_shaped_edge_takes_its_size_over_the_rate_plus_the_delay():
+    wire = Wire({(0, 1): Link(FIVE_MBIT, delay_s=0.04)}, seed=1)
+    nbytes = wire_bytes([100, 250_000])
+    assert nbytes == 250_100 + 2 * FRAME_OVERHEAD
+    [arrival] = wire.arrivals(0, 10.0, [(1, nbytes)])
+    assert arrival == pytest.approx(10.0 + nbytes * 8 / FIVE_MBIT + 0.04)  # 10.44023 s
+
+
+def test_messages_on_one_edge_queue_behind_each_other_and_an_unshaped_edge_takes_no_time():
+    wire = Wire({(0, 1): Link(1_000_000)}, seed=1)
+    first = wire.arrivals(0, 0.0, [(1, 125_000), (2, 125_000)])
+    second = wire.arrivals(0, 0.5, [(1, 125_000)])
+    assert first == [pytest.approx(1.0), 0.0]  # 1 Mbit on a 1 Mbit/s edge; edge 0->2 unshaped
+    assert second == [pytest.approx(2.0)]  # sent at 0.5, behind the first until 1.0
+
+
+def test_a_broadcast_shares_the_uplink_and_the_next_one_waits_for_it():
+    wire = Wire({(0, 3): Link(1_000_000)}, seed=1, uplinks={0: 3_000_000})
+    # three copies of 1 Mbit: 1 Mbit/s each on the uplink's share; edge 0->3 is 1 Mbit/s too
+    arrivals = wire.arrivals(0, 0.0, [(1, 125_000), (2, 125_000), (3, 125_000)])
+    assert arrivals == [pytest.approx(1.0)] * 3
+    # alone on the uplink at 3 Mbit/s, but it starts once the broadcast is through
+    assert wire.arrivals(0, 0.2, [(1, 375_000)]) == [pytest.approx(2.0)]
+
+
+def test_jitter_never_lets_a_message_overtake_the_one_before_it_on_its_edge():
+    wire = Wire({(0, 1): Link(None, delay_s=0.05, jitter_s=0.05)}, seed=3)
+    arrivals = [wire.arrivals(0, t / 1000, [(1, 100)])[0] for t in range(200)]
+    assert arrivals == sorted(arrivals)  # 1 ms apart: many wait behind a later draw
+    spaced = [wire.arrivals(0, 1.0 + t, [(1, 100)])[0] - (1.0 + t) for t in range(400)]
+    assert 0.04 < sum(spaced) / len(spaced) < 0.07  # 50 ms, jitter cut at zero delay
+    assert len(set(spaced)) > 300  # a draw per message (a sixth cut at zero delay)
+
+
+def test_lost_packets_cost_one_retransmission_timeout_each():
+    rng = random.Random(0)
+    lost = [lost_packets(1448 * 100, 0.05, rng) for _ in range(400)]
+    assert 4.0 < sum(lost) / len(lost) < 6.0  # 100 packets at 5%
+    assert lost_packets(10_000, 0.0, rng) == 0
+    assert retransmission_seconds(3, Link(delay_s=0.01)) == pytest.approx(3 * MIN_RETRANSMIT_S)
+    assert retransmission_seconds(2, Link(delay_s=0.3)) == pytest.approx(2 * 0.6)
+
+
+# --- the engine: virtual time between real threads ----------------------------------------
+
+
+def two_nodes(link: Link, timeout: float = 60.0):
+    """Node 0 sends one known message to node 1 on `link`; (sent at, received at, frames)."""
+    engine = Engine(2, Wire({(0, 1): link}, seed=1), epoch=0.0, workers=2)
+    payload = [b"header", bytes(300_000)]
+    seen = {}
+
+    def sender():
+        engine.begin(0)
+        transport = SimTransport(engine, 0, [1])
+        seen["sent"] = engine.now(0)
+        transport.send(1, payload)
+        transport.close(0)
+
+    def receiver():
+        engine.begin(1)
+        transport = SimTransport(engine, 1, [])
+        seen["message"] = transport.receive(timeout)
+        seen["received"] = engine.now(1)
+        transport.close(0)
+
+    threads = [threading.Thread(target=sender), threading.Thread(target=receiver)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return seen, wire_bytes([len(frame) for frame in payload])
+
+
+def test_one_5_mbit_edge_carries_a_known_message_in_its_virtual_transfer_time():
+    seen, nbytes = two_nodes(Link(FIVE_MBIT, delay_s=0.05))
+    expected = nbytes * 8 / FIVE_MBIT + 0.05  # 0.53 s
+    assert seen["message"] == (0, [b"header", bytes(300_000)])
+    assert seen["received"] - seen["sent"] == pytest.approx(expected, rel=0.01)
+
+
+def test_a_wait_shorter_than_the_transfer_times_out_in_virtual_time():
+    seen, _ = two_nodes(Link(FIVE_MBIT), timeout=0.1)
+    assert seen["message"] is None
+    assert seen["received"] == pytest.approx(0.1, abs=0.05)  # its clock: the timeout, no later
+
+
+# --- whole federations ----------------------------------------------------------------------
+
+
+def comparable(node):
+    """What must not depend on the backend: bytes by round, peer and kind, and the F1s."""
+    return [(r["round"], r["bytes_sent"], r["bytes_received"], r["bytes_sent_by_peer"],
+             r["bytes_received_by_peer"], r["global_test"]["by_rule"], r["local_test"]["f1"])
+            for r in node["rounds"]], node["bytes_sent_by_kind"], node["bytes_received_by_kind"]
+
+
+@pytest.mark.integration
+def test_local_processes_and_the_sim_backend_give_the_same_bytes_and_f1(tmp_path, data_dir):
+    """Five ProFe nodes, non-IID on a 2-regular graph, one torch thread each: every
+    node's bytes per round, peer and kind, and its F1 under every rule, are equal."""
+    runs = {}
+    for backend in ("local", "sim"):
+        (tmp_path / backend).mkdir()
+        options = ("--backend", backend, "--set", "train.threads=1", "--set",
+                   "data.partition=dirichlet", "--set", "deploy.memory=512m")
+        done, _, nodes = run_federation(tmp_path / backend, data_dir, backend, nodes=5,
+                                        rounds=3, topology="k_regular", topology_extra="k = 2",
+                                        options=options)
+        assert done.returncode == 0, done.stderr
+        assert [n["status"] for n in nodes] == ["finished"] * 5
+        runs[backend] = nodes
+    assert runs["local"][0]["bytes_sent"] > 0
+    for local, sim in zip(runs["local"], runs["sim"], strict=True):
+        assert comparable(local) == comparable(sim)
+
+
+def test_a_straggler_misses_the_round_deadline_in_virtual_time(tmp_path, data_dir):
+    """Node 2 computes 2,000 times slower than the others: each of its rounds takes far
+    longer than timeouts.round in virtual time, so its neighbours go on without it, as on
+    a network, though every thread runs as fast as this machine lets it."""
+    from node.inprocess import memory_federation
+    from node.sim.run import simulate
+    from tests.helpers import mnist_config
+
+    # its start-up is 2,000 times slower too: the others wait for it (timeouts.startup)
+    config = mnist_config(data_dir, 600, nodes=3, rounds=2,
+                          timeouts={"startup": 1e5, "round": 20.0, "absent": 1.0,
+                                    "shutdown": 5.0},
+                          sim={"node_slowdowns": [1.0, 1.0, 2000.0]})
+    nodes = simulate(memory_federation(config), tmp_path)
+    assert [n["status"] for n in nodes] == ["finished"] * 3
+    for fast in nodes[:2]:
+        assert [r["missing_peers"] for r in fast["rounds"][1:]] == [[2], [2]]
+        assert fast["rounds"][-1]["recorded_at"] - fast["started_at"] < 200
+    slow = nodes[2]
+    assert all(r["train_seconds"] > 20.0 for r in slow["rounds"][1:])  # virtual seconds
+    assert slow["rounds"][-1]["recorded_at"] > fast["rounds"][-1]["recorded_at"] + 40.0
+
+
+@pytest.mark.integration
+def test_protofed_up_on_the_sim_backend_writes_what_a_local_run_writes(tmp_path, data_dir):
+    links = '[links]\nbandwidth = "5mbit"\ndelay = "20ms"\n[report]\ntarget_f1 = 0.05\n'
+    done, summary, nodes = run_federation(tmp_path, data_dir, "simrun", nodes=4, rounds=2,
+                                          options=("--backend", "sim"), extra=links)
+    assert done.returncode == 0, done.stderr
+    run_dir = tmp_path / "results" / "simrun"
+    for name in ("summary.json", "rounds.csv", "f1_per_round.png", "federation.json",
+                 "logs/node-0.log"):
+        assert (run_dir / name).is_file(), name
+    assert json.loads((run_dir / "run.json").read_text())["backend"] == "sim"
+    target = summary["to_target"]
+    assert target["round"] is not None and target["seconds"] > 0  # virtual seconds
+    # stamped transfers on the 5 Mbit/s links: a model message's size over the rate at least
+    received = nodes[0]["rounds"][1]["bytes_received_by_peer"]["1"]["model"]
+    seconds = nodes[0]["rounds"][1]["transfer_seconds_by_peer"]["1"]["model"]
+    assert seconds >= received * 8 / FIVE_MBIT + 0.02
