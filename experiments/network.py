@@ -1,7 +1,8 @@
 """Time to accuracy on shaped networks: each method on links of a given bandwidth.
 
     python -m experiments.network [--out experiments/reports/network] [--seeds 1 2 3]
-        [--methods ...] [--profiles ...] [--topologies ...] [--report-only]
+        [--methods ...] [--profiles ...] [--topologies ...] [--backend sim] [--workers N]
+        [--report-only]
 
 Every cell is a real local federation (`protofed up`, one process per node) whose links
 the kernel shapes ([links]; needs root). From each node's record the report takes, per
@@ -10,6 +11,10 @@ and aggregation (evaluation, the tool's own measurement, is left out); the feder
 curve is the mean over its nodes. Results go to OUT/results.json, one entry per cell, kept
 across invocations so finished cells are not run again; OUT/network.md is rebuilt from that
 file alone (`--report-only`), byte for byte.
+
+With `--backend sim` the same cells run on the sim backend (virtual time; its records'
+seconds are virtual) into OUT/sim.json, `--workers` cells at once, and the report sets
+them beside the measured ones: the validation of the simulation's time model.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from experiments.run import merge
@@ -75,15 +81,25 @@ def cell_config(topology: str, profile: str, method: str, seed: int, results: Pa
     return config
 
 
-def run_cell(topology: str, profile: str, method: str, seed: int) -> dict:
+# The measured runs put 10 node processes on 2 cores: while they train, each node's
+# compute takes 5 times its CPU time. The simulation charges the same (sim.slowdown).
+SIM_SLOWDOWN = 5.0
+
+
+def run_cell(topology: str, profile: str, method: str, seed: int,
+             backend: str = "local") -> dict:
     """Run one federation; its per-node curves and bytes."""
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         config = cell_config(topology, profile, method, seed, root / "results")
+        if backend == "sim":
+            config["sim"] = {"slowdown": SIM_SLOWDOWN}
+            config["deploy"]["cores"] = 1  # one core per cell: cells run side by side
         (root / "cell.json").write_text(json.dumps(config, indent=1))  # as experiments.run
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "deploy.cli", "up", "-c",
-                               str(root / "cell.json"), "--run-id", "cell"],
+                               str(root / "cell.json"), "--run-id", "cell",
+                               "--backend", backend],
                               capture_output=True, text=True, check=False,
                               env={**os.environ, "COLUMNS": "200"})
         wall = time.monotonic() - started
@@ -220,6 +236,75 @@ def first_to_target(grouped: dict, topology: str, profiles: list[str]) -> list[s
     return [*lines, ""]
 
 
+def validation(measured: dict[str, dict], simulated: dict[str, dict], meta: dict) -> list[str]:
+    """The simulated cells beside the measured ones: seconds to the target and to the last
+    round, F1 and bytes, and the difference where it exceeds 10%."""
+    pairs: dict[tuple[str, str, str], tuple[list[dict], list[dict]]] = {}
+    for key, cell in sorted(simulated.items()):
+        if key in measured:
+            group = pairs.setdefault(tuple(key.split("|")[:3]), ([], []))
+            group[0].append(measured[key])
+            group[1].append(cell)
+    if not pairs:
+        return []
+    lines = ["## The simulation against the measured runs", "",
+             (f"The same cells on the sim backend (`{meta.get('command', '')}`; every node a "
+              "thread of one process, one core per cell, in virtual time): each node's compute "
+              f"charged {SIM_SLOWDOWN:g} times its CPU time (10 node processes shared 2 cores "
+              "in the measured runs), each message its wire bytes over the edge's rate "
+              "(node.sim.wire). Means over the same seeds; the difference is simulated "
+              "against measured."), "",
+             ("| topology | links | method | to F1 0.8, measured | simulated | difference | "
+              "to the last round, measured | simulated | difference | F1 last, measured / "
+              "simulated | bytes sent, measured = simulated | missed updates, measured / "
+              "simulated |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (topology, profile, method), (real, sim) in pairs.items():
+        to_target = [_mean_or_none([time_to_target(c) for c in cells]) for cells in (real, sim)]
+        last = [statistics.mean(federation_curve(c)[-1][1] for c in cells)
+                for cells in (real, sim)]
+        f1 = [statistics.mean(federation_curve(c)[-1][2] for c in cells) for cells in (real, sim)]
+        same = sum(r["bytes_sent"] == s["bytes_sent"] for r, s in zip(real, sim, strict=True))
+        missed = [statistics.mean(c["missing"] for c in cells) for cells in (real, sim)]
+        lines.append(f"| {topology} | {profile} | {method} | {_seconds(to_target[0])} | "
+                     f"{_seconds(to_target[1])} | {_difference(*to_target)} | "
+                     f"{last[0]:.1f} s | {last[1]:.1f} s | {_difference(*last)} | "
+                     f"{f1[0]:.3f} / {f1[1]:.3f} | {same} of {len(real)} seeds | "
+                     f"{missed[0]:.1f} / {missed[1]:.1f} |")
+    return [*lines, ""]
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    return None if any(v is None for v in values) else statistics.mean(values)
+
+
+def _seconds(value: float | None) -> str:
+    return "not reached" if value is None else f"{value:.1f} s"
+
+
+def _difference(measured: float | None, simulated: float | None) -> str:
+    if measured is None or simulated is None:
+        return "-"
+    change = 100 * (simulated / measured - 1)
+    return f"**{change:+.0f}%**" if abs(change) > 10 else f"{change:+.0f}%"
+
+
+def run_cells(keys: list[str], backend: str, workers: int, saved: dict, path: Path) -> None:
+    """Run the cells not yet in `saved`, `workers` at once, saving each as it ends."""
+    def one(key: str) -> None:
+        topology, profile, method, seed = key.split("|")
+        cell = run_cell(topology, profile, method, int(seed), backend)
+        saved["cells"][key] = cell
+        path.write_text(json.dumps(saved, indent=1, sort_keys=True))
+        print(f"{key} ({backend}): last F1 {federation_curve(cell)[-1][2]:.3f} at "
+              f"{federation_curve(cell)[-1][1]:.1f} s (wall {cell['wall_seconds']} s)",
+              file=sys.stderr, flush=True)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in [pool.submit(one, key) for key in keys if key not in saved["cells"]]:
+            future.result()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.network",
                                      description=__doc__.split("\n\n")[0])
@@ -230,33 +315,34 @@ def main(argv: list[str] | None = None) -> int:
                         choices=[*PROFILES, *SLOW_CELLS])
     parser.add_argument("--topologies", nargs="+", default=list(TOPOLOGIES),
                         choices=TOPOLOGIES)
+    parser.add_argument("--backend", choices=("local", "sim"), default="local",
+                        help="sim: the same cells in virtual time, into OUT/sim.json")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="cells at once (sim: each takes one core)")
     parser.add_argument("--report-only", action="store_true",
-                        help="rebuild network.md from results.json")
+                        help="rebuild network.md from results.json (and sim.json)")
     args = parser.parse_args(argv)
     path = args.out / "results.json"
     saved = json.loads(path.read_text()) if path.exists() else {"meta": {}, "cells": {}}
+    sim_path = args.out / "sim.json"
+    simulated = json.loads(sim_path.read_text()) if sim_path.exists() else {"meta": {},
+                                                                             "cells": {}}
     if not args.report_only:
-        saved["meta"] = {"command": "python -m experiments.network",
-                         "machine": f"{platform.machine()}, "
-                                    f"{len(os.sched_getaffinity(0))} cores"}
+        target, target_path = (simulated, sim_path) if args.backend == "sim" else (saved, path)
+        target["meta"] = {"command": "python -m experiments.network"
+                                     + (" --backend sim" if args.backend == "sim" else ""),
+                          "machine": f"{platform.machine()}, "
+                                     f"{len(os.sched_getaffinity(0))} cores"}
         args.out.mkdir(parents=True, exist_ok=True)
-        for seed in args.seeds:
-            for topology in args.topologies:
-                for profile in args.profiles:
-                    for method in args.methods:
-                        if profile in SLOW_CELLS and (method != "profe-int16"
-                                                      or topology != "fully-connected"):
-                            continue
-                        key = cell_key(topology, profile, method, seed)
-                        if key in saved["cells"]:
-                            continue
-                        saved["cells"][key] = run_cell(topology, profile, method, seed)
-                        cell = saved["cells"][key]
-                        print(f"{key}: last F1 {federation_curve(cell)[-1][2]:.3f} at "
-                              f"{federation_curve(cell)[-1][1]:.1f} s (wall "
-                              f"{cell['wall_seconds']} s)", file=sys.stderr, flush=True)
-                        path.write_text(json.dumps(saved, indent=1, sort_keys=True))
-    (args.out / "network.md").write_text(report(saved["cells"], saved["meta"]))
+        keys = [cell_key(topology, profile, method, seed)
+                for seed in args.seeds for topology in args.topologies
+                for profile in args.profiles for method in args.methods
+                if profile not in SLOW_CELLS or (method == "profe-int16"
+                                                 and topology == "fully-connected")]
+        run_cells(keys, args.backend, args.workers, target, target_path)
+    text = report(saved["cells"], saved["meta"])
+    extra = validation(saved["cells"], simulated["cells"], simulated["meta"])
+    (args.out / "network.md").write_text(text + ("\n" + "\n".join(extra) if extra else ""))
     return 0
 
 

@@ -1,6 +1,11 @@
 """Run an experiment matrix: every cell is a normal `protofed up`; finished cells are kept.
 
     python -m experiments.run experiments/matrices/cpu.toml [--results DIR] [--dry-run]
+        [--backend sim] [--workers N]
+
+On the sim backend (`--backend sim`) each cell is one process in virtual time, and
+`--workers` cells run at once (default: one per core), each computing on its share of the
+cores (deploy.cores).
 """
 
 from __future__ import annotations
@@ -10,10 +15,12 @@ import dataclasses
 import itertools
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,10 +117,15 @@ def merge(base: dict, extra: dict) -> dict:
     return merged
 
 
-def cell_config(matrix: dict, cell: Cell, results_root: Path) -> dict:
-    """The full federation config of one cell, results under `results_root`."""
+def cell_config(matrix: dict, cell: Cell, results_root: Path, backend: str = "local",
+                cores: int = 0) -> dict:
+    """The full federation config of one cell, results under `results_root`; on the sim
+    backend computing on `cores` cores (0: all)."""
     config = merge(matrix.get("base", {}), cell.overrides(matrix.get("variants")))
-    return merge(config, {"deploy": {"results_dir": str(results_root)}})
+    deploy = {"results_dir": str(results_root), "backend": backend}
+    if cores:
+        deploy["cores"] = cores
+    return merge(config, {"deploy": deploy})
 
 
 def is_done(run_dir: Path) -> bool:
@@ -125,7 +137,8 @@ def is_done(run_dir: Path) -> bool:
     return not summary.get("failed_nodes")
 
 
-def run_cell(matrix: dict, cell: Cell, results_root: Path) -> int:
+def run_cell(matrix: dict, cell: Cell, results_root: Path, backend: str = "local",
+             cores: int = 0) -> int:
     """Run one cell as a normal federation; a half-finished earlier attempt is replaced."""
     run_dir = results_root / cell.key
     if run_dir.exists():
@@ -134,7 +147,8 @@ def run_cell(matrix: dict, cell: Cell, results_root: Path) -> int:
         log.warning("%s: an unfinished earlier run was moved to %s", cell.key, failed.name)
     config_path = results_root / "configs" / f"{cell.key}.json"
     config_path.parent.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(json.dumps(cell_config(matrix, cell, results_root), indent=1))
+    config_path.write_text(json.dumps(cell_config(matrix, cell, results_root, backend, cores),
+                                      indent=1))
     done = subprocess.run([sys.executable, "-m", "deploy.cli", "up", "-c", str(config_path),
                            "--run-id", cell.key], capture_output=True, text=True, check=False)
     if run_dir.is_dir():  # what the report calls this cell, variants included
@@ -159,14 +173,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("matrix", type=Path, help="matrix TOML file")
     parser.add_argument("--results", type=Path, help="default experiments/results/<name>")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and stop")
+    parser.add_argument("--backend", choices=("local", "sim"), default="local",
+                        help="where each cell runs (sim: virtual time, several cells at once)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="sim: cells at once (default: one per core)")
     args = parser.parse_args(argv)
+    cores = len(os.sched_getaffinity(0))
+    workers = 1 if args.backend == "local" else max(1, args.workers or cores)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         matrix = load_matrix(args.matrix)
         results_root = (args.results or Path("experiments/results") / matrix["name"]).resolve()
         todo = cells(matrix)
         for cell in todo:  # a bad cell stops the matrix before anything runs
-            from_dict(cell_config(matrix, cell, results_root), source=f"cell {cell.key}")
+            from_dict(cell_config(matrix, cell, results_root, args.backend),
+                      source=f"cell {cell.key}")
     except ConfigError as exc:
         print(f"experiments: {exc}", file=sys.stderr)
         return 2
@@ -183,14 +204,20 @@ def main(argv: list[str] | None = None) -> int:
                                          + " ".join(argv or sys.argv[1:]),
                               "commit": commit, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                               "cells": [c.key for c in pending]})
-    failures = 0
-    for index, cell in enumerate(pending, 1):
+    share = max(1, cores // workers) if args.backend == "sim" else 0
+    ended = iter(range(1, len(pending) + 1))
+
+    def one(cell: Cell) -> int:
         started = time.monotonic()
-        code = run_cell(matrix, cell, results_root)
-        failures += code != 0
-        print(f"[{index}/{len(pending)}] {cell.key}: {'ok' if code == 0 else f'exit {code}'} "
-              f"in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-    return 1 if failures else 0
+        code = run_cell(matrix, cell, results_root, args.backend, share)
+        print(f"[{next(ended)}/{len(pending)}] {cell.key}: "
+              f"{'ok' if code == 0 else f'exit {code}'} in {time.monotonic() - started:.0f} s",
+              file=sys.stderr, flush=True)
+        return code
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        codes = list(pool.map(one, pending))
+    return 1 if any(codes) else 0
 
 
 if __name__ == "__main__":

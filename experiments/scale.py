@@ -2,7 +2,7 @@
 pair, int16, fully connected and 6-regular.
 
     python -m experiments.scale [--nodes 5 10 20 50 100] [--topologies fully_connected
-        k_regular] [--rounds 3] [--report-only]
+        k_regular] [--rounds 3] [--backend sim] [--report-only]
 
 Each cell is one `protofed up` on the local backend, with the capacity check measuring its
 own estimate. Each node holds the same work at every size: 540 MNIST images (432 to train,
@@ -17,6 +17,10 @@ memory controller, as on this machine). Sampling every process's PSS instead was
 of CPU by the nodes it measured (one sample of 50 busy nodes took 22 s) and missed peaks.
 Cells are kept in experiments/reports/scale/results.json across invocations; scale.md and
 scale.svg are rebuilt from that file alone (`--report-only`).
+
+With `--backend sim` the cells run on the sim backend (every node a thread of one process,
+in virtual time) and get a table of their own. MNIST holds 70,000 images: beyond 127 nodes
+a node gets (70,000 - 1,000) / nodes of them instead of 540.
 """
 
 from __future__ import annotations
@@ -49,16 +53,25 @@ ESTIMATE = re.compile(r"memory: about ([0-9.]+) GiB for")
 PHASES = ("setup", "handshake_with_round0_evaluation", "round0_evaluation")
 
 
-def cell_key(nodes: int, topology: str) -> str:
-    return f"{topology}/{nodes}"
+MNIST_IMAGES = 70_000
 
 
-def config_text(nodes: int, topology: str, rounds: int, data_dir: str, results: Path) -> str:
+def cell_key(nodes: int, topology: str, backend: str = "local") -> str:
+    return f"{topology}/{nodes}" if backend == "local" else f"{backend}/{topology}/{nodes}"
+
+
+def images_per_node(nodes: int) -> int:
+    """540, or MNIST's images shared out where 540 each would need more than it holds."""
+    return min(IMAGES_PER_NODE, (MNIST_IMAGES - GLOBAL_TEST) // nodes)
+
+
+def config_text(nodes: int, topology: str, rounds: int, data_dir: str, results: Path,
+                backend: str = "local") -> str:
     """The cell's federation: ProFe's defaults (the CNN pair, int16), the same data per node."""
     # fewer than 7 nodes have no 6-regular graph: each node then has all the others
     degree = min(DEGREE, nodes - 1)
     graph = f'kind = "{topology}"' + (f"\nk = {degree}" if topology == "k_regular" else "")
-    subset = IMAGES_PER_NODE * nodes + GLOBAL_TEST
+    subset = images_per_node(nodes) * nodes + GLOBAL_TEST
     return f"""name = "scale"
 nodes = {nodes}
 rounds = {rounds}
@@ -77,14 +90,17 @@ startup = 300
 round = 900
 [deploy]
 results_dir = "{results}"
+backend = "{backend}"
 """
 
 
-def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path) -> dict:
+def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path,
+            backend: str = "local") -> dict:
     """Run one cell to the end; its figures."""
     run_id = f"scale-{topology}-{nodes}"
     config = workdir / f"{run_id}.toml"
-    config.write_text(config_text(nodes, topology, rounds, data_dir, workdir / "results"))
+    config.write_text(config_text(nodes, topology, rounds, data_dir, workdir / "results",
+                                  backend))
     run_dir = workdir / "results" / run_id
     cgroup = CGROUPS / f"protofed-{run_id}"
     cgroup.mkdir(exist_ok=True)  # one left by a run that was killed is empty
@@ -112,7 +128,12 @@ def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path
     def phase(values: list[float]) -> list[float]:
         return [round(statistics.median(values), 2), round(max(values), 2)]
 
-    return {"nodes": nodes, "topology": topology, "rounds": rounds,
+    virtual = [max(r["rounds"][k]["recorded_at"] - r["started_at"] for r in records)
+               for k in (0, rounds)]
+    return {"nodes": nodes, "topology": topology, "rounds": rounds, "backend": backend,
+            "images_per_node": images_per_node(nodes),
+            "virtual_seconds_per_round": round((virtual[1] - virtual[0]) / rounds, 3)
+            if backend == "sim" else None,
             "in_degree": len(records[0]["in_neighbours"]),
             "startup_to_round0_s": round(done_at[0], 2),
             "startup_phases_median_max_s": {
@@ -188,7 +209,8 @@ def render(results: dict, command: str) -> str:
               "page counted once); estimate: what the capacity check counted before "
               "starting the nodes (from its probe of one node)."), ""]
     for topology, title in TOPOLOGIES.items():
-        rows = sorted((c for c in results["cells"].values() if c["topology"] == topology),
+        rows = sorted((c for c in results["cells"].values()
+                       if c["topology"] == topology and c.get("backend", "local") == "local"),
                       key=lambda c: c["nodes"])
         if not rows:
             continue
@@ -223,7 +245,39 @@ def render(results: dict, command: str) -> str:
                              f"{rows[0]['nodes']}- and {rows[1]['nodes']}-node cells"
                              + why(key, ratio, rows))
             lines.append("")
+    lines += simulated(results)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def simulated(results: dict) -> list[str]:
+    """The sim backend's cells: wall and virtual seconds, CPU and memory per node."""
+    rows = sorted((c for c in results["cells"].values() if c.get("backend") == "sim"),
+                  key=lambda c: (c["topology"], c["nodes"]))
+    if not rows:
+        return []
+    lines = ["## In simulation (the sim backend)", "",
+             ("`python -m experiments.scale --backend sim`: the same cells with every node a "
+              "thread of one process in virtual time, 2 nodes computing at once (one per "
+              "core). Start-up and seconds per round are wall-clock, as above; virtual "
+              "seconds per round are the federation's own time (each node's compute its CPU "
+              "time, unshaped links taking no time); peak memory as above, here one process; "
+              "images: each node's own (the global test set of 1,000 aside)."), "",
+             ("| topology | nodes | in-degree | images per node | start-up (s) | s per round | "
+              "virtual s per round | CPU s | peak memory (GB) | MB per node | bytes per node "
+              "per round | mean F1 |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {TOPOLOGIES[r['topology']]} | {r['nodes']} | {r['in_degree']} | "
+              f"{r['images_per_node']} | {r['startup_to_round0_s']} | "
+              f"{r['seconds_per_round']} | {r['virtual_seconds_per_round']} | "
+              f"{r['cpu_seconds']} | {r['peak_memory_gb']} | "
+              f"{1000 * r['peak_memory_gb'] / r['nodes']:.1f} | "
+              f"{r['bytes_per_node_per_round']:,} | {r['mean_f1']:.4f} |" for r in rows]
+    both = [(r, results["cells"][cell_key(r["nodes"], r["topology"])]) for r in rows
+            if cell_key(r["nodes"], r["topology"]) in results["cells"]]
+    same = sum(local["bytes_per_node_per_round"] == r["bytes_per_node_per_round"]
+               for r, local in both)
+    return [*lines, "", (f"- Bytes per node per round equal the process cell's in {same} of "
+                         f"the {len(both)} sizes run both ways."), ""]
 
 
 def picture(results: dict, path: Path) -> None:
@@ -239,7 +293,8 @@ def picture(results: dict, path: Path) -> None:
     figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4))
     for axis, (key, grows_with, label) in zip(axes, panels, strict=True):
         for topology, title in TOPOLOGIES.items():
-            rows = sorted((c for c in results["cells"].values() if c["topology"] == topology),
+            rows = sorted((c for c in results["cells"].values()
+                       if c["topology"] == topology and c.get("backend", "local") == "local"),
                           key=lambda c: c["nodes"])
             if not rows:
                 continue
@@ -266,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                         choices=list(TOPOLOGIES), help="topologies")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per cell")
     parser.add_argument("--out", type=Path, default=OUT, help="folder of the archive")
+    parser.add_argument("--backend", choices=("local", "sim"), default="local",
+                        help="where the nodes run (sim: threads of one process, virtual time)")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild scale.md and scale.svg from results.json, run nothing")
     args = parser.parse_args(argv)
@@ -282,12 +339,12 @@ def main(argv: list[str] | None = None) -> int:
         results["rounds"] = args.rounds
         for nodes in args.nodes:
             for topology in args.topologies:
-                key = cell_key(nodes, topology)
+                key = cell_key(nodes, topology, args.backend)
                 if key in results["cells"]:
                     continue
                 with tempfile.TemporaryDirectory() as tmp:
                     results["cells"][key] = measure(nodes, topology, args.rounds, data_dir,
-                                                    Path(tmp))
+                                                    Path(tmp), args.backend)
                 store.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
                 print(f"{key}: {results['cells'][key]}", file=sys.stderr, flush=True)
     (args.out / "scale.md").write_text(render(results, "python -m experiments.scale"))

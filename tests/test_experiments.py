@@ -463,7 +463,8 @@ def test_network_report_reads_time_to_target_and_f1_at_budget_from_the_node_curv
 def test_the_committed_network_report_is_rebuilt_byte_for_byte_from_its_archive(tmp_path):
     from experiments import network
     folder = REPO / "experiments" / "reports" / "network"
-    (tmp_path / "results.json").write_bytes((folder / "results.json").read_bytes())
+    for name in ("results.json", "sim.json"):  # the measured cells, and the simulated ones
+        (tmp_path / name).write_bytes((folder / name).read_bytes())
     assert network.main(["--out", str(tmp_path), "--report-only"]) == 0
     assert (tmp_path / "network.md").read_bytes() == (folder / "network.md").read_bytes()
 
