@@ -183,3 +183,38 @@ def test_protofed_up_on_the_sim_backend_writes_what_a_local_run_writes(tmp_path,
     received = nodes[0]["rounds"][1]["bytes_received_by_peer"]["1"]["model"]
     seconds = nodes[0]["rounds"][1]["transfer_seconds_by_peer"]["1"]["model"]
     assert seconds >= received * 8 / FIVE_MBIT + 0.02
+
+
+def test_churn_a_changing_graph_a_robust_rule_and_an_attacker_run_as_they_do_in_memory(
+        tmp_path, data_dir, monkeypatch):
+    """Epidemic sampling (a new graph every round), a node leaving and coming back, one
+    joining late, the median rule, and node 1 sending sign-flipped models: the sim gives
+    every node the bytes, F1 and refusals the in-memory federation (real time) gives it."""
+    import node.algorithms
+    from experiments.attacks import attacker_class
+    from node.algorithms.profe import ProFe
+    from node.inprocess import memory_federation, run_in_memory
+    from node.sim.run import simulate
+    from tests.helpers import PerNode, mnist_config
+
+    monkeypatch.setattr(node.algorithms, "ALGORITHMS",
+                        PerNode(node.algorithms.ALGORITHMS,
+                                {1: attacker_class(ProFe, "sign_flip")}))
+    config = mnist_config(
+        data_dir, 1500, nodes=6, rounds=4, seed=5, topology={"kind": "epidemic", "k": 3},
+        aggregation={"rule": "median"},
+        model={"teacher_channels": [8, 16], "student_channels": [4, 8]},
+        scenario={"events": [{"round": 2, "leave": [4], "join": [5]},
+                             {"round": 3, "back": [4]}]})
+    runs = {"memory": run_in_memory(memory_federation(config), tmp_path / "memory"),
+            "sim": simulate(memory_federation(config), tmp_path / "sim")}
+
+    def seen(nodes):
+        return [[(r["round"], r["bytes_sent"], r["bytes_received"], r["global_test"]["f1"],
+                  r["missing_peers"], [x["peer"] for x in r["refusals"]]) for r in n["rounds"]]
+                for n in nodes]
+
+    assert [n["status"] for n in runs["sim"]] == [n["status"] for n in runs["memory"]]
+    assert seen(runs["sim"]) == seen(runs["memory"])
+    assert any(x["peer"] == 1 for n in runs["sim"] for r in n["rounds"] for x in r["refusals"])
+    assert [r["round"] for r in runs["sim"][4]["rounds"]] == [0, 1, 3, 4]  # away in round 2
