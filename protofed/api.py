@@ -81,7 +81,7 @@ def run(config: Config, *, overrides: Sequence[str] = (), backend: str | None = 
         run_id: str | None = None, progress: bool = True) -> Run:
     """Run a federation to its end and return its results. `config`: a config file's path,
     a dict shaped like the file or a loaded config; `overrides`: `--set` strings
-    ("rounds=2"); `backend`: local, docker or swarm (None: the config's deploy.backend);
+    ("rounds=2"); `backend`: local, docker, swarm or sim (None: the config's deploy.backend);
     `run_id`: the results folder's name (default: the config's name and the time).
 
     The federation runs in a `protofed up` process of its own, so nothing of it (forked

@@ -54,16 +54,19 @@ def test_a_run_from_python_outside_the_checkout_has_the_command_lines_bytes(tmp_
 
 @pytest.mark.integration
 def test_a_sweep_over_two_seeds_is_one_table_with_a_column_per_swept_key(tmp_path, data_dir):
+    """On the sim backend, as a sweep of many runs would be."""
     config = {"name": "sweep", "nodes": 2, "rounds": 1,
               "data": {"dataset": "mnist", "subset": 1000, "dir": str(data_dir)},
               "deploy": {"results_dir": str(tmp_path), "memory": "512m"}}
     frame = protofed.sweep(config, grid={"aggregation.rule": ["mean"]}, seeds=[1, 2],
-                           progress=False)
+                           backend="sim", progress=False)
     assert list(frame.columns[:3]) == ["run_id", "aggregation.rule", "seed"]
     assert len(frame) == 2 * 2 * 2  # seeds x nodes x rounds 0-1
     assert frame.groupby("seed")["run_id"].nunique().tolist() == [1, 1]
     assert frame["run_id"].nunique() == 2
     runs = [protofed.load(tmp_path / run_id) for run_id in frame["run_id"].unique()]
     assert [run.summary["nodes"][0]["status"] for run in runs] == ["finished", "finished"]
+    assert all(json.loads((run.folder / "run.json").read_text())["backend"] == "sim"
+               for run in runs)
     by_seed = frame[frame["round"] == 1].set_index(["seed", "node"])["f1"]
     assert not by_seed.isna().any() and isinstance(frame, pd.DataFrame)

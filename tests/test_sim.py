@@ -218,3 +218,31 @@ def test_churn_a_changing_graph_a_robust_rule_and_an_attacker_run_as_they_do_in_
     assert seen(runs["sim"]) == seen(runs["memory"])
     assert any(x["peer"] == 1 for n in runs["sim"] for r in n["rounds"] for x in r["refusals"])
     assert [r["round"] for r in runs["sim"][4]["rounds"]] == [0, 1, 3, 4]  # away in round 2
+
+
+@pytest.mark.integration
+def test_status_lists_a_sim_run_and_down_stops_every_node_of_it(tmp_path, data_dir):
+    from tests.helpers import (
+        protofed,
+        protofed_running,
+        read_json,
+        wait_for_rounds,
+        wait_until,
+        write_config,
+    )
+
+    config = write_config(tmp_path, data_dir, "simdown", nodes=3, rounds=200)
+    run_dir = tmp_path / "results" / "simdown"
+    with protofed_running("up", "-c", config, "--run-id", "simdown", "--backend", "sim") as up:
+        wait_until(lambda: (read_json(run_dir / "run.json") or {}).get("status") == "running",
+                   "the sim run's run.json")
+        wait_for_rounds(run_dir / "node-2.json", 1)
+        status = protofed("status", "--results-dir", tmp_path / "results")
+        assert "simdown  sim  3 nodes in process" in status.stdout, status.stdout
+        down = protofed("down", "simdown", "--results-dir", tmp_path / "results")
+        assert down.returncode == 0, down.stderr
+        up.wait(timeout=120)
+    for i in range(3):
+        record = read_json(run_dir / f"node-{i}.json")
+        assert record["status"] == "stopped", record["status"]
+        assert record["rounds_done"] < 200
