@@ -118,9 +118,16 @@ def run_cell(topology: str, profile: str, method: str, seed: int,
             curve.append([record["round"], round(elapsed, 3),
                           round(record["global_test"]["f1"], 4)])
         curves.append(curve)
-    return {"curves": curves, "wall_seconds": round(wall, 1),
+    return {"curves": curves, "wall_seconds": round(wall, 1), "commit": _commit(),
             "bytes_sent": sum(node["bytes_sent"] for node in nodes),
             "missing": sum(len(r["missing_peers"]) for node in nodes for r in node["rounds"])}
+
+
+def _commit() -> str:
+    """The checkout's commit, so a report can tell cells of different code apart."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=False, cwd=Path(__file__).resolve().parent
+                          ).stdout.strip()
 
 
 def federation_curve(cell: dict) -> list[tuple[int, float, float]]:
@@ -186,6 +193,13 @@ def report(results: dict[str, dict], meta: dict) -> str:
         lines.append("")
         lines += first_to_target(grouped, topology, profiles)
     lines += slow_links(grouped)
+    older = sorted({key.split("|")[2] for key, cell in results.items() if "commit" not in cell})
+    newer = sorted({cell["commit"] for cell in results.values() if "commit" in cell})
+    if older and newer:
+        lines += [(f"The {', '.join(older)} cells were measured before neighbours' models were "
+                   "validated by default (aggregation.validation = 0.5, which costs each node "
+                   "a forward pass of each in-neighbour's model on its own samples every "
+                   f"round); the others on commit {', '.join(newer)}."), ""]
     return "\n".join(lines) + "\n"
 
 

@@ -61,7 +61,6 @@ class Engine:
         self._wakeups: list[tuple[float, int, int, int]] = []  # (time, seq, node, version)
         self._computing: list[tuple[float, int, int]] = []  # (base, node, version)
         self._cores = threading.Semaphore(workers)
-        self.events = 0  # waits ended, for the benchmarks
         self.stopping = False
         for node_id in range(nodes):
             heapq.heappush(self._computing, (0.0, node_id, 0))
@@ -196,7 +195,6 @@ class Engine:
             node.running, node.base = True, when
             node.version += 1
             heapq.heappush(self._computing, (when, node_id, node.version))
-            self.events += 1
             node.woken.set()
 
 
