@@ -109,8 +109,9 @@ def run_cell(topology: str, profile: str, method: str, seed: int,
     if done.returncode != 0:
         raise RuntimeError(f"{cell_key(topology, profile, method, seed)}: protofed up "
                            f"exited {done.returncode}: {done.stderr[-1500:]}")
-    curves = []
+    curves, cpu = [], []
     for node in nodes:
+        cpu.append([round(r["cpu_seconds"], 3) for r in node["rounds"]])
         elapsed, curve = 0.0, []
         for record in node["rounds"]:
             elapsed += (record["train_seconds"] + record["communication_seconds"]
@@ -119,6 +120,7 @@ def run_cell(topology: str, profile: str, method: str, seed: int,
                           round(record["global_test"]["f1"], 4)])
         curves.append(curve)
     return {"curves": curves, "wall_seconds": round(wall, 1), "commit": _commit(),
+            "cpu_seconds": cpu,  # per node: its CPU seconds when it recorded each round
             "bytes_sent": sum(node["bytes_sent"] for node in nodes),
             "missing": sum(len(r["missing_peers"]) for node in nodes for r in node["rounds"])}
 
