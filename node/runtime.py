@@ -72,11 +72,7 @@ def load_node_data(config: FederationConfig, node_id: int, device: torch.device)
     # The launcher fetched the files before any node started (`deploy.backends.plan.prepare_data`):
     # nodes never download, so a federation downloads once and nodes cannot race.
     dataset = load_dataset(d.dataset, root, download=False)
-    split = federated_split(dataset.labels, config.nodes, scheme=d.partition,
-                            num_classes=dataset.num_classes, seed=config.seed,
-                            classes_fraction=d.classes_fraction, alpha=d.alpha,
-                            global_test_fraction=d.global_test_fraction,
-                            local_train_fraction=d.local_train_fraction, subset=d.subset)
+    split, plan = _split_and_plan(config, dataset, str(Path(root).resolve()))
     share = split.nodes[node_id]
     global_x, global_y = _global_test_set(d.dataset, dataset, root, split.global_test, device)
     return NodeData(train_x=_images(dataset, share.train, device),
@@ -84,7 +80,32 @@ def load_node_data(config: FederationConfig, node_id: int, device: torch.device)
                     test_x=_images(dataset, share.test, device),
                     test_y=_labels(dataset, share.test, device),
                     global_x=global_x, global_y=global_y, num_classes=dataset.num_classes,
-                    plan=data_plan(dataset.labels, split, dataset.num_classes))
+                    plan=plan)
+
+
+def _split_and_plan(config: FederationConfig, dataset: Dataset,
+                    root: str) -> tuple[FederatedSplit, DataPlan]:
+    """The federation's split and data plan, made once per process and shared read-only:
+    in-process nodes would otherwise each split the whole dataset and hold every node's
+    class counts (at 10,000 nodes, 8 GB of plans and minutes of splitting)."""
+    d = config.data
+    key = (d.dataset, root, config.nodes, config.seed, d.partition, d.classes_fraction,
+           d.alpha, d.global_test_fraction, d.local_train_fraction, d.subset,
+           len(dataset.labels))
+    with _GLOBAL_TEST_LOCK:
+        if key not in _SPLITS:
+            split = federated_split(dataset.labels, config.nodes, scheme=d.partition,
+                                    num_classes=dataset.num_classes, seed=config.seed,
+                                    classes_fraction=d.classes_fraction, alpha=d.alpha,
+                                    global_test_fraction=d.global_test_fraction,
+                                    local_train_fraction=d.local_train_fraction,
+                                    subset=d.subset)
+            _SPLITS.clear()  # one federation per process at a time: keep only its split
+            _SPLITS[key] = (split, data_plan(dataset.labels, split, dataset.num_classes))
+        return _SPLITS[key]
+
+
+_SPLITS: dict[tuple, tuple[FederatedSplit, DataPlan]] = {}
 
 
 def data_plan(labels: np.ndarray, split: FederatedSplit, num_classes: int) -> DataPlan:
