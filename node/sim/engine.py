@@ -25,6 +25,7 @@ from node.errors import ProtofedError, TransportError
 from node.net.transport import Received
 from node.sim.wire import Wire, wire_bytes
 
+TICK = 0.002  # seconds between the ticker's looks while clocks run
 
 class SimStopped(ProtofedError):
     """The simulation was asked to stop: every node ends where it is."""
@@ -38,6 +39,8 @@ class _Node:
     mark: float = 0.0  # its thread's CPU seconds at that moment
     cpu_used: float = 0.0  # CPU seconds before `mark`
     running: bool = True  # computing (or about to), not waiting
+    computing: bool = False  # holds a core, its clock running (else its clock is `base`)
+    cpu_clock: int | None = None  # its thread's CPU clock, readable from other threads
     at: float = 0.0  # while waiting: when it began
     deadline: float = 0.0  # while waiting: when the wait times out
     version: int = 0  # bumped at every change of state; stale heap entries carry old ones
@@ -59,17 +62,30 @@ class Engine:
         self._lock = threading.Lock()
         self._seq = itertools.count()
         self._wakeups: list[tuple[float, int, int, int]] = []  # (time, seq, node, version)
-        self._computing: list[tuple[float, int, int]] = []  # (base, node, version)
+        # running nodes waiting for a core (their clocks stopped at base), and those with one
+        self._ready: list[tuple[float, int, int]] = []  # (base, node, version)
+        self._computing: set[int] = set()
+        self._gone = 0  # nodes that closed their transport
         self._cores = threading.Semaphore(workers)
         self.stopping = False
         for node_id in range(nodes):
-            heapq.heappush(self._computing, (0.0, node_id, 0))
+            heapq.heappush(self._ready, (0.0, node_id, 0))
+        self._ticker = threading.Thread(target=self._tick, name="sim-ticker", daemon=True)
+        self._ticker.start()
 
     # -- the node's own thread -----------------------------------------------------------
     def begin(self, node_id: int) -> None:
         """The node's thread starts: it waits for a core, then its clock runs."""
+        self._nodes[node_id].cpu_clock = time.pthread_getcpuclockid(threading.get_ident())
         self._cores.acquire()
-        self._nodes[node_id].mark = time.thread_time()
+        self._start_computing(node_id)
+
+    def _start_computing(self, node_id: int) -> None:
+        node = self._nodes[node_id]
+        with self._lock:
+            node.mark = time.thread_time()
+            node.computing = True
+            self._computing.add(node_id)
 
     def now(self, node_id: int) -> float:
         """The node's virtual time (from its own thread only)."""
@@ -85,12 +101,12 @@ class Engine:
 
     def send(self, sender: int, frames_by_receiver: dict[int, list[bytes]]) -> None:
         """Put one broadcast's copies on the wire at the sender's current time."""
-        sent_at = self.now(sender)
         receivers = sorted(frames_by_receiver)
-        arrivals = self.wire.arrivals(
-            sender, sent_at, [(r, wire_bytes([len(f) for f in frames_by_receiver[r]]))
-                              for r in receivers])
+        sizes = [(r, wire_bytes([len(f) for f in frames_by_receiver[r]])) for r in receivers]
+        # under the lock, so no look at the sender's clock comes between its reading here
+        # and its messages being in flight
         with self._lock:
+            arrivals = self.wire.arrivals(sender, self.now(sender), sizes)
             for receiver, arrival in zip(receivers, arrivals, strict=True):
                 target = self._nodes[receiver]
                 if target.gone_at is not None:
@@ -106,10 +122,12 @@ class Engine:
         node = self._nodes[node_id]
         if self.stopping:
             raise SimStopped("stopped by signal")
-        at = self.now(node_id)
-        node.cpu_used += time.thread_time() - node.mark
-        with self._lock:
+        with self._lock:  # its clock stops where the others' looks at it saw it last
+            at = self.now(node_id)
+            node.cpu_used += time.thread_time() - node.mark
             node.running, node.at, node.deadline = False, at, at + max(0.0, timeout)
+            node.computing = False
+            self._computing.discard(node_id)
             node.version += 1
             node.woken.clear()
             self._schedule(node_id)
@@ -119,7 +137,7 @@ class Engine:
         if self.stopping:
             raise SimStopped("stopped by signal")
         self._cores.acquire()
-        node.mark = time.thread_time()
+        self._start_computing(node_id)
         return node.answer
 
     def stop(self) -> None:
@@ -129,6 +147,14 @@ class Engine:
             for node in self._nodes:
                 node.woken.set()
 
+    def _tick(self) -> None:
+        """Hand out the events computing clocks have passed since the last look."""
+        while not self.stopping and self._gone < len(self._nodes):
+            time.sleep(TICK)
+            with self._lock:
+                if self._wakeups and self._computing:
+                    self._advance()
+
     def gone(self, node_id: int) -> None:
         """The node closed its transport: peers see it unreachable from its current time,
         and its clock no longer holds the others back."""
@@ -136,10 +162,12 @@ class Engine:
         with self._lock:
             if node.gone_at is not None:
                 return
+            self._gone += 1
             node.gone_at = node.at = self.now(node_id)
             if node.running:
                 node.cpu_used += time.thread_time() - node.mark
-                node.running = False
+                node.running = node.computing = False
+                self._computing.discard(node_id)
                 node.version += 1
                 self._cores.release()
             node.inbox.clear()
@@ -165,14 +193,21 @@ class Engine:
         return node.deadline
 
     def _horizon(self) -> float:
-        """The earliest virtual time a computing node may still send at."""
-        while self._computing:
-            base, node_id, version = self._computing[0]
+        """The earliest virtual time a running node may still send at: a computing node's
+        clock as it reads now, a node waiting for a core its clock's stop."""
+        horizon = float("inf")
+        while self._ready:
+            base, node_id, version = self._ready[0]
             node = self._nodes[node_id]
-            if node.running and node.version == version:
-                return base
-            heapq.heappop(self._computing)
-        return float("inf")
+            if node.running and not node.computing and node.version == version:
+                horizon = base
+                break
+            heapq.heappop(self._ready)
+        for node_id in self._computing:
+            node = self._nodes[node_id]
+            used = time.clock_gettime(node.cpu_clock) - node.mark if node.cpu_clock else 0.0
+            horizon = min(horizon, node.base + max(0.0, used) * self.slowdowns[node_id])
+        return horizon
 
     def _advance(self) -> None:
         """Wake every waiting node whose event no computing node can still precede."""
@@ -194,7 +229,7 @@ class Engine:
                 node.answer = None
             node.running, node.base = True, when
             node.version += 1
-            heapq.heappush(self._computing, (when, node_id, node.version))
+            heapq.heappush(self._ready, (when, node_id, node.version))
             node.woken.set()
 
 
