@@ -209,15 +209,15 @@ class Recorder:
         self.write()
 
 
-def prepare_process(config: FederationConfig, node_id: int,
-                    threads: int | None = None) -> tuple[int, torch.device]:
+def prepare_process(config: FederationConfig, node_id: int, threads: int | None = None,
+                    device: torch.device | None = None) -> tuple[int, torch.device]:
     """Torch threads (`threads`, else torch_threads) and the Python and numpy seeds of this
-    node; its device."""
+    node; its device (`device`, else pick_device's)."""
     threads = threads or torch_threads(config, config.nodes)
     torch.set_num_threads(threads)
     random.seed(config.seed + node_id)
     np.random.seed(config.seed + node_id)
-    return threads, pick_device(config)
+    return threads, device or pick_device(config)
 
 
 MESSAGE_MARGIN = 1024 * 1024  # headers and prototypes on top of the model (see message_bound)
@@ -236,14 +236,15 @@ def message_bound(config: FederationConfig, algorithm: Algorithm) -> int:
 
 
 def build_node(federation: Federation, node_id: int, connect: Callable[[int], Transport],
-               recorder: Recorder, clock: Clock = SYSTEM, threads: int | None = None) -> Node:
+               recorder: Recorder, clock: Clock = SYSTEM, threads: int | None = None,
+               device: torch.device | None = None) -> Node:
     """Compose one node from its parts: process settings, data, algorithm, then the network
     (`connect(max_message_bytes)` opens it) and peers; `clock`: where it reads the time;
-    `threads`: torch threads instead of torch_threads's."""
+    `threads` and `device` instead of torch_threads's and pick_device's."""
     config = federation.config
     member = federation.member(node_id)
     previous = recorder.unfinished(config.digest())  # before this start overwrites it
-    threads, device = prepare_process(config, node_id, threads)
+    threads, device = prepare_process(config, node_id, threads, device)
     recorder.result = NodeRecord(
         node=node_id, status="starting", algorithm=config.algorithm,
         config_digest=config.digest(), config_name=config.name,

@@ -160,7 +160,8 @@ class SimLauncher(Launcher):
     def refuse_unrunnable(self) -> None:
         if self.config.train.device == "cuda":
             raise ConfigError('train.device = "cuda": the sim backend measures each node\'s '
-                              "compute as its thread's CPU time, so it runs nodes on the CPU")
+                              "compute as its thread's CPU time, so it runs nodes on the CPU "
+                              '(use "auto" or "cpu")')
 
     def prepare(self, source: Path, overrides: tuple[str, ...], run_id: str,
                 cache_dir: Path | None) -> Plan:

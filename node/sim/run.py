@@ -57,8 +57,10 @@ def simulate(federation: Federation, results_dir: Path, engine: Engine | None = 
         recorder = Recorder(Path(results_dir) / f"node-{node_id}.json",
                             NodeRecord(node=node_id), started=0.0, started_at=engine.epoch)
         try:
+            # the clock is the thread's CPU time: on the CPU, one torch thread
             node = build_node(federation, node_id, lambda _bound: transport, recorder,
-                              clock=SimClock(engine, node_id), threads=1)
+                              clock=SimClock(engine, node_id), threads=1,
+                              device=torch.device("cpu"))
             results[node_id] = node.run().to_dict()
         except SimStopped:
             recorder.fail(STOPPED, status="stopped")
