@@ -287,7 +287,32 @@ def validation(measured: dict[str, dict], simulated: dict[str, dict], meta: dict
                      f"{last[0]:.1f} s | {last[1]:.1f} s | {_difference(*last)} | "
                      f"{f1[0]:.3f} / {f1[1]:.3f} | {same} of {len(real)} seeds | "
                      f"{missed[0]:.1f} / {missed[1]:.1f} |")
-    return [*lines, ""]
+    return [*lines, "", *WHY_THEY_DIFFER, ""]
+
+
+# Measured while checking the table above (commands in each line): why the times differ.
+WHY_THEY_DIFFER = [
+    "Why they differ:",
+    "",
+    ("- Bytes and F1 are the same on every seed wherever no update was missed: the two "
+     "backends run the same federation."),
+    ("- Seconds: the sim charges a node's compute as its thread's CPU time times 5; a node "
+     "process spends more CPU than its compute. Over rounds 1-8 of the 1 Gbit/s ProFe "
+     "cells, seed 1, a node process used 4.2 (4-regular) and 4.9 (fully connected) CPU "
+     "seconds, its thread in the sim 3.2 and 3.4 (`network.run_cell(..., 'sim')` beside "
+     "the cells' `cpu_seconds`): the process also runs ZeroMQ's I/O thread (CurveZMQ, the "
+     "sockets) and waits by polling. The factor 5 assumes every node competes for the 2 "
+     "cores at once: the fully connected runs, whose nodes train in step, come within 16%; "
+     "the 4-regular ones are 12-39% slow, which suggests that nodes waiting on fewer "
+     "neighbours compete less at a time (not measured apart)."),
+    ("- A thread's CPU time on this machine varies from run to run: the two cells above "
+     "re-run alone read 21.0 and 19.2 s to the last round against 22.8 and 21.2 s in the "
+     "table's run of the same seed (8-10%)."),
+    ("- With round 5 s, a 256 kbit/s link's model (6.6 s) is missed or not by a margin "
+     "within that spread, so the missed updates differ (2 of 3 seeds then send other "
+     "bytes): the sim misses more of them, and with timeouts.absent = 0 its F1 is 1.6 "
+     "points lower."),
+]
 
 
 def _mean_or_none(values: list[float | None]) -> float | None:
