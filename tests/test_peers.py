@@ -46,11 +46,9 @@ def test_handshake_then_round_exchange_with_exact_byte_accounting():
     assert a.meter.total(SENT, kind="model") > 20  # int16: 10 values, 2 bytes each, + header
 
 
-def test_work_given_to_the_handshake_runs_after_the_hellos_and_before_the_wait(monkeypatch):
+def test_work_given_to_the_handshake_runs_after_the_hellos_and_before_the_wait():
     """A node evaluates its initial model while its peers connect: the hellos are out
     before that work starts, and the wait's timeout starts after it."""
-    from node.net import peers as peers_module
-
     hub = MemoryHub()
     a = make_peers(hub, 0, ins=[1], outs=[1])
     b = make_peers(hub, 1, ins=[0], outs=[0])
@@ -58,8 +56,8 @@ def test_work_given_to_the_handshake_runs_after_the_hellos_and_before_the_wait(m
     # the messaging layer's clock, which the work moves on by more than the wait's timeout
     # (however long the work really takes)
     clock = {"skew": 0.0}
-    monkeypatch.setattr(peers_module, "time", types.SimpleNamespace(
-        **{**vars(time), "monotonic": lambda: time.monotonic() + clock["skew"]}))
+    a.clock = types.SimpleNamespace(monotonic=lambda: time.monotonic() + clock["skew"],
+                                    time=time.time, cpu=time.process_time)
 
     def work():
         seen["hello sent"] = a.meter.total(SENT, peer=1, kind="control")
