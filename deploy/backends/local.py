@@ -275,10 +275,7 @@ def fork_node(plan: Plan, node_id: int, listeners: list[socket.socket],
             os.close(gate[1])  # its copy of the write end would keep the gate shut forever
             os.read(gate[0], 1)  # returns (end of file) once the launcher closes its own
             os.close(gate[0])
-        output = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(output, 1)
-        os.dup2(output, 2)
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        write_output_to(log_path)
         for other, listener in enumerate(listeners):
             if other != node_id:
                 listener.close()
@@ -292,6 +289,14 @@ def fork_node(plan: Plan, node_id: int, listeners: list[socket.socket],
         traceback.print_exc()
     finally:
         exit_now(code)
+
+
+def write_output_to(log_path: Path) -> None:
+    """In a forked child: standard output and error appended to `log_path`, no input."""
+    output = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 
 
 def start(plan: Plan, listeners: list[socket.socket], restarts: int = 0) -> LocalRun:

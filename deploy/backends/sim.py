@@ -18,6 +18,7 @@ from deploy.backends.local import (
     stop_signals_held,
     terminate_groups,
     wait_for_exit,
+    write_output_to,
 )
 from deploy.backends.plan import Plan
 from deploy.backends.runner import STOP_EXITS, run_status
@@ -105,11 +106,7 @@ def start(plan: Plan) -> SimRun:
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        output = os.open(plan.results_dir / "logs" / "sim.log",
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(output, 1)
-        os.dup2(output, 2)
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        write_output_to(plan.results_dir / "logs" / "sim.log")
         logging.root.handlers.clear()  # the simulation sets up its own logging
         from node.sim.__main__ import main as sim_main
 
