@@ -48,6 +48,8 @@ DEGREE = 6  # the sparse topology: a random 6-regular graph
 TOPOLOGIES = {"fully_connected": "fully connected", "k_regular": "6-regular"}
 # what `protofed up` prints of its capacity check
 ESTIMATE = re.compile(r"memory: about ([0-9.]+) GiB for")
+SIM_ESTIMATE = re.compile(r"measured ([0-9.]+) MiB shared, ([0-9.]+) MiB per node plus "
+                          r"([0-9.]+) MiB per in-neighbour, ([0-9.]+) MiB per node computing")
 
 
 PHASES = ("setup", "handshake_with_round0_evaluation", "round0_evaluation")
@@ -56,8 +58,14 @@ PHASES = ("setup", "handshake_with_round0_evaluation", "round0_evaluation")
 MNIST_IMAGES = 70_000
 
 
-def cell_key(nodes: int, topology: str, backend: str = "local") -> str:
-    return f"{topology}/{nodes}" if backend == "local" else f"{backend}/{topology}/{nodes}"
+# the stretch cells: FedAvg of a CNN at an eighth of the teacher's widths (FedAvg trains
+# the teacher-role model)
+SMALL_MODEL = {"algorithm": "fedavg", "teacher_channels": [2, 4], "embedding_dim": 32}
+
+
+def cell_key(nodes: int, topology: str, backend: str = "local", small: bool = False) -> str:
+    key = f"{topology}/{nodes}" if backend == "local" else f"{backend}/{topology}/{nodes}"
+    return f"{key}/fedavg-small" if small else key
 
 
 def images_per_node(nodes: int) -> int:
@@ -66,17 +74,20 @@ def images_per_node(nodes: int) -> int:
 
 
 def config_text(nodes: int, topology: str, rounds: int, data_dir: str, results: Path,
-                backend: str = "local") -> str:
-    """The cell's federation: ProFe's defaults (the CNN pair, int16), the same data per node."""
+                backend: str = "local", small: bool = False) -> str:
+    """The cell's federation: ProFe's defaults (the CNN pair, int16), the same data per node
+    (`small`: FedAvg of SMALL_MODEL instead)."""
     # fewer than 7 nodes have no 6-regular graph: each node then has all the others
     degree = min(DEGREE, nodes - 1)
     graph = f'kind = "{topology}"' + (f"\nk = {degree}" if topology == "k_regular" else "")
     subset = images_per_node(nodes) * nodes + GLOBAL_TEST
+    model = (f"\n[model]\nteacher_channels = {SMALL_MODEL['teacher_channels']}\n"
+             f"embedding_dim = {SMALL_MODEL['embedding_dim']}" if small else "")
     return f"""name = "scale"
 nodes = {nodes}
 rounds = {rounds}
 seed = 1
-algorithm = "profe"
+algorithm = "{SMALL_MODEL['algorithm'] if small else 'profe'}"{model}
 [topology]
 {graph}
 [data]
@@ -95,12 +106,12 @@ backend = "{backend}"
 
 
 def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path,
-            backend: str = "local") -> dict:
+            backend: str = "local", small: bool = False) -> dict:
     """Run one cell to the end; its figures."""
     run_id = f"scale-{topology}-{nodes}"
     config = workdir / f"{run_id}.toml"
     config.write_text(config_text(nodes, topology, rounds, data_dir, workdir / "results",
-                                  backend))
+                                  backend, small))
     run_dir = workdir / "results" / run_id
     cgroup = CGROUPS / f"protofed-{run_id}"
     cgroup.mkdir(exist_ok=True)  # one left by a run that was killed is empty
@@ -130,7 +141,12 @@ def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path
 
     virtual = [max(r["rounds"][k]["recorded_at"] - r["started_at"] for r in records)
                for k in (0, rounds)]
+    parts = SIM_ESTIMATE.search(stderr)
     return {"nodes": nodes, "topology": topology, "rounds": rounds, "backend": backend,
+            "model": "fedavg-small" if small else "profe",
+            "estimate_mib": {"shared": float(parts.group(1)), "per_node": float(parts.group(2)),
+                             "per_in_neighbour": float(parts.group(3)),
+                             "per_node_computing": float(parts.group(4))} if parts else None,
             "images_per_node": images_per_node(nodes),
             "virtual_seconds_per_round": round((virtual[1] - virtual[0]) / rounds, 3)
             if backend == "sim" else None,
@@ -327,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help="folder of the archive")
     parser.add_argument("--backend", choices=("local", "sim"), default="local",
                         help="where the nodes run (sim: threads of one process, virtual time)")
+    parser.add_argument("--small-model", action="store_true",
+                        help="FedAvg of a CNN at an eighth of the teacher's widths instead of "
+                        "ProFe (the stretch cells)")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild scale.md and scale.svg from results.json, run nothing")
     args = parser.parse_args(argv)
@@ -343,12 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         results["rounds"] = args.rounds
         for nodes in args.nodes:
             for topology in args.topologies:
-                key = cell_key(nodes, topology, args.backend)
+                key = cell_key(nodes, topology, args.backend, args.small_model)
                 if key in results["cells"]:
                     continue
                 with tempfile.TemporaryDirectory() as tmp:
                     results["cells"][key] = measure(nodes, topology, args.rounds, data_dir,
-                                                    Path(tmp), args.backend)
+                                                    Path(tmp), args.backend, args.small_model)
                 store.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
                 print(f"{key}: {results['cells'][key]}", file=sys.stderr, flush=True)
     (args.out / "scale.md").write_text(render(results, "python -m experiments.scale"))

@@ -30,6 +30,30 @@ FOOTPRINT = NodeFootprint(runtime=200 * MiB, shared=300 * MiB, peak=340 * MiB,
                           per_neighbour=MiB)
 
 
+
+def test_sim_capacity_counts_the_runtime_once_each_node_by_its_pages_and_each_worker_once():
+    # the probe: 300 MiB shared, node 0 added 30 MiB and a 10 MiB transient (peak 340);
+    # node 1 beside it added 8 MiB; 1 MiB per in-neighbour
+    footprint = NodeFootprint(runtime=200 * MiB, shared=300 * MiB, peak=340 * MiB,
+                              per_neighbour=MiB, next_node=8 * MiB, transient=10 * MiB)
+    config = from_dict({"nodes": 1000, "topology": {"kind": "k_regular", "k": 6}})
+    # 340 - 8 + 1000 x (8 + 6) + (2 - 1) x 10 MiB
+    assert capacity.sim_need(config, footprint, [6] * 1000, workers=2)[0] == \
+        (340 - 8 + 1000 * 14 + 10) * MiB
+    assert capacity.sim_need(config, footprint, [6], workers=2)[0] == (340 + 6) * MiB
+    note = capacity.check_sim_memory(config, footprint, [6] * 1000, 20 * 1024**3, workers=2)
+    assert note.startswith("memory: about 14.01 GiB for 1,000 sim nodes (measured 300 MiB "
+                           "shared, 8.0 MiB per node plus 1.00 MiB per in-neighbour, "
+                           "10 MiB per node computing at once); this machine: 20.0 GiB available")
+    with pytest.raises(DeployError, match=r"^1,000 sim nodes would need about 14.0 GiB .* but "
+                                          r"this machine has 8.0 GiB available: use fewer "
+                                          r"nodes, a smaller model, or a larger host$"):
+        capacity.check_sim_memory(config, footprint, [6] * 1000, 8 * 1024**3, workers=2)
+    # deploy.memory: that many bytes per node, nothing measured
+    fixed = from_dict({"nodes": 1000, "deploy": {"memory": "10m"}})
+    assert capacity.sim_need(fixed, None, [6] * 1000, workers=2)[0] == 10_000 * MiB
+
+
 def test_capacity_counts_the_shared_part_once_and_each_node_by_its_in_degree():
     config = from_dict({"nodes": 20})
     # a forked node: the 40 MiB it added over the shared 300, plus 1 MiB per neighbour
@@ -90,6 +114,21 @@ def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(
     assert "(measured " in done.stderr and "MiB shared by all" in done.stderr
     assert not any(tmp_path.iterdir())  # nothing was planned or started
 
+
+
+def test_the_sim_backend_refuses_a_federation_larger_than_the_machine_before_starting_it(
+        tmp_path, data_dir, quick_footprint):
+    quick, footprint = REPO / "examples" / "quick.toml", quick_footprint
+    nodes = 5  # as above: the messages alone are more than the whole memory
+    while nodes * (nodes - 1) * footprint.per_neighbour < 1.2 * total_memory():
+        nodes += 5
+    done = protofed("up", "-c", quick, "--backend", "sim", "--set", f"nodes={nodes}",
+                    "--set", f"data.dir={data_dir}", "--set", f"deploy.results_dir={tmp_path}",
+                    timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert f"{nodes:,} sim nodes would need about" in done.stderr
+    assert "MiB per node plus" in done.stderr and "use fewer nodes, a smaller model" in done.stderr
+    assert not any(tmp_path.iterdir())
 
 def test_up_refuses_a_run_id_whose_results_folder_exists_as_a_config_error(tmp_path):
     (tmp_path / "taken").mkdir()

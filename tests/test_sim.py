@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import random
 import threading
 
@@ -172,6 +173,10 @@ def test_protofed_up_on_the_sim_backend_writes_what_a_local_run_writes(tmp_path,
     done, summary, nodes = run_federation(tmp_path, data_dir, "simrun", nodes=4, rounds=2,
                                           options=("--backend", "sim"), extra=links)
     assert done.returncode == 0, done.stderr
+    # the capacity check measured the nodes as threads of one process
+    assert re.search(r"memory: about [0-9.]+ GiB for 4 sim nodes \(measured [0-9]+ MiB "
+                     r"shared, [0-9.]+ MiB per node plus [0-9.]+ MiB per in-neighbour",
+                     done.stderr), done.stderr
     run_dir = tmp_path / "results" / "simrun"
     for name in ("summary.json", "rounds.csv", "f1_per_round.png", "federation.json",
                  "logs/node-0.log"):

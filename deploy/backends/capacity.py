@@ -12,9 +12,13 @@ resident memory at each step. From that footprint:
   in-neighbours' messages;
 - a container shares nothing, so the probe is a fresh process (`python -m deploy.backends.capacity`,
   `probe`): per node, its whole peak plus its in-neighbours' messages, and
-  CONTAINER_LIMIT_MARGIN times that as the container's memory limit.
+  CONTAINER_LIMIT_MARGIN times that as the container's memory limit;
+- a sim node is a thread of one process forked from the launcher, so the forked probe builds
+  more nodes beside the first: per further node, what each added (its models, optimiser
+  state and data, no runtime), its in-neighbours' messages, and the transient of training
+  once per node computing at once.
 
-`deploy.memory` replaces the per-node figure of both.
+`deploy.memory` replaces the per-node figure of each.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ PROBE_TIMEOUT = 300.0
 # node may hold its next round's messages beside this round's.
 ROUNDS_HELD = 2
 ROBUST_COPIES = 2  # float64 copies of the neighbours' values a robust rule holds at once
+THREAD_PROBE_NODES = 3  # further nodes the sim probe builds after the second
 CONTAINER_LIMIT_MARGIN = 1.5  # a container's limit over its estimate: beyond it, an OOM kill
 
 
@@ -54,6 +59,8 @@ class NodeFootprint:
     shared: int  # ... and the dataset and global test set: what forked nodes share
     peak: int  # the most while training, evaluating and coding its messages
     per_neighbour: int  # one in-neighbour's messages of a round, as this node holds them
+    next_node: int = 0  # what one more node built in the same process adds (sim threads)
+    transient: int = 0  # what training or evaluation held for a moment (within peak)
 
     def forked_node(self, in_degree: int) -> int:
         """What one more node forked from the warm launcher adds."""
@@ -62,6 +69,10 @@ class NodeFootprint:
     def container_node(self, in_degree: int) -> int:
         """What one node alone in its container holds at its peak."""
         return self.peak + in_degree * self.per_neighbour
+
+    def thread_node(self, in_degree: int) -> int:
+        """What one more node, a thread of a process that holds others, adds."""
+        return self.next_node + in_degree * self.per_neighbour
 
 
 def node_memory(config: FederationConfig, footprint: NodeFootprint | None, in_degree: int,
@@ -121,11 +132,45 @@ def check_memory(config: FederationConfig, footprint: NodeFootprint | None,
     `where` (0: unknown, nothing is refused); else say in one line what they need."""
     needed, source = need(config, footprint, in_degrees, container)
     nodes = counted(len(in_degrees), "node" if container else "local node")
+    return _fits(needed, available, nodes, source, where, "use fewer nodes, a smaller "
+                 "deploy.memory, or a larger host")
+
+
+def sim_need(config: FederationConfig, footprint: NodeFootprint | None,
+             in_degrees: list[int], workers: int) -> tuple[int, str]:
+    """Bytes the sim process needs for `in_degrees`' nodes with `workers` computing at
+    once, and what that estimate came from, in words."""
+    if config.deploy.memory:
+        each = memory_bytes(config.deploy.memory)
+        return len(in_degrees) * each, f"deploy.memory {each / MiB:.0f} MiB per node"
+    if footprint is None:
+        raise DeployError("no measured footprint and no deploy.memory: nothing to count")
+    # the probe's peak holds node 0 and one transient; each further node adds its own
+    # pages, and each further node computing at once a transient
+    needed = (footprint.peak - footprint.next_node + sum(map(footprint.thread_node, in_degrees))
+              + max(0, min(workers, len(in_degrees)) - 1) * footprint.transient)
+    return needed, (f"measured {footprint.shared / MiB:.0f} MiB shared, "
+                    f"{footprint.next_node / MiB:.1f} MiB per node plus "
+                    f"{footprint.per_neighbour / MiB:.2f} MiB per in-neighbour, "
+                    f"{footprint.transient / MiB:.0f} MiB per node computing at once")
+
+
+def check_sim_memory(config: FederationConfig, footprint: NodeFootprint | None,
+                     in_degrees: list[int], available: int, workers: int) -> str:
+    """Refuse a sim run that would not fit in `available` bytes of this machine; else say
+    in one line what it needs."""
+    needed, source = sim_need(config, footprint, in_degrees, workers)
+    return _fits(needed, available, f"{len(in_degrees):,} sim nodes", source, "this machine",
+                 "use fewer nodes, a smaller model, or a larger host")
+
+
+def _fits(needed: int, available: int, nodes: str, source: str, where: str,
+          remedy: str) -> str:
+    """Raise when `needed` bytes exceed HEADROOM of `available`; else the one-line note."""
     if available and needed > HEADROOM * available:
         raise DeployError(
             f"{nodes} would need about {needed / GiB:.1f} GiB ({source}) but {where} has "
-            f"{available / GiB:.1f} GiB available: use fewer nodes, a smaller "
-            "deploy.memory, or a larger host")
+            f"{available / GiB:.1f} GiB available: {remedy}")
     have = f"{available / GiB:.1f} GiB available" if available else "availability unknown"
     return f"memory: about {needed / GiB:.2f} GiB for {nodes} ({source}); {where}: {have}"
 
@@ -150,55 +195,88 @@ def probe(config: FederationConfig) -> NodeFootprint:
     return NodeFootprint(**json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def measure_footprint(config: FederationConfig, forked: bool = False) -> NodeFootprint:
+def measure_footprint(config: FederationConfig, forked: bool = False,
+                      threads: bool = False) -> NodeFootprint:
     """Load, build and exercise node 0 of `config` in this process; its resident memory.
 
     In a fresh process the runtime and the dataset are loaded first and count as shared;
     in a process forked from the warm launcher (`forked`) all the launcher held is shared,
-    and the private pages the node made (smaps) count as its own.
+    and the private pages the node made (smaps) count as its own. With `threads`, nodes 1
+    to 1 + THREAD_PROBE_NODES are built and exercised beside node 0 too: what each after
+    node 1 adds is `next_node`.
     """
     import gc
     import resource
 
-    from node.algorithms import create
     from node.net.guard import resident_bytes
-    from node.net.message import decode_message, encode_message
-    from node.runtime import evaluate, kind_codecs, load_node_data, prepare_process
+    from node.runtime import prepare_process
 
     runtime = resident_bytes()
     if not forked:
         warm_torch()
     _, device = prepare_process(config, 0)
-    data = load_node_data(config, 0, device)
-    shared = runtime if forked else resident_bytes()
+
+    def own_bytes() -> int:
+        gc.collect()  # a node collects sooner or later: count what that copies
+        # file pages only this probe has touched (code, the dataset's cache) are in the
+        # page cache once for every node: shared; the pages it wrote are its own
+        return private_bytes()[1] if forked else resident_bytes()
+
+    before = own_bytes()
+    first = _exercise_node(config, 0, device)
+    per_neighbour = first.pop("per_neighbour")
+    gc.collect()
+    now, highest = resident_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    transient = max(0, highest - now)  # what training or evaluation held for a moment
+    if forked:
+        clean, own = private_bytes()
+        shared = runtime + clean
+    else:
+        shared = before + first["data"]
+        own = max(0, own_bytes() - shared)
+    next_node = 0
+    if threads and config.nodes > 1:
+        # the second node still grows pools the first one started (allocator arenas,
+        # evaluation buffers): what each further node adds is read after it
+        others = [_exercise_node(config, 1, device)]
+        held = own_bytes()
+        ids = range(2, min(config.nodes, 2 + THREAD_PROBE_NODES))
+        others += [_exercise_node(config, i, device) for i in ids]
+        next_node = max(0, own_bytes() - held) // max(1, len(ids))
+        del others
+    return NodeFootprint(runtime=runtime, shared=shared, peak=shared + own + transient,
+                         per_neighbour=per_neighbour, next_node=next_node,
+                         transient=transient)
+
+
+def _exercise_node(config: FederationConfig, node_id: int, device: object) -> dict:
+    """Build node `node_id`'s data and algorithm, train PROBE_BATCHES batches, evaluate one
+    and code its messages; what it holds (kept alive in the answer) and per_neighbour."""
+    from node.algorithms import create
+    from node.net.guard import resident_bytes
+    from node.net.message import decode_message, encode_message
+    from node.runtime import evaluate, kind_codecs, load_node_data
+
+    loaded = resident_bytes()
+    data = load_node_data(config, node_id, device)
+    data_bytes = resident_bytes() - loaded  # a fresh process counts the dataset as shared
     keep = PROBE_BATCHES * config.train.batch_size
     algorithm = create(config.algorithm, config, replace(
-        data, train_x=data.train_x[:keep], train_y=data.train_y[:keep]), device, 0)
+        data, train_x=data.train_x[:keep], train_y=data.train_y[:keep]), device, node_id)
     algorithm.train_round(1)
     batch = config.train.eval_batch_size
     evaluate(algorithm, data.global_x[:batch], data.global_y[:batch], data.num_classes, batch)
     per_neighbour = 0
     codecs = kind_codecs(config, algorithm.kinds)
     for kind, payload in algorithm.payload().items():
-        frames = encode_message(0, 1, kind, payload.tensors, codecs[kind], payload.meta)
+        frames = encode_message(node_id, 1, kind, payload.tensors, codecs[kind], payload.meta)
         message = decode_message(frames, max_bytes=1 << 40)
         # held in their wire form until aggregated; the mean then decodes one tensor of one
         # peer at a time, the robust rules stack every peer's values in float64 and sort them
         per_neighbour += ROUNDS_HELD * sum(len(f) for f in frames) + (
             0 if config.aggregation.rule == "mean"
             else ROBUST_COPIES * sum(8 * t.numel() for t in message.tensors.values()))
-    gc.collect()  # a node collects sooner or later: count what that copies from the launcher
-    now, highest = resident_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    transient = max(0, highest - now)  # what training or evaluation held for a moment
-    if forked:
-        # file pages only this probe has touched (code, the dataset's cache) are in the page
-        # cache once for every node: shared; the pages it wrote are its own
-        clean, own = private_bytes()
-        shared += clean
-    else:
-        own = max(0, now - shared)
-    return NodeFootprint(runtime=runtime, shared=shared, peak=shared + own + transient,
-                         per_neighbour=per_neighbour)
+    return {"data": data_bytes, "per_neighbour": per_neighbour, "held": (data, algorithm)}
 
 
 def warm_torch() -> None:

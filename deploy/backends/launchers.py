@@ -165,11 +165,17 @@ class SimLauncher(Launcher):
 
     def prepare(self, source: Path, overrides: tuple[str, ...], run_id: str,
                 cache_dir: Path | None) -> Plan:
-        local.check_user_models(self.config)
-        plan = sim.plan_sim(self.config, source, overrides, run_id)
-        self.memory_note = (f"sim: {self.config.nodes} nodes in one process, "
-                            f"{self.config.deploy.cores or len(os.sched_getaffinity(0))} computing at once "
-                            "(deploy.cores); seconds in the records are virtual")
+        config = self.config
+        local.check_user_models(config)
+        plan = sim.plan_sim(config, source, overrides, run_id)
+        # the sim process is forked from this one once it is warm: so is the probe
+        local.warm_up(config)
+        footprint = None if config.deploy.memory else local.probe_footprint(config, threads=True)
+        workers = config.deploy.cores or len(os.sched_getaffinity(0))
+        self.memory_note = capacity.check_sim_memory(
+            config, footprint, capacity.in_degrees(plan), capacity.available_memory(), workers)
+        self.memory_note += (f"; {workers} nodes compute at once (deploy.cores); seconds in "
+                             "the records are virtual")
         return plan
 
     def start(self, plan: Plan) -> sim.SimRun:

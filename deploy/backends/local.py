@@ -202,8 +202,9 @@ def warm_up(config: FederationConfig) -> None:
     gc.freeze()
 
 
-def probe_footprint(config: FederationConfig) -> NodeFootprint:
-    """Measure node 0 of `config` in a process forked from this warm one, as nodes are."""
+def probe_footprint(config: FederationConfig, threads: bool = False) -> NodeFootprint:
+    """Measure node 0 of `config` in a process forked from this warm one, as nodes are
+    (with `threads`, node 1 beside it, as the sim backend's nodes share one process)."""
     from deploy.backends.capacity import NodeFootprint, measure_footprint
 
     readable, writable = os.pipe()
@@ -214,7 +215,7 @@ def probe_footprint(config: FederationConfig) -> NodeFootprint:
         try:
             os.close(readable)
             try:
-                answer = asdict(measure_footprint(config, forked=True))
+                answer = asdict(measure_footprint(config, forked=True, threads=threads))
             except BaseException as exc:  # noqa: BLE001 - reported to the launcher
                 answer = {"error": f"{type(exc).__name__}: {exc}"}
             os.write(writable, json.dumps(answer).encode())
