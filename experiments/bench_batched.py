@@ -108,8 +108,9 @@ def measure(nodes: int, repeats: int) -> dict:
         for algorithm, state in zip(algorithms, start):
             algorithm.model.load_state_dict(state)
         sequential.append(one_at_a_time(algorithms))
-        gaps.append(max(float((dict(a.model.named_parameters())[name] - w[name]).abs().max())
-                        for a, w in zip(algorithms, weights) for name in w))
+        with torch.no_grad():
+            gaps.append(max(float((dict(a.model.named_parameters())[name] - w[name]).abs().max())
+                            for a, w in zip(algorithms, weights) for name in w))
     return {"nodes": nodes, "steps_per_round": -(-int(0.8 * IMAGES_PER_NODE) // 64),
             "one_at_a_time_s": [round(s, 3) for s in sequential],
             "batched_s": [round(s, 3) for s in together],

@@ -10,6 +10,7 @@ static graph, [topology]'s seed and [scenario]'s events, which the file holds.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from topology import in_neighbours, out_neighbours
 from topology.links import Link
 from topology.schedule import Schedule
 
+_SCHEDULE_LOCK = threading.Lock()
 FORMAT = 2  # bumped when the file's shape changes (2: the static graph and link conditions)
 LINK_FIELDS = ("bandwidth_bps", "delay_s", "jitter_s", "loss")
 
@@ -67,8 +69,14 @@ class Federation:
 
     def schedule(self) -> Schedule:
         """Every round's graph, as every node derives it: from the static graph, [topology]
-        and [scenario] alone."""
-        return schedule_over(self.graph(), self.config)
+        and [scenario] alone. Made once per federation: the sim's nodes share one."""
+        with _SCHEDULE_LOCK:
+            made = self.__dict__.get("_schedule")
+            if made is None:
+                # each of 10,000 threads holding the whole graph would be 10,000 copies
+                made = schedule_over(self.graph(), self.config)
+                object.__setattr__(self, "_schedule", made)  # not a field: not compared
+            return made
 
     def with_sources(self, sources: Sequence[str]) -> Federation:
         """The same federation with node i's connections leaving from sources[i]."""

@@ -364,10 +364,12 @@ def test_the_loopback_benchmark_moves_each_codecs_payload_and_derives_its_break_
         assert int16["break_even_mb_per_s"] is None  # no slower than fp32: any link
 
 
-def test_the_committed_ablation_table_is_what_its_results_regenerate(tmp_path):
+@pytest.mark.parametrize("report, matrix", [("profe-ablation", "profe-ablation"),
+                                             ("scale/few-images", "few-images")])
+def test_the_committed_ablation_table_is_what_its_results_regenerate(tmp_path, report, matrix):
     from experiments import ablation
-    folder = REPO / "experiments" / "reports" / "profe-ablation"
-    matrix = REPO / "experiments" / "matrices" / "profe-ablation.toml"
+    folder = REPO / "experiments" / "reports" / report
+    matrix = REPO / "experiments" / "matrices" / f"{matrix}.toml"
     out = tmp_path / "ablation"
     out.mkdir()
     (out / "results.json").write_bytes((folder / "results.json").read_bytes())
@@ -389,15 +391,17 @@ def test_an_ablation_summary_averages_the_nodes_round_by_round():
 
 
 def assert_regenerated(module, name: str, files: tuple[str, ...], tmp_path,
-                       data: str = "results.json") -> None:
+                       data: str = "results.json", more_data: tuple[str, ...] = ()) -> None:
     """`module --report-only` rebuilds the committed `files` of reports/<name> byte for
-    byte from the committed `data` alone."""
+    byte from the committed `data` (and `more_data`) alone."""
     import shutil
 
     folder = REPO / "experiments" / "reports" / name
     out = tmp_path / name
     out.mkdir()
-    shutil.copy(folder / data, out / data)
+    for path in (data, *more_data):
+        (out / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(folder / path, out / path)
     assert module.main(["--out", str(out), "--report-only"]) == 0
     for file in files:
         assert (out / file).read_bytes() == (folder / file).read_bytes(), file
@@ -471,7 +475,8 @@ def test_the_committed_network_report_is_rebuilt_byte_for_byte_from_its_archive(
 
 def test_the_committed_scale_report_is_what_its_results_regenerate(tmp_path):
     from experiments import scale
-    assert_regenerated(scale, "scale", ("scale.md", "scale.svg"), tmp_path)
+    assert_regenerated(scale, "scale", ("scale.md", "scale.svg"), tmp_path,
+                       more_data=("few-images/results.json",))
 
 
 def test_the_committed_dynamic_report_is_what_its_results_regenerate(tmp_path):

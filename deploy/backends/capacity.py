@@ -201,9 +201,9 @@ def measure_footprint(config: FederationConfig, forked: bool = False,
 
     In a fresh process the runtime and the dataset are loaded first and count as shared;
     in a process forked from the warm launcher (`forked`) all the launcher held is shared,
-    and the private pages the node made (smaps) count as its own. With `threads`, nodes 1
-    to 1 + THREAD_PROBE_NODES are built and exercised beside node 0 too: what each after
-    node 1 adds is `next_node`.
+    and the private pages the node made (smaps) count as its own. With `threads`, further
+    nodes are built and exercised on threads beside node 0, as the sim runs them: what each
+    of the last THREAD_PROBE_NODES adds is `next_node`.
     """
     import gc
     import resource
@@ -214,7 +214,12 @@ def measure_footprint(config: FederationConfig, forked: bool = False,
     runtime = resident_bytes()
     if not forked:
         warm_torch()
-    _, device = prepare_process(config, 0)
+    if threads:  # as the sim runs nodes: on the CPU, one torch thread each
+        import torch
+
+        _, device = prepare_process(config, 0, threads=1, device=torch.device("cpu"))
+    else:
+        _, device = prepare_process(config, 0)
 
     def own_bytes() -> int:
         gc.collect()  # a node collects sooner or later: count what that copies
@@ -236,17 +241,65 @@ def measure_footprint(config: FederationConfig, forked: bool = False,
         own = max(0, own_bytes() - shared)
     next_node = 0
     if threads and config.nodes > 1:
-        # the second node still grows pools the first one started (allocator arenas,
-        # evaluation buffers): what each further node adds is read after it
-        others = [_exercise_node(config, 1, device)]
-        held = own_bytes()
-        ids = range(2, min(config.nodes, 2 + THREAD_PROBE_NODES))
-        others += [_exercise_node(config, i, device) for i in ids]
-        next_node = max(0, own_bytes() - held) // max(1, len(ids))
-        del others
+        # each on a thread of its own that stays alive, as a sim node's does: a thread
+        # keeps what torch and the allocator hold for it. The first nodes still start the
+        # arenas the simulation's threads share: what each further node adds is read after
+        from node.sim.allocator import share_arenas
+
+        workers = config.deploy.cores or len(os.sched_getaffinity(0))
+        share_arenas(workers)  # as the simulation does
+        with _NodeThreads(config, device) as others:
+            for node_id in range(1, min(config.nodes, 1 + workers)):
+                others.add(node_id)  # every arena in use
+            held = own_bytes()
+            ids = range(1 + workers, min(config.nodes, 1 + workers + THREAD_PROBE_NODES))
+            for node_id in ids:
+                others.add(node_id)
+            next_node = max(0, own_bytes() - held) // max(1, len(ids))
     return NodeFootprint(runtime=runtime, shared=shared, peak=shared + own + transient,
                          per_neighbour=per_neighbour, next_node=next_node,
                          transient=transient)
+
+
+class _NodeThreads:
+    """Probe nodes each exercised on a thread that then waits, alive, until the probe ends."""
+
+    def __init__(self, config: FederationConfig, device: object) -> None:
+        import threading
+
+        self.config, self.device = config, device
+        self.release, self.threads = threading.Event(), []
+
+    def add(self, node_id: int) -> None:
+        """Exercise `node_id` on a new thread; return once it is built and waiting."""
+        import threading
+
+        ready, failed = threading.Event(), []
+
+        def work() -> None:
+            try:
+                held = _exercise_node(self.config, node_id, self.device)
+            except BaseException as exc:  # noqa: BLE001 - raised in the probe's thread
+                failed.append(exc)
+                held = None
+            ready.set()
+            self.release.wait()
+            del held
+
+        thread = threading.Thread(target=work, name=f"probe-node-{node_id}", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        ready.wait()
+        if failed:
+            raise failed[0]
+
+    def __enter__(self) -> _NodeThreads:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release.set()
+        for thread in self.threads:
+            thread.join()
 
 
 def _exercise_node(config: FederationConfig, node_id: int, device: object) -> dict:

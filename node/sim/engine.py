@@ -56,6 +56,7 @@ class Engine:
     def __init__(self, nodes: int, wire: Wire, *, epoch: float, workers: int,
                  slowdowns: list[float] | None = None) -> None:
         self.wire = wire
+        self.workers = workers
         self.epoch = epoch  # Unix time of virtual time 0, so records read like real runs
         self.slowdowns = slowdowns or [1.0] * nodes
         self._nodes = [_Node() for _ in range(nodes)]

@@ -20,6 +20,7 @@ import torch
 from node.federation import Federation
 from node.record import NodeRecord
 from node.runtime import Recorder, build_node
+from node.sim.allocator import share_arenas
 from node.sim.engine import Engine, SimClock, SimStopped, SimTransport
 from node.sim.wire import Wire
 from topology.links import parse_rate
@@ -48,6 +49,7 @@ def simulate(federation: Federation, results_dir: Path, engine: Engine | None = 
     them. A node that fails is recorded "failed" and leaves; the others go on."""
     engine = engine or engine_for(federation)
     torch.set_num_threads(1)  # each node's compute on its own thread: its CPU time
+    share_arenas(engine.workers)
     results: dict[int, dict[str, Any]] = {}
 
     def work(node_id: int) -> None:

@@ -84,9 +84,11 @@ class Wire:
             self._edge_free[edge] = through
             if uplink:
                 self._uplink_free[sender] = max(self._uplink_free.get(sender, 0.0), through)
-            rng = self._rng(edge)
-            late = link.delay_s + (rng.gauss(0.0, link.jitter_s) if link.jitter_s else 0.0)
-            late += retransmission_seconds(lost_packets(nbytes, link.loss, rng), link)
+            late = link.delay_s
+            if link.jitter_s or link.loss:  # an edge's stream of draws, made when first needed
+                rng = self._rng(edge)
+                late += rng.gauss(0.0, link.jitter_s) if link.jitter_s else 0.0
+                late += retransmission_seconds(lost_packets(nbytes, link.loss, rng), link)
             arrival = max(through + max(0.0, late), self._edge_last.get(edge, 0.0))
             self._edge_last[edge] = arrival
             arrivals.append(arrival)
