@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import statistics
 import sys
 import tempfile
 import time
@@ -39,8 +40,17 @@ def summarize(nodes: list[dict]) -> dict[str, Any]:
         views = [argmax_view(n.rounds[r].global_test) for n in records]
         per_round.append([round(sum(v[0] for v in views) / len(views), 4),
                           round(sum(v[1] for v in views) / len(views), 4)])
+    last = [n.rounds[-1] for n in records]
+    rules = sorted({rule for r in last for rule in r.global_test.by_rule})
+    keys = sorted({key for r in last for key in r.train})
     return {"rounds": per_round, "final_f1": per_round[-1][0],
-            "final_share": per_round[-1][1]}
+            "final_share": per_round[-1][1],
+            # after the last round, mean over the nodes: F1 under every rule, the losses
+            "final_by_rule": {rule: round(statistics.mean(
+                r.global_test.by_rule[rule]["f1"] for r in last
+                if rule in r.global_test.by_rule), 4) for rule in rules},
+            "final_train": {key: round(statistics.mean(
+                r.train[key] for r in last if key in r.train), 4) for key in keys}}
 
 
 def run_one(setting: dict, variant: dict) -> dict[str, Any]:
@@ -75,7 +85,34 @@ def render(matrix: dict, results: dict[str, dict], command: str) -> str:
             cells = " | ".join(_cell(f1, share) for f1, share in found["rounds"][1:])
             lines.append(f"| {variant['name']} | {variant.get('description', '')} | {cells} |")
         lines.append("")
+        lines += final_columns(matrix, setting, results)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def final_columns(matrix: dict, setting: dict, results: dict[str, dict]) -> list[str]:
+    """The table of the matrix's `final` figures after the last round, if it names any:
+    "rule:NAME" (F1 under that prediction rule) or "train:KEY" (a training statistic)."""
+    columns = matrix.get("final", [])
+    if not columns:
+        return []
+    meaning = {"rule": "F1 under that prediction rule", "train": "the round's training "
+               "statistic, a mean over its batches"}
+    lines = ["After the last round, mean over the nodes: " + "; ".join(
+                 f"{c.split(':', 1)[1]} ({meaning[c.split(':', 1)[0]]})" for c in columns)
+             + ".", "",
+             "| variant | " + " | ".join(c.split(":", 1)[1] for c in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for variant in variants_of(matrix, setting):
+        found = results.get(f"{setting['name']}/{variant['name']}")
+        if found is None:
+            continue
+        values = []
+        for column in columns:
+            kind, name = column.split(":", 1)
+            value = found.get("final_by_rule" if kind == "rule" else "final_train", {}).get(name)
+            values.append("–" if value is None else f"{value:.3f}")
+        lines.append(f"| {variant['name']} | " + " | ".join(values) + " |")
+    return [*lines, ""]
 
 
 def _cell(f1: float, share: float) -> str:

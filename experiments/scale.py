@@ -38,6 +38,7 @@ from pathlib import Path
 
 from experiments.bench_lifecycle import node_states
 from experiments.processes import children_cpu
+from node.wording import counted
 
 OUT = Path(__file__).resolve().parent / "reports" / "scale"
 REPO = Path(__file__).resolve().parent.parent
@@ -48,8 +49,9 @@ DEGREE = 6  # the sparse topology: a random 6-regular graph
 TOPOLOGIES = {"fully_connected": "fully connected", "k_regular": "6-regular"}
 # what `protofed up` prints of its capacity check
 ESTIMATE = re.compile(r"memory: about ([0-9.]+) GiB for")
-SIM_ESTIMATE = re.compile(r"measured ([0-9.]+) MiB shared, ([0-9.]+) MiB per node plus "
-                          r"([0-9.]+) MiB per in-neighbour, ([0-9.]+) MiB per node computing")
+SIM_ESTIMATE = re.compile(r"measured ([0-9.]+) MiB shared, ([0-9.]+) MiB per node, ([0-9.]+) "
+                          r"MiB of its messages, ([0-9.]+) MiB per in-neighbour, ([0-9.]+) MiB "
+                          r"per node computing")
 
 
 PHASES = ("setup", "handshake_with_round0_evaluation", "round0_evaluation")
@@ -144,9 +146,9 @@ def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path
     parts = SIM_ESTIMATE.search(stderr)
     return {"nodes": nodes, "topology": topology, "rounds": rounds, "backend": backend,
             "model": "fedavg-small" if small else "profe",
-            "estimate_mib": {"shared": float(parts.group(1)), "per_node": float(parts.group(2)),
-                             "per_in_neighbour": float(parts.group(3)),
-                             "per_node_computing": float(parts.group(4))} if parts else None,
+            "estimate_mib": dict(zip(("shared", "per_node", "messages", "per_in_neighbour",
+                                      "per_node_computing"), map(float, parts.groups())))
+            if parts else None,
             "images_per_node": images_per_node(nodes),
             "virtual_seconds_per_round": round((virtual[1] - virtual[0]) / rounds, 3)
             if backend == "sim" else None,
@@ -286,12 +288,13 @@ def simulated(results: dict, few_images: dict | None = None) -> list[str]:
               "here one process; estimate: the sim capacity check's (– where the cell "
               "predates it); images: each node's own (the global test set of 1,000 "
               "aside)."), "",
-             ("| model | topology | nodes | in-degree | images per node | wall (s) | "
+             ("| model | topology | nodes | in-degree | images per node | rounds | wall (s) | "
               "virtual s per round | CPU s | peak memory (GB) | estimate (GB) | MB per node | "
               "bytes per node per round | mean F1 |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {MODELS[r.get('model', 'profe')]} | {TOPOLOGIES[r['topology']]} | "
-              f"{r['nodes']:,} | {r['in_degree']} | {r['images_per_node']} | {r['wall_s']} | "
+              f"{r['nodes']:,} | {r['in_degree']} | {r['images_per_node']} | {r['rounds']} | "
+              f"{r['wall_s']} | "
               f"{r['virtual_seconds_per_round']} | {r['cpu_seconds']} | "
               f"{r['peak_memory_gb']} | {r.get('capacity_estimate_gb') or '–'} | "
               f"{1000 * r['peak_memory_gb'] / r['nodes']:.1f} | "
@@ -304,6 +307,11 @@ def simulated(results: dict, few_images: dict | None = None) -> list[str]:
     lines += ["", (f"- Bytes per node per round equal the process cell's in {same} of "
                    f"the {len(both)} sizes run both ways.")]
     lines += [memory_parts(r) for r in rows if r.get("estimate_mib")]
+    lines += [f"- Before the sim's nodes shared one schedule ({r['why']}), the "
+              f"{MODELS[r.get('model', 'profe')]} cell of {r['nodes']:,} nodes peaked at "
+              f"{r['peak_memory_gb']} GB and took {r['wall_s']} s and {r['cpu_seconds']} CPU s."
+              for r in sorted(results.get("superseded", {}).values(),
+                              key=lambda c: (c.get("model", "profe"), c["nodes"]))]
     low = [r for r in rows if r["mean_f1"] < 0.1]
     if low:
         lines.append(at_chance(low, few_images))
@@ -315,21 +323,22 @@ def memory_parts(row: dict) -> str:
     parts, nodes = row["estimate_mib"], row["nodes"]
     counted = {"the process (Python, torch, the dataset)": parts["shared"],
                "the nodes' models, optimiser state and data": parts["per_node"] * nodes,
-               "messages held (two rounds from each in-neighbour)":
-                   parts["per_in_neighbour"] * row["in_degree"] * nodes}
+               "their messages (two rounds of each node's broadcast, which every receiver "
+               "shares)": parts["messages"] * nodes}
     peak = row["peak_memory_gb"] * 1e9 / 2**20
     rest = peak - sum(counted.values())
     words = "; ".join(f"{name} {value / 1024:.2f} GiB" for name, value in counted.items())
     return (f"- {MODELS[row.get('model', 'profe')]}, {nodes:,} nodes: {words}; the rest of the "
             f"{peak / 1024:.2f} GiB peak, {rest / 1024:.2f} GiB, is what the probe does not "
-            "build (each node's thread, sockets-free transport, peers and growing record) "
+            "build (each node's thread, its in-memory transport, peers and growing record) "
             "and training's transient on the nodes computing at once.")
 
 
 def at_chance(low: list[dict], few_images: dict | None) -> str:
     """Why the cells at chance are there: the ablation of their per-node data, if run."""
-    cells = ", ".join(f"{r['nodes']:,} nodes ({r['images_per_node']} images each, mean F1 "
-                      f"{r['mean_f1']:.4f})" for r in low)
+    cells = "; ".join(f"{MODELS[r.get('model', 'profe')]}, {r['nodes']:,} nodes "
+                      f"({r['images_per_node']} images each, {counted(r['rounds'], 'round')}): mean F1 "
+                      f"{r['mean_f1']:.4f}" for r in low)
     if not few_images:
         return f"- At chance, not yet explained: {cells}."
     results = few_images["results"]
@@ -345,8 +354,8 @@ def at_chance(low: list[dict], few_images: dict | None) -> str:
         return f"{statistics.mean(f1):.3f}" if f1 else "not run"
 
     return (f"- At chance: {cells}. The cause is the training budget, not the scale or the "
-            "backend: with 55 training images a node takes one optimiser step a round at "
-            f"batch 64, three in the cell. [The ablation]({FEW_IMAGES}/ablation.md) gives 10 "
+            "backend: with at most 64 training images a node takes one optimiser step a round "
+            f"at batch 64. [The ablation]({FEW_IMAGES}/ablation.md) gives 10 "
             "nodes the same 69 images each (3 seeds, mean F1 after 3 and 10 rounds): ProFe's "
             f"defaults {at_round('default', 3)} and {final('default')}; without validation "
             f"{final('no validation')} and without distillation {final('no distillation')} "
@@ -414,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                              "memory controller, as root)")
         data_dir = os.environ.get("PROTOFED_DATA_DIR", str(REPO.parent / "shared" / "datasets"))
         results["machine"] = f"{os.cpu_count()} cores"
-        results["rounds"] = args.rounds
+        results.setdefault("rounds", args.rounds)  # the local cells' (the header says it)
         for nodes in args.nodes:
             for topology in args.topologies:
                 key = cell_key(nodes, topology, args.backend, args.small_model)

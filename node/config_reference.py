@@ -22,6 +22,7 @@ from node.aggregation_rules import AGGREGATION_RULES
 from node.algorithms import CATALOGUE
 from node.algorithms.settings import (
     FEATURE_SPACES,
+    FEDPR_DISTANCES,
     KD_CLASSES,
     KD_LOGITS,
     ORDERS,
@@ -71,6 +72,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "profe.kd_classes": KD_CLASSES,
     "profe.prototype_loss": PROTOTYPE_LOSSES,
     "profe.preset": tuple(PROFE_PRESETS),
+    "fedpr.distance": FEDPR_DISTANCES,
+    "fedpr.features": FEATURE_SPACES,
 }
 
 # Keys that take a built-in name or an import path of the user's code.

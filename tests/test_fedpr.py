@@ -37,6 +37,24 @@ def test_distance_is_not_squared_and_has_a_finite_gradient_at_zero():
     assert torch.isfinite(embeddings.grad).all()
 
 
+
+def test_the_squared_and_unit_length_readings_by_hand():
+    embeddings = torch.tensor([[3.0, 4.0], [0.0, 2.0]])
+    labels = torch.tensor([0, 1])
+    prototypes = torch.tensor([[0.0, 0.0], [2.0, 0.0]])
+    known = torch.tensor([True, True])
+    # squared: (25 + (4 + 4)) / 2
+    assert float(prototype_l2(embeddings, labels, prototypes, known, squared=True)) == \
+        pytest.approx(16.5)
+    # unit length: (0.6, 0.8) against 0 scaled (0, 0) stays 0 -> distance 1; (0, 1) against
+    # (1, 0): sqrt 2
+    assert float(prototype_l2(embeddings, labels, prototypes, known, normalized=True)) == \
+        pytest.approx((1.0 + math.sqrt(2.0)) / 2)
+    total, _, distance = fedpr_loss(torch.zeros(2, 2), embeddings, labels, prototypes, known,
+                                    0.5, squared=True)
+    assert float(total) == pytest.approx(math.log(2.0) + 0.5 * 16.5)
+    assert float(distance) == pytest.approx(16.5)
+
 def test_loss_by_hand():
     logits = torch.tensor([[0.0, math.log(3.0)]])  # softmax (1/4, 3/4)
     embeddings = torch.tensor([[3.0, 4.0]])

@@ -33,19 +33,23 @@ FOOTPRINT = NodeFootprint(runtime=200 * MiB, shared=300 * MiB, peak=340 * MiB,
 
 def test_sim_capacity_counts_the_runtime_once_each_node_by_its_pages_and_each_worker_once():
     # the probe: 300 MiB shared, node 0 added 30 MiB and a 10 MiB transient (peak 340);
-    # node 1 beside it added 8 MiB; 1 MiB per in-neighbour
+    # each further node 8 MiB; its messages 1 MiB, 0.5 MiB of it what a robust rule
+    # decodes per in-neighbour
     footprint = NodeFootprint(runtime=200 * MiB, shared=300 * MiB, peak=340 * MiB,
-                              per_neighbour=MiB, next_node=8 * MiB, transient=10 * MiB)
+                              per_neighbour=MiB, next_node=8 * MiB, transient=10 * MiB,
+                              decoded_per_neighbour=MiB // 2)
     config = from_dict({"nodes": 1000, "topology": {"kind": "k_regular", "k": 6}})
-    # 340 - 8 + 1000 x (8 + 6) + (2 - 1) x 10 MiB
+    # 340 - 8 + 1000 x (8 + 0.5 + 6 x 0.5) + (2 - 1) x 10 MiB: the sim's receivers share
+    # a broadcast's frames, so the wire form counts once per sender
     assert capacity.sim_need(config, footprint, [6] * 1000, workers=2)[0] == \
-        (340 - 8 + 1000 * 14 + 10) * MiB
-    assert capacity.sim_need(config, footprint, [6], workers=2)[0] == (340 + 6) * MiB
+        (340 - 8 + 1000 * 11.5 + 10) * MiB
+    assert capacity.sim_need(config, footprint, [6], workers=2)[0] == (340 + 3.5) * MiB
     note = capacity.check_sim_memory(config, footprint, [6] * 1000, 20 * 1024**3, workers=2)
-    assert note.startswith("memory: about 14.01 GiB for 1,000 sim nodes (measured 300 MiB "
-                           "shared, 8.0 MiB per node plus 1.00 MiB per in-neighbour, "
-                           "10 MiB per node computing at once); this machine: 20.0 GiB available")
-    with pytest.raises(DeployError, match=r"^1,000 sim nodes would need about 14.0 GiB .* but "
+    assert note.startswith("memory: about 11.56 GiB for 1,000 sim nodes (measured 300 MiB "
+                           "shared, 8.0 MiB per node, 0.50 MiB of its messages, 0.50 MiB per "
+                           "in-neighbour, 10 MiB per node computing at once); this machine: "
+                           "20.0 GiB available")
+    with pytest.raises(DeployError, match=r"^1,000 sim nodes would need about 11.6 GiB .* but "
                                           r"this machine has 8.0 GiB available: use fewer "
                                           r"nodes, a smaller model, or a larger host$"):
         capacity.check_sim_memory(config, footprint, [6] * 1000, 8 * 1024**3, workers=2)
@@ -117,18 +121,17 @@ def test_up_refuses_a_federation_larger_than_the_machine_before_starting_it(
 
 
 def test_the_sim_backend_refuses_a_federation_larger_than_the_machine_before_starting_it(
-        tmp_path, data_dir, quick_footprint):
-    quick, footprint = REPO / "examples" / "quick.toml", quick_footprint
-    nodes = 5  # as above: the messages alone are more than the whole memory
-    while nodes * (nodes - 1) * footprint.per_neighbour < 1.2 * total_memory():
-        nodes += 5
-    done = protofed("up", "-c", quick, "--backend", "sim", "--set", f"nodes={nodes}",
-                    "--set", f"data.dir={data_dir}", "--set", f"deploy.results_dir={tmp_path}",
-                    timeout=300)
+        tmp_path, data_dir):
+    # 64 GiB a node (deploy.memory) for 5 nodes: more than this machine has
+    done = protofed("up", "-c", REPO / "examples" / "quick.toml", "--backend", "sim",
+                    "--set", "deploy.memory=64g", "--set", f"data.dir={data_dir}",
+                    "--set", f"deploy.results_dir={tmp_path}", timeout=120)
     assert done.returncode == 1, done.stderr
-    assert f"{nodes:,} sim nodes would need about" in done.stderr
-    assert "MiB per node plus" in done.stderr and "use fewer nodes, a smaller model" in done.stderr
+    assert "5 sim nodes would need about 320.0 GiB (deploy.memory 65536 MiB per node) but " \
+           "this machine has" in done.stderr
+    assert "use fewer nodes, a smaller model, or a larger host" in done.stderr
     assert not any(tmp_path.iterdir())
+
 
 def test_up_refuses_a_run_id_whose_results_folder_exists_as_a_config_error(tmp_path):
     (tmp_path / "taken").mkdir()

@@ -175,7 +175,7 @@ def test_protofed_up_on_the_sim_backend_writes_what_a_local_run_writes(tmp_path,
     assert done.returncode == 0, done.stderr
     # the capacity check measured the nodes as threads of one process
     assert re.search(r"memory: about [0-9.]+ GiB for 4 sim nodes \(measured [0-9]+ MiB "
-                     r"shared, [0-9.]+ MiB per node plus [0-9.]+ MiB per in-neighbour",
+                     r"shared, [0-9.]+ MiB per node, [0-9.]+ MiB of its messages",
                      done.stderr), done.stderr
     run_dir = tmp_path / "results" / "simrun"
     for name in ("summary.json", "rounds.csv", "f1_per_round.png", "federation.json",

@@ -28,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,7 +48,7 @@ PROBE_TIMEOUT = 300.0
 # node may hold its next round's messages beside this round's.
 ROUNDS_HELD = 2
 ROBUST_COPIES = 2  # float64 copies of the neighbours' values a robust rule holds at once
-THREAD_PROBE_NODES = 3  # further nodes the sim probe builds after the second
+THREAD_PROBE_NODES = 6  # nodes the sim probe measures, after those that start the arenas
 CONTAINER_LIMIT_MARGIN = 1.5  # a container's limit over its estimate: beyond it, an OOM kill
 
 
@@ -60,6 +61,7 @@ class NodeFootprint:
     peak: int  # the most while training, evaluating and coding its messages
     per_neighbour: int  # one in-neighbour's messages of a round, as this node holds them
     next_node: int = 0  # what one more node built in the same process adds (sim threads)
+    decoded_per_neighbour: int = 0  # the part of per_neighbour a robust rule decodes
     transient: int = 0  # what training or evaluation held for a moment (within peak)
 
     def forked_node(self, in_degree: int) -> int:
@@ -71,8 +73,11 @@ class NodeFootprint:
         return self.peak + in_degree * self.per_neighbour
 
     def thread_node(self, in_degree: int) -> int:
-        """What one more node, a thread of a process that holds others, adds."""
-        return self.next_node + in_degree * self.per_neighbour
+        """What one more node, a thread of a process that holds others, adds: the sim hands
+        every receiver the sender's own frames, so a broadcast's wire form is held once,
+        and what a robust rule decodes, once per in-neighbour."""
+        wire = self.per_neighbour - self.decoded_per_neighbour
+        return self.next_node + wire + in_degree * self.decoded_per_neighbour
 
 
 def node_memory(config: FederationConfig, footprint: NodeFootprint | None, in_degree: int,
@@ -149,10 +154,12 @@ def sim_need(config: FederationConfig, footprint: NodeFootprint | None,
     # pages, and each further node computing at once a transient
     needed = (footprint.peak - footprint.next_node + sum(map(footprint.thread_node, in_degrees))
               + max(0, min(workers, len(in_degrees)) - 1) * footprint.transient)
+    wire = footprint.per_neighbour - footprint.decoded_per_neighbour
     return needed, (f"measured {footprint.shared / MiB:.0f} MiB shared, "
-                    f"{footprint.next_node / MiB:.1f} MiB per node plus "
-                    f"{footprint.per_neighbour / MiB:.2f} MiB per in-neighbour, "
-                    f"{footprint.transient / MiB:.0f} MiB per node computing at once")
+                    f"{footprint.next_node / MiB:.1f} MiB per node, {wire / MiB:.2f} MiB of "
+                    f"its messages, {footprint.decoded_per_neighbour / MiB:.2f} MiB per "
+                    f"in-neighbour, {footprint.transient / MiB:.0f} MiB per node computing "
+                    "at once")
 
 
 def check_sim_memory(config: FederationConfig, footprint: NodeFootprint | None,
@@ -229,7 +236,7 @@ def measure_footprint(config: FederationConfig, forked: bool = False,
 
     before = own_bytes()
     first = _exercise_node(config, 0, device)
-    per_neighbour = first.pop("per_neighbour")
+    per_neighbour, decoded = first.pop("per_neighbour"), first.pop("decoded_per_neighbour")
     gc.collect()
     now, highest = resident_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     transient = max(0, highest - now)  # what training or evaluation held for a moment
@@ -239,26 +246,33 @@ def measure_footprint(config: FederationConfig, forked: bool = False,
     else:
         shared = before + first["data"]
         own = max(0, own_bytes() - shared)
-    next_node = 0
-    if threads and config.nodes > 1:
-        # each on a thread of its own that stays alive, as a sim node's does: a thread
-        # keeps what torch and the allocator hold for it. The first nodes still start the
-        # arenas the simulation's threads share: what each further node adds is read after
-        from node.sim.allocator import share_arenas
-
-        workers = config.deploy.cores or len(os.sched_getaffinity(0))
-        share_arenas(workers)  # as the simulation does
-        with _NodeThreads(config, device) as others:
-            for node_id in range(1, min(config.nodes, 1 + workers)):
-                others.add(node_id)  # every arena in use
-            held = own_bytes()
-            ids = range(1 + workers, min(config.nodes, 1 + workers + THREAD_PROBE_NODES))
-            for node_id in ids:
-                others.add(node_id)
-            next_node = max(0, own_bytes() - held) // max(1, len(ids))
+    next_node = thread_node_bytes(config, device, own_bytes) if threads else 0
     return NodeFootprint(runtime=runtime, shared=shared, peak=shared + own + transient,
                          per_neighbour=per_neighbour, next_node=next_node,
+                         decoded_per_neighbour=decoded,
                          transient=transient)
+
+
+def thread_node_bytes(config: FederationConfig, device: object,
+                      own_bytes: Callable[[], int]) -> int:
+    """What one more sim node adds: nodes each on a thread of its own that stays alive, as
+    a sim node's does (a thread keeps what torch and the allocator hold for it). The first
+    ones start the arenas the simulation's threads share; the last THREAD_PROBE_NODES are
+    measured."""
+    from node.sim.allocator import share_arenas
+
+    if config.nodes < 2:
+        return 0
+    workers = config.deploy.cores or len(os.sched_getaffinity(0))
+    share_arenas(workers)  # as the simulation does
+    with _NodeThreads(config, device) as others:
+        for node_id in range(1, min(config.nodes, 1 + workers)):
+            others.add(node_id)  # every arena in use
+        held = own_bytes()
+        ids = range(1 + workers, min(config.nodes, 1 + workers + THREAD_PROBE_NODES))
+        for node_id in ids:
+            others.add(node_id)
+        return max(0, own_bytes() - held) // max(1, len(ids))
 
 
 class _NodeThreads:
@@ -319,17 +333,18 @@ def _exercise_node(config: FederationConfig, node_id: int, device: object) -> di
     algorithm.train_round(1)
     batch = config.train.eval_batch_size
     evaluate(algorithm, data.global_x[:batch], data.global_y[:batch], data.num_classes, batch)
-    per_neighbour = 0
+    per_neighbour = decoded = 0
     codecs = kind_codecs(config, algorithm.kinds)
     for kind, payload in algorithm.payload().items():
         frames = encode_message(node_id, 1, kind, payload.tensors, codecs[kind], payload.meta)
         message = decode_message(frames, max_bytes=1 << 40)
         # held in their wire form until aggregated; the mean then decodes one tensor of one
         # peer at a time, the robust rules stack every peer's values in float64 and sort them
-        per_neighbour += ROUNDS_HELD * sum(len(f) for f in frames) + (
-            0 if config.aggregation.rule == "mean"
-            else ROBUST_COPIES * sum(8 * t.numel() for t in message.tensors.values()))
-    return {"data": data_bytes, "per_neighbour": per_neighbour, "held": (data, algorithm)}
+        decoded += 0 if config.aggregation.rule == "mean" else ROBUST_COPIES * sum(
+            8 * t.numel() for t in message.tensors.values())
+        per_neighbour += ROUNDS_HELD * sum(len(f) for f in frames)
+    return {"data": data_bytes, "per_neighbour": per_neighbour + decoded,
+            "decoded_per_neighbour": decoded, "held": (data, algorithm)}
 
 
 def warm_torch() -> None:

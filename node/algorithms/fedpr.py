@@ -94,7 +94,9 @@ class FedPR(ModelAndPrototypes):
     def _loss_terms(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         logits, embeddings = self.model(x)
         loss, ce, distance = fedpr_loss(logits, embeddings, labels, self.global_prototypes,
-                                        self.known, self.weight)
+                                        self.known, self.weight,
+                                        squared=self.settings.distance == "squared",
+                                        normalized=self.settings.features == "normalized")
         return {"loss": loss, "ce_loss": ce, "proto_loss": distance}
 
     def train_round(self, round_: int) -> dict[str, float]:

@@ -14,6 +14,7 @@ representation and the corresponding global prototype". We read l2 as the Euclid
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from node.algorithms.losses import cross_entropy
 
@@ -21,22 +22,30 @@ PROTOTYPE_WEIGHT = 1.0  # Eq. (4): the distance term enters unweighted
 
 
 def prototype_l2(embeddings: torch.Tensor, labels: torch.Tensor,
-                 global_prototypes: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
-    """Mean over samples of ||f_e(x) - y_bar(y)||_2, skipping classes without a prototype.
+                 global_prototypes: torch.Tensor, known: torch.Tensor,
+                 squared: bool = False, normalized: bool = False) -> torch.Tensor:
+    """Mean over samples of ||f_e(x) - y_bar(y)||_2, skipping classes without a prototype
+    (`squared`: its square; `normalized`: between both scaled to unit length).
 
     At a zero distance the gradient is 0 (torch's subgradient of the norm), never NaN.
     """
     mask = known[labels]
     if not bool(mask.any()):
         return embeddings.new_zeros(())
-    difference = embeddings[mask] - global_prototypes[labels[mask]].to(embeddings.dtype)
-    return torch.linalg.vector_norm(difference, dim=1).mean()
+    own = embeddings[mask]
+    target = global_prototypes[labels[mask]].to(embeddings.dtype)
+    if normalized:
+        own, target = F.normalize(own, dim=1), F.normalize(target, dim=1)
+    distance = torch.linalg.vector_norm(own - target, dim=1)
+    return (distance.square() if squared else distance).mean()
 
 
 def fedpr_loss(logits: torch.Tensor, embeddings: torch.Tensor, labels: torch.Tensor,
                global_prototypes: torch.Tensor, known: torch.Tensor,
-               weight: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(L, CE, D) with L = CE(logits, y) + weight * mean_x ||f_e(x) - y_bar(y)||_2 (Eq. 4)."""
+               weight: float, squared: bool = False,
+               normalized: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(L, CE, D) with L = CE(logits, y) + weight * mean_x ||f_e(x) - y_bar(y)||_2 (Eq. 4);
+    `squared` and `normalized` as in prototype_l2."""
     ce = cross_entropy(logits, labels)
-    distance = prototype_l2(embeddings, labels, global_prototypes, known)
+    distance = prototype_l2(embeddings, labels, global_prototypes, known, squared, normalized)
     return ce + weight * distance, ce, distance

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 # [profe]'s choices where the paper leaves a reading open (node.algorithms.profe).
 ORDERS = ("teacher_first", "same_batch")
 FEATURE_SPACES = ("raw", "normalized")
+FEDPR_DISTANCES = ("l2", "squared")
 KD_LOGITS = ("capped", "raw", "standardized")
 KD_CLASSES = ("local", "all")
 PROTOTYPE_LOSSES = ("mse", "softmax")
@@ -151,6 +152,17 @@ class FedPRSettings:
 
     weight: float = 1.0
     """The weight on the l2 distance to the global prototype."""
+    distance: str = "l2"
+    """"l2": the Euclidean distance (our reading of Eq. 4); "squared": its square."""
+    features: str = "raw"
+    """"raw": the embedding as the model gives it (Eq. 4); "normalized": embedding and
+    prototype scaled to unit length before the distance."""
 
     def problems(self) -> list[tuple[str, str]]:
-        return [] if self.weight >= 0 else [("weight", f"must be non-negative, got {self.weight}")]
+        found = [] if self.weight >= 0 else [("weight",
+                                               f"must be non-negative, got {self.weight}")]
+        for key, allowed in (("distance", FEDPR_DISTANCES), ("features", FEATURE_SPACES)):
+            if getattr(self, key) not in allowed:
+                choices = ", ".join(map(repr, allowed))
+                found.append((key, f"must be one of {choices}, got {getattr(self, key)!r}"))
+        return found
