@@ -225,9 +225,22 @@ def protofed_command(*args):
 
 
 def protofed(*args, timeout=300, env=None):
-    """Run the `protofed` command to the end in a child process."""
-    return subprocess.run(protofed_command(*args), cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env)
+    """Run the `protofed` command to the end in a child process. Past `timeout` it gets a
+    Ctrl-C, so `up` stops the nodes it started (they run in sessions of their own), and
+    the test fails with TimeoutExpired."""
+    process = subprocess.Popen(protofed_command(*args), cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def read_results(run_dir):
