@@ -365,7 +365,8 @@ def test_the_loopback_benchmark_moves_each_codecs_payload_and_derives_its_break_
 
 
 @pytest.mark.parametrize("report, matrix", [("profe-ablation", "profe-ablation"),
-                                             ("scale/few-images", "few-images")])
+                                             ("scale/few-images", "few-images"),
+                                             ("fedpr-ablation", "fedpr-ablation")])
 def test_the_committed_ablation_table_is_what_its_results_regenerate(tmp_path, report, matrix):
     from experiments import ablation
     folder = REPO / "experiments" / "reports" / report
@@ -472,6 +473,12 @@ def test_the_committed_network_report_is_rebuilt_byte_for_byte_from_its_archive(
     assert network.main(["--out", str(tmp_path), "--report-only"]) == 0
     assert (tmp_path / "network.md").read_bytes() == (folder / "network.md").read_bytes()
 
+
+
+def test_the_committed_teacher_cost_report_is_what_its_results_regenerate(tmp_path):
+    from experiments import bench_teacher
+    assert_regenerated(bench_teacher, "teacher-cost", ("teacher.md",), tmp_path,
+                       data="teacher.json")
 
 def test_the_committed_scale_report_is_what_its_results_regenerate(tmp_path):
     from experiments import scale
