@@ -321,13 +321,13 @@ def simulated(results: dict, few_images: dict | None = None) -> list[str]:
 def memory_parts(row: dict) -> str:
     """One cell's memory by part: the capacity probe's figures beside the measured peak."""
     parts, nodes = row["estimate_mib"], row["nodes"]
-    counted = {"the process (Python, torch, the dataset)": parts["shared"],
-               "the nodes' models, optimiser state and data": parts["per_node"] * nodes,
-               "their messages (two rounds of each node's broadcast, which every receiver "
-               "shares)": parts["messages"] * nodes}
+    named = {"the process (Python, torch, the dataset)": parts["shared"],
+             "the nodes' models, optimiser state and data": parts["per_node"] * nodes,
+             "their messages (two rounds of each node's broadcast, which every receiver "
+             "shares)": parts["messages"] * nodes}
     peak = row["peak_memory_gb"] * 1e9 / 2**20
-    rest = peak - sum(counted.values())
-    words = "; ".join(f"{name} {value / 1024:.2f} GiB" for name, value in counted.items())
+    rest = peak - sum(named.values())
+    words = "; ".join(f"{name} {value / 1024:.2f} GiB" for name, value in named.items())
     return (f"- {MODELS[row.get('model', 'profe')]}, {nodes:,} nodes: {words}; the rest of the "
             f"{peak / 1024:.2f} GiB peak, {rest / 1024:.2f} GiB, is what the probe does not "
             "build (each node's thread, its in-memory transport, peers and growing record) "
@@ -337,21 +337,20 @@ def memory_parts(row: dict) -> str:
 def at_chance(low: list[dict], few_images: dict | None) -> str:
     """Why the cells at chance are there: the ablation of their per-node data, if run."""
     cells = "; ".join(f"{MODELS[r.get('model', 'profe')]}, {r['nodes']:,} nodes "
-                      f"({r['images_per_node']} images each, {counted(r['rounds'], 'round')}): mean F1 "
-                      f"{r['mean_f1']:.4f}" for r in low)
+                      f"({r['images_per_node']} images each, "
+                      f"{counted(r['rounds'], 'round')}): mean F1 {r['mean_f1']:.4f}"
+                      for r in low)
     if not few_images:
         return f"- At chance, not yet explained: {cells}."
     results = few_images["results"]
-
-    def final(variant: str) -> str:
-        f1 = [v["final_f1"] for k, v in results.items()
-              if k.startswith("69-images-") and k.endswith(f"/{variant}")]
-        return f"{statistics.mean(f1):.3f}" if f1 else "not run"
 
     def at_round(variant: str, round_: int) -> str:
         f1 = [v["rounds"][round_][0] for k, v in results.items()
               if k.startswith("69-images-") and k.endswith(f"/{variant}")]
         return f"{statistics.mean(f1):.3f}" if f1 else "not run"
+
+    def final(variant: str) -> str:
+        return at_round(variant, -1)
 
     return (f"- At chance: {cells}. The cause is the training budget, not the scale or the "
             "backend: with at most 64 training images a node takes one optimiser step a round "

@@ -53,7 +53,7 @@ def torch_threads(config: FederationConfig, local_nodes: int) -> int:
     """Threads per node: [train] threads if set, else the cores shared among local nodes."""
     if config.train.threads:
         return config.train.threads
-    cores = config.deploy.cores or len(os.sched_getaffinity(0))
+    cores = config.deploy.usable_cores()
     return max(1, cores // max(1, local_nodes))
 
 

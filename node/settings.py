@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,6 +278,10 @@ class DeployConfig:
     puts it)."""
     pin: list[str] = field(default_factory=list)
     """swarm: `pin[i]` a machine's hostname for node i ("": by placement)."""
+
+    def usable_cores(self) -> int:
+        """`cores`, else every core this process may run on."""
+        return self.cores or len(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from node.config import FederationConfig, memory_bytes
 from node.errors import DeployError
@@ -72,12 +72,17 @@ class NodeFootprint:
         """What one node alone in its container holds at its peak."""
         return self.peak + in_degree * self.per_neighbour
 
+    @property
+    def wire_per_neighbour(self) -> int:
+        """The part of per_neighbour held in wire form (two rounds of messages)."""
+        return self.per_neighbour - self.decoded_per_neighbour
+
     def thread_node(self, in_degree: int) -> int:
         """What one more node, a thread of a process that holds others, adds: the sim hands
         every receiver the sender's own frames, so a broadcast's wire form is held once,
         and what a robust rule decodes, once per in-neighbour."""
-        wire = self.per_neighbour - self.decoded_per_neighbour
-        return self.next_node + wire + in_degree * self.decoded_per_neighbour
+        return (self.next_node + self.wire_per_neighbour
+                + in_degree * self.decoded_per_neighbour)
 
 
 def node_memory(config: FederationConfig, footprint: NodeFootprint | None, in_degree: int,
@@ -154,9 +159,9 @@ def sim_need(config: FederationConfig, footprint: NodeFootprint | None,
     # pages, and each further node computing at once a transient
     needed = (footprint.peak - footprint.next_node + sum(map(footprint.thread_node, in_degrees))
               + max(0, min(workers, len(in_degrees)) - 1) * footprint.transient)
-    wire = footprint.per_neighbour - footprint.decoded_per_neighbour
     return needed, (f"measured {footprint.shared / MiB:.0f} MiB shared, "
-                    f"{footprint.next_node / MiB:.1f} MiB per node, {wire / MiB:.2f} MiB of "
+                    f"{footprint.next_node / MiB:.1f} MiB per node, "
+                    f"{footprint.wire_per_neighbour / MiB:.2f} MiB of "
                     f"its messages, {footprint.decoded_per_neighbour / MiB:.2f} MiB per "
                     f"in-neighbour, {footprint.transient / MiB:.0f} MiB per node computing "
                     "at once")
@@ -263,7 +268,7 @@ def thread_node_bytes(config: FederationConfig, device: object,
 
     if config.nodes < 2:
         return 0
-    workers = config.deploy.cores or len(os.sched_getaffinity(0))
+    workers = config.deploy.usable_cores()
     share_arenas(workers)  # as the simulation does
     with _NodeThreads(config, device) as others:
         for node_id in range(1, min(config.nodes, 1 + workers)):
@@ -307,7 +312,7 @@ class _NodeThreads:
         if failed:
             raise failed[0]
 
-    def __enter__(self) -> _NodeThreads:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:

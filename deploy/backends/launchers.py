@@ -10,7 +10,6 @@ the image); what runs where is decided by the pure plan functions it calls (`pla
 from __future__ import annotations
 
 import abc
-import os
 import socket
 from pathlib import Path
 from typing import TextIO
@@ -171,7 +170,7 @@ class SimLauncher(Launcher):
         # the sim process is forked from this one once it is warm: so is the probe
         local.warm_up(config)
         footprint = None if config.deploy.memory else local.probe_footprint(config, threads=True)
-        workers = config.deploy.cores or len(os.sched_getaffinity(0))
+        workers = config.deploy.usable_cores()
         self.memory_note = capacity.check_sim_memory(
             config, footprint, capacity.in_degrees(plan), capacity.available_memory(), workers)
         self.memory_note += (f"; {workers} nodes compute at once (deploy.cores); seconds in "

@@ -204,7 +204,7 @@ def warm_up(config: FederationConfig) -> None:
 
 def probe_footprint(config: FederationConfig, threads: bool = False) -> NodeFootprint:
     """Measure node 0 of `config` in a process forked from this warm one, as nodes are
-    (with `threads`, node 1 beside it, as the sim backend's nodes share one process)."""
+    (with `threads`, more nodes on threads beside it, as the sim backend runs them)."""
     from deploy.backends.capacity import NodeFootprint, measure_footprint
 
     readable, writable = os.pipe()

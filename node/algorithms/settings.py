@@ -15,6 +15,17 @@ PROTOTYPE_LOSSES = ("mse", "softmax")
 SCHEDULES = ("halve", "linear")
 
 
+def choice_problems(settings: object, choices: tuple[tuple[str, tuple[str, ...]], ...],
+                    ) -> list[tuple[str, str]]:
+    """(key, problem) for each of `choices`' keys whose value is not among its allowed ones."""
+    found = []
+    for key, allowed in choices:
+        if getattr(settings, key) not in allowed:
+            names = ", ".join(map(repr, allowed))
+            found.append((key, f"must be one of {names}, got {getattr(settings, key)!r}"))
+    return found
+
+
 @dataclass(frozen=True)
 class ProFeSettings:
     """[profe]: Eq. 8/9's weights and schedule, and the readings the paper leaves open."""
@@ -60,14 +71,10 @@ class ProFeSettings:
                  if getattr(self, key) < 0.0]
         if self.temperature <= 0.0:
             found.append(("temperature", f"must be positive, got {self.temperature}"))
-        for key, allowed in (("alpha_schedule", SCHEDULES), ("order", ORDERS),
-                             ("features", FEATURE_SPACES), ("kd_logits", KD_LOGITS),
-                             ("kd_classes", KD_CLASSES), ("prototype_loss", PROTOTYPE_LOSSES),
-                             ("preset", ("", *PROFE_PRESETS))):
-            if getattr(self, key) not in allowed:
-                choices = ", ".join(map(repr, allowed))
-                found.append((key, f"must be one of {choices}, got {getattr(self, key)!r}"))
-        return found
+        return found + choice_problems(self, (
+            ("alpha_schedule", SCHEDULES), ("order", ORDERS), ("features", FEATURE_SPACES),
+            ("kd_logits", KD_LOGITS), ("kd_classes", KD_CLASSES),
+            ("prototype_loss", PROTOTYPE_LOSSES), ("preset", ("", *PROFE_PRESETS))))
 
 
 # What `[profe] preset = NAME` fills in where the file sets nothing, table by table.
@@ -161,8 +168,5 @@ class FedPRSettings:
     def problems(self) -> list[tuple[str, str]]:
         found = [] if self.weight >= 0 else [("weight",
                                                f"must be non-negative, got {self.weight}")]
-        for key, allowed in (("distance", FEDPR_DISTANCES), ("features", FEATURE_SPACES)):
-            if getattr(self, key) not in allowed:
-                choices = ", ".join(map(repr, allowed))
-                found.append((key, f"must be one of {choices}, got {getattr(self, key)!r}"))
-        return found
+        return found + choice_problems(self, (("distance", FEDPR_DISTANCES),
+                                              ("features", FEATURE_SPACES)))

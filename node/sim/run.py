@@ -9,7 +9,6 @@ Each node writes node-<i>.json as a node process does; seconds in them are virtu
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ def engine_for(federation: Federation, epoch: float | None = None,
                 {i: uplink for i in range(config.nodes)} if uplink else None)
     factors = config.sim.node_slowdowns or [1.0] * config.nodes
     return Engine(config.nodes, wire, epoch=time.time() if epoch is None else epoch,
-                  workers=workers or config.deploy.cores or len(os.sched_getaffinity(0)),
+                  workers=workers or config.deploy.usable_cores(),
                   slowdowns=[config.sim.slowdown * f for f in factors])
 
 
