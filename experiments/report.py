@@ -142,6 +142,8 @@ class CellResult:
     round_one_f1: tuple[float, ...]  # global test, argmax, round ROUND_ONE
     round_one_share: tuple[float, ...]
     f1_per_round: tuple[float, ...]  # mean over nodes, round 0 first
+    backend: str = "local"  # "sim": Table III's seconds are the simulation's virtual clock
+    cpu_per_round: tuple[float, ...] = ()  # per node; empty in runs that did not record CPU
 
     @property
     def row(self) -> tuple[str, str]:
@@ -235,6 +237,15 @@ def _round_one(node: NodeRecord) -> tuple[float, float] | None:
     return None
 
 
+def _cpu_per_round(node: NodeRecord) -> float | None:
+    """CPU seconds per round after round 0 (training, exchange, aggregation, evaluation), from
+    the cumulative CPU time each round records; None in runs that did not record it."""
+    first, last = node.rounds[0], node.rounds[-1]
+    if last.round <= first.round or last.cpu_seconds <= 0.0:
+        return None
+    return (last.cpu_seconds - first.cpu_seconds) / (last.round - first.round)
+
+
 def parse_record(record: dict) -> CellResult | None:
     """A cell's figures, over its finished nodes; None when no node finished."""
     config = record["config"]
@@ -248,6 +259,7 @@ def parse_record(record: dict) -> CellResult | None:
     others = sorted(set(last.by_rule) - {rule})
     rounds = min(len(n.rounds) for n in finished)
     round_one = [r for r in (_round_one(n) for n in finished) if r is not None]
+    cpu = [c for c in (_cpu_per_round(n) for n in finished) if c is not None]
     return CellResult(
         key=record["key"], method=method, codec=codec_label(config["exchange"]),
         dataset=config["data"]["dataset"], partition=_partition(config["data"]),
@@ -267,7 +279,9 @@ def parse_record(record: dict) -> CellResult | None:
         round_one_f1=tuple(f1 for f1, _ in round_one),
         round_one_share=tuple(share for _, share in round_one),
         f1_per_round=tuple(statistics.fmean(n.rounds[i].global_test.f1 for n in finished)
-                           for i in range(rounds)))
+                           for i in range(rounds)),
+        backend=config.get("deploy", {}).get("backend", "local"),
+        cpu_per_round=tuple(cpu) if len(cpu) == len(finished) else ())
 
 
 # ---- seeds: the runs of a group differ only by seed ----
@@ -416,20 +430,37 @@ F1_LEGEND = ("`0.812 ± 0.011 (3 seeds; nodes ± 0.004)`: the mean over seeds ±
              "over one run's nodes.")
 
 
-def metric_table(results: list[CellResult], field: str, scale: float, unit: str) -> str:
-    """Seed means per method and dataset, beside both FedAvg baselines' seed means."""
-    lines = [(f"| method (codec) | dataset | {unit} | vs FedAvg student-size | "
-             "vs FedAvg teacher-size |"), "|---|---|---|---|---|"]
+CLOCKS = {"local": "wall", "sim": "virtual"}  # what a backend's elapsed seconds measure
+
+
+def clock_text(cells: list[CellResult]) -> str:
+    """"wall", "virtual" (the sim's clock), or both when a group's seeds ran on both."""
+    return " + ".join(sorted({CLOCKS.get(c.backend, c.backend) for c in cells}))
+
+
+def metric_table(results: list[CellResult], field: str, scale: float, unit: str,
+                 clocked: bool = False) -> str:
+    """Seed means per method and dataset, beside both FedAvg baselines' seed means; `clocked`
+    (times) adds which clock measured them and compares only figures of the same clock."""
+    clock_head, clock_rule = (" clock |", "---|") if clocked else ("", "")
+    lines = [(f"| method (codec) | dataset | {unit} |{clock_head} vs FedAvg student-size | "
+             "vs FedAvg teacher-size |"), f"|---|---|---|{clock_rule}---|---|"]
     for dataset in sorted({r.dataset for r in results}):
         bases = (STUDENT_BASELINE, TEACHER_BASELINE)
-        baselines = [field_stats(_select(results, base, dataset), field, scale) for base in bases]
+        base_cells = [_select(results, base, dataset) for base in bases]
+        baselines = [field_stats(cells, field, scale) for cells in base_cells]
         for row in _rows(results):
-            stats = field_stats(_select(results, row, dataset), field, scale)
+            cells = _select(results, row, dataset)
+            stats = field_stats(cells, field, scale)
             if stats is None:
                 continue
-            vs = [_relative(stats.mean, b.mean if b else None, row == base)
-                  for b, base in zip(baselines, bases)]
-            lines.append(f"| {label(row)} | {dataset} | {seed_text(stats)} | {vs[0]} | {vs[1]} |")
+            clock = clock_text(cells)
+            vs = [_relative(stats.mean, b.mean if b and not (clocked and clock_text(bc) != clock)
+                            else None, row == base)
+                  for b, bc, base in zip(baselines, base_cells, bases)]
+            clock_cell = f" {clock} |" if clocked else ""
+            lines.append(f"| {label(row)} | {dataset} | {seed_text(stats)} |{clock_cell} {vs[0]} | "
+                         f"{vs[1]} |")
     return "\n".join(lines)
 
 
@@ -466,18 +497,33 @@ def f1_table(results: list[CellResult]) -> str:
     return "\n".join(lines)
 
 
+def round_one_collapses(cells: list[CellResult]) -> str:
+    """"seeds 1 (100%), 3 (58%) of 3": the runs whose round-1 top-class share (mean over
+    nodes) reaches COLLAPSE_SHARE, with that share; "none of 3 seeds" when none does."""
+    over = [(c.seed, statistics.fmean(c.round_one_share)) for c in cells
+            if c.round_one_share and statistics.fmean(c.round_one_share) >= COLLAPSE_SHARE]
+    if not over:
+        return f"none of {seed_count(len(cells))}"
+    named = ", ".join(f"{seed} ({100 * share:.0f}%)" for seed, share in over)
+    return f"{'seed' if len(over) == 1 else 'seeds'} {named} of {len(cells)}"
+
+
 def round_one_table(results: list[CellResult]) -> str:
-    """Round 1's argmax F1 and top-class share over seeds, and how many seeds collapsed."""
+    """Round 1's argmax F1 and top-class share over seeds, the seeds over the collapse
+    threshold in round 1, and how many seeds ended collapsed."""
     lines = [(f"Round {ROUND_ONE} (after the first local training and aggregation), global test, "
               "argmax, mean over seeds (± across seeds with more than one), beside the final "
-              f"top-class share under the paper's rule; a run is collapsed when that final share "
-              f"is {100 * COLLAPSE_SHARE:.0f}% or more."), "",
+              f"top-class share under the paper's rule. A run is collapsed when that final share "
+              f"is {100 * COLLAPSE_SHARE:.0f}% or more; the seeds whose round-{ROUND_ONE} share "
+              "already reaches it are named with that share."), "",
              (f"| method (codec) | dataset | round-{ROUND_ONE} F1 | round-{ROUND_ONE} top-class "
-              "share | final top-class share | seeds collapsed |"), "|---|---|---|---|---|---|"]
+              f"share | seeds ≥ {100 * COLLAPSE_SHARE:.0f}% in round {ROUND_ONE} | final "
+              "top-class share | seeds collapsed |"), "|---|---|---|---|---|---|---|"]
     for dataset, row, chosen in _groups(results):
         lines.append(f"| {label(row)} | {dataset} | "
                      f"{mean_text(field_stats(chosen, 'round_one_f1'))} | "
                      f"{mean_text(field_stats(chosen, 'round_one_share'))} | "
+                     f"{round_one_collapses(chosen)} | "
                      f"{mean_text(field_stats(chosen, 'top_class_share'))} | "
                      f"{collapse_text(chosen)} |")
     return "\n".join(lines)
@@ -676,6 +722,89 @@ def _compact_targets(where: str, group: list[CellResult], student: list[CellResu
     return lines
 
 
+# ---- distillation headroom ----
+
+@dataclass(frozen=True)
+class HeadroomRow:
+    """ProFe with one student width beside its no-distillation twin and FedAvg of its size."""
+
+    student: str  # the student's share of the teacher's widths, e.g. "1/4"
+    channels: tuple[int, int]  # the student's convolution widths (the teacher's: 16, 32)
+    profe: str  # the matrix variants' names
+    twin: str  # alpha_s = 0: the teacher never trains
+    fedavg: str
+
+
+# experiments/matrices/headroom.toml and headroom-half.toml; the 1/2 student's 20%-classes
+# cells come from `paper`, `paper-ablation` and `paper-seeds`.
+HEADROOM_ROWS = (
+    HeadroomRow("1/2", (8, 16), "profe", "profe-no-distillation", "fedavg-student"),
+    HeadroomRow("1/4", (4, 8), "profe-quarter", "profe-quarter-no-distillation",
+                "fedavg-quarter"),
+    HeadroomRow("1/8", (2, 4), "profe-eighth", "profe-eighth-no-distillation", "fedavg-eighth"),
+)
+
+
+def _method_cells(group: list[CellResult], method: str) -> list[CellResult]:
+    return sorted((r for r in group if r.method == method), key=lambda r: r.seed)
+
+
+def cpu_text(cells: list[CellResult]) -> str:
+    """Seed-mean CPU seconds per node and round, with the backend that measured them."""
+    stats = field_stats([c for c in cells if c.cpu_per_round], "cpu_per_round")
+    if stats is None:
+        return "-"
+    return f"{mean_text(stats, 2)} ({'+'.join(sorted({c.backend for c in cells}))})"
+
+
+def distillation_verdict(profe: SeedStats, twin: SeedStats) -> str:
+    """"above, beyond noise", "below, beyond noise", "within noise" or not testable."""
+    verdict = noise_verdict(profe, twin)
+    if verdict != "beyond noise":
+        return verdict
+    return f"{'above' if profe.mean > twin.mean else 'below'}, beyond noise"
+
+
+def headroom_table(results: list[CellResult]) -> list[str]:
+    """ProFe minus its no-distillation twin per student width and setting, FedAvg of the
+    student's size beside them, the CPU each costs per round, and a verdict per width."""
+    lines = [("ProFe (int16) at each student width beside its no-distillation twin (alpha_s = "
+              "0: the teacher never trains, the rest of ProFe unchanged) and FedAvg (fp32) of a "
+              "model the student's size; the teacher is always 16, 32 channels. Final macro-F1, "
+              "argmax, global test; the difference is judged as in the comparisons below "
+              f"(beyond noise: more than {NOISE_FACTOR:g} × the larger standard deviation "
+              "across seeds). CPU: seconds per node and round after round 0 (training, exchange, "
+              "aggregation, evaluation), from the CPU time the records hold: a sim node's "
+              "thread, a local node's process; runs before the records held it show -."), "",
+             ("| student | dataset | partition | ProFe | no distillation | difference (points) "
+              "| verdict | FedAvg, student's size | CPU s/round: ProFe | no distillation | "
+              "FedAvg |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+    verdicts: dict[str, list[str]] = defaultdict(list)
+    for row in HEADROOM_ROWS:
+        for setting in _settings(results):
+            group = [r for r in results if r.setting == setting]
+            profe, twin = _method_cells(group, row.profe), _method_cells(group, row.twin)
+            if not (profe and twin):
+                continue
+            fedavg = _method_cells(group, row.fedavg)
+            ours, theirs = field_stats(profe, "final_f1"), field_stats(twin, "final_f1")
+            verdict = distillation_verdict(ours, theirs)
+            verdicts[row.student].append(f"{verdict} on {setting[0]} {setting[1]}")
+            width = f"{row.student} ({row.channels[0]}, {row.channels[1]})"
+            lines.append(f"| {width} | {setting[0]} | {setting[1]} | {seeds_text(ours)} | "
+                         f"{seeds_text(theirs)} | {100 * (ours.mean - theirs.mean):+.1f} | "
+                         f"{verdict} | {seeds_text(field_stats(fedavg, 'final_f1'))} | "
+                         f"{cpu_text(profe)} | {cpu_text(twin)} | {cpu_text(fedavg)} |")
+    if not verdicts:
+        return lines[:2] + ["No setting holds ProFe beside its no-distillation twin."]
+    lines.append("")
+    for row in HEADROOM_ROWS:
+        if verdicts[row.student]:
+            lines.append(f"- Student {row.student}: ProFe against its no-distillation twin: "
+                         f"{'; '.join(verdicts[row.student])}.")
+    return lines
+
+
 # ---- each paper's headline setting ----
 
 def headline_verdict(paper: PaperFigure, cells: list[CellResult]) -> str:
@@ -774,7 +903,11 @@ def render(results: list[CellResult], runs: list[dict], notes: str, plots: list[
             "### Table II: bytes sent per node", "",
             metric_table(group, "bytes_sent", 1e6, "MB"), "",
             "### Table III: elapsed time per node", "",
-            metric_table(group, "elapsed", 1.0, "seconds"), "",
+            ("Wall: seconds on this machine's clock, with every node of the cell sharing its 2 "
+             "cores; virtual: the simulation's clock (`--backend sim`: each node's measured "
+             "compute plus the wire's modelled transfers). Only figures of the same clock are "
+             "compared."), "",
+            metric_table(group, "elapsed", 1.0, "seconds", clocked=True), "",
             "### Final macro-F1", "",
             f1_table(group), "",
             f"### Round {ROUND_ONE} and collapses", "",
@@ -782,6 +915,8 @@ def render(results: list[CellResult], runs: list[dict], notes: str, plots: list[
         ]
     sections += ["## Figure 2: macro-F1 per round (global test, each paper's rule)", ""]
     sections += [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    sections += ["## Distillation headroom: ProFe against its no-distillation twin", ""]
+    sections += headroom_table(results) + [""]
     sections += ["## Comparisons with the baseline", ""] + comparisons(results) + [""]
     sections += ["## Targets", ""] + targets(results) + [""]
     sections += ["## Each paper's headline setting", ""] + headline_table(results) + [""]

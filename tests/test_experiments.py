@@ -64,11 +64,12 @@ def test_a_cell_is_done_only_with_a_summary_and_no_failed_node(tmp_path):
 
 
 def node_record(sent, received, elapsed, f1s, rule="argmax", other=None, share=0.1,
-                local=None):
+                local=None, cpu=None):
     """A finished node: bytes, time, and per round a global/local F1 under `rule`; `share` is
     the top-class share (one for every round, or a list per round), `local` the local-test F1s
-    when they differ from the global ones."""
+    when they differ from the global ones, `cpu` the cumulative CPU seconds per round."""
     shares = share if isinstance(share, list) else [share] * len(f1s)
+    cpus = cpu or [0.0] * len(f1s)
 
     def split(f1, top):
         by_rule = {rule: {"accuracy": f1, "f1": f1, "top_class_share": top}}
@@ -78,14 +79,16 @@ def node_record(sent, received, elapsed, f1s, rule="argmax", other=None, share=0
         return {**by_rule[rule], "rule": rule, "by_rule": by_rule}
     return {"status": "finished", "bytes_sent": sent, "bytes_received": received,
             "elapsed_seconds": elapsed,
-            "rounds": [{"round": i, "global_test": split(f, top), "local_test": split(lf, top)}
-                       for i, (f, lf, top) in enumerate(zip(f1s, local or f1s, shares))]}
+            "rounds": [{"round": i, "global_test": split(f, top), "local_test": split(lf, top),
+                        "cpu_seconds": c}
+                       for i, (f, lf, top, c) in enumerate(zip(f1s, local or f1s, shares, cpus))]}
 
 
 def write_cell(root, method, codec, partition, sent, received, elapsed, f1s, dataset="mnist",
-               seed=1, nodes=2, node_f1s=None, **node):
+               seed=1, nodes=2, node_f1s=None, backend="local", **node):
     """A finished cell of len(sent) node files; `method` may be a variant name (fedavg-student),
-    `nodes` is the size its config states, `node_f1s` per node F1s in place of `f1s`."""
+    `nodes` is the size its config states, `node_f1s` per node F1s in place of `f1s`,
+    `backend` where it ran."""
     scheme, _, value = partition.partition(":")
     data = {"dataset": dataset, "partition": scheme, "classes_fraction": 0.6, "alpha": 0.5}
     if scheme == "classes":
@@ -96,7 +99,8 @@ def write_cell(root, method, codec, partition, sent, received, elapsed, f1s, dat
     cell.mkdir()
     algorithm = method.split("-")[0]
     config = {"algorithm": algorithm, "exchange": {"codec": codec}, "data": data,
-              "topology": {"kind": "fully_connected"}, "nodes": nodes, "seed": seed}
+              "topology": {"kind": "fully_connected"}, "nodes": nodes, "seed": seed,
+              "deploy": {"backend": backend}}
     (cell / "federation.json").write_text(json.dumps({"config": config}))
     (cell / "cell.json").write_text(json.dumps({"algorithm": method}))
     (cell / "summary.json").write_text(json.dumps({"failed_nodes": []}))
@@ -159,8 +163,13 @@ def test_report_tables_plots_and_targets_from_a_fixture(fixture_results, tmp_pat
     assert (f"| {classes} | profe (int16) | 0.018 (1 seed); collapsed in 1 of 1 seed | "
             "0.600 (1 seed) | -58.2 | not testable with one seed |") in text
     # round 1: the argmax F1 and top-class share where the collapse starts
-    assert "| profe (int16) | mnist | 0.018 | 1.000 | 1.000 | 1 of 1 seed |" in text
-    assert "| fedproto (fp32) | mnist | 0.500 | 0.200 | 0.100 | 0 of 1 seed |" in text
+    assert ("| profe (int16) | mnist | 0.018 | 1.000 | seed 1 (100%) of 1 | 1.000 | 1 of 1 seed |"
+            in text)
+    assert ("| fedproto (fp32) | mnist | 0.500 | 0.200 | none of 1 seed | 0.100 | 0 of 1 seed |"
+            in text)
+    # Table III names the clock; processes measure wall time
+    assert ("| profe (int16) | mnist | 15.000 (1 seed; nodes ± 3.000) | wall | = 0.0% | = 0.0% |"
+            in text)
     # each paper's headline: a floor missed, a collapse missed, a figure met, one far above it
     headline = text[text.index("## Each paper's headline setting"):]
     assert ("| profe | mnist | iid | macro-F1, global test | ≥ 0.9500 | ProFe paper, IV-A: above "
@@ -179,6 +188,78 @@ def test_report_tables_plots_and_targets_from_a_fixture(fixture_results, tmp_pat
             in headline)
     assert ("| fedproto | mnist | classes:0.3 | accuracy, local test | paper figure not in the "
             "stored text |") in headline
+
+
+def test_round_one_names_the_seeds_over_the_collapse_threshold(tmp_path):
+    root = tmp_path / "results"
+    root.mkdir()
+    for seed, first in ((1, 0.9), (2, 0.3), (3, 0.5)):
+        write_cell(root, "profe", "int16", "classes:0.2", [1, 1], [1, 1], [1, 1], [0.1, 0.5, 0.9],
+                   seed=seed, share=[1.0, first, 0.12])
+    out = tmp_path / "r"
+    text = report.write_report(report.archive_results(root, out), out).read_text()
+    # round-1 shares 0.9, 0.3, 0.5: seeds 1 and 3 reach 50%; none ends collapsed
+    assert ("| profe (int16) | mnist | 0.500 ± 0.000 | 0.567 ± 0.306 | seeds 1 (90%), 3 (50%) of "
+            "3 | 0.120 ± 0.000 | 0 of 3 seeds |") in text
+
+
+def test_table_three_compares_only_times_of_the_same_clock(tmp_path):
+    root = tmp_path / "results"
+    root.mkdir()
+    write_cell(root, "fedavg-student", "fp32", "iid", [1, 1], [1, 1], [10, 10], [0.1, 0.9])
+    write_cell(root, "fedavg", "fp32", "iid", [1, 1], [1, 1], [20, 20], [0.1, 0.9],
+               backend="sim")
+    write_cell(root, "profe", "int16", "iid", [1, 1], [1, 1], [30, 30], [0.1, 0.9],
+               backend="sim")
+    out = tmp_path / "r"
+    text = report.write_report(report.archive_results(root, out), out).read_text()
+    # sim ProFe against sim teacher-size FedAvg: 30 / 20 = +50%; against wall-clock FedAvg: -
+    assert "| profe (int16) | mnist | 30.000 (1 seed; nodes ± 0.000) | virtual | - | ↑ 50.0% |" \
+        in text
+    assert ("| fedavg-student (fp32) | mnist | 10.000 (1 seed; nodes ± 0.000) | wall | baseline "
+            "| - |") in text
+
+
+def test_headroom_judges_profe_against_its_twin_with_cpu_per_round(tmp_path):
+    root = tmp_path / "results"
+    root.mkdir()
+    # 1/4 student: ProFe 0.90/0.92/0.91 (mean 0.91, std 0.01) vs twin 0.80/0.81/0.79 (0.80,
+    # 0.01): +11.0 points > 2 x 0.01, above beyond noise; 1/8: 0.5/0.6/0.7 vs 0.55: within
+    for seed, (ours, twin) in enumerate(((0.90, 0.80), (0.92, 0.81), (0.91, 0.79)), start=1):
+        write_cell(root, "profe-quarter", "int16", "classes:0.2", [1, 1], [1, 1], [1, 1],
+                   [0.1, ours], seed=seed, backend="sim", cpu=[1.0, 3.0 + seed])
+        write_cell(root, "profe-quarter-no-distillation", "int16", "classes:0.2", [1, 1],
+                   [1, 1], [1, 1], [0.1, twin], seed=seed, backend="sim", cpu=[1.0, 2.0])
+    for seed, (ours, twin) in enumerate(((0.5, 0.55), (0.6, 0.55), (0.7, 0.55)), start=1):
+        write_cell(root, "profe-eighth", "int16", "classes:0.2", [1, 1], [1, 1], [1, 1],
+                   [0.1, ours], seed=seed)
+        write_cell(root, "profe-eighth-no-distillation", "int16", "classes:0.2", [1, 1], [1, 1],
+                   [1, 1], [0.1, twin], seed=seed)
+    write_cell(root, "fedavg-quarter", "fp32", "classes:0.2", [1, 1], [1, 1], [1, 1], [0.1, 0.7],
+               backend="sim", cpu=[0.5, 1.0])
+    out = tmp_path / "r"
+    text = report.write_report(report.archive_results(root, out), out).read_text()
+    # CPU per round: ProFe seeds (4-1), (5-1), (6-1) -> 4.00 ± 1.00; twin 1.00; FedAvg 0.50
+    assert ("| 1/4 (4, 8) | mnist | classes:0.2 | 0.910 ± 0.010 (3 seeds) | 0.800 ± 0.010 (3 "
+            "seeds) | +11.0 | above, beyond noise | 0.700 (1 seed) | 4.00 ± 1.00 (sim) | "
+            "1.00 ± 0.00 (sim) | 0.50 (sim) |") in text
+    assert ("| 1/8 (2, 4) | mnist | classes:0.2 | 0.600 ± 0.100 (3 seeds) | 0.550 ± 0.000 (3 "
+            "seeds) | +5.0 | within noise | - | - | - | - |") in text
+    assert ("- Student 1/4: ProFe against its no-distillation twin: above, beyond noise on mnist "
+            "classes:0.2.") in text
+    assert "- Student 1/8: ProFe against its no-distillation twin: within noise on mnist" in text
+
+
+def test_headroom_rows_name_the_widths_their_matrix_runs(tmp_path):
+    matrix = run.load_matrix(REPO / "experiments" / "matrices" / "headroom.toml")
+    configs = {c.algorithm: from_dict(run.cell_config(matrix, c, tmp_path))
+               for c in run.cells(matrix)}
+    for row in report.HEADROOM_ROWS[1:]:
+        assert tuple(configs[row.profe].model.student_channels) == row.channels
+        assert tuple(configs[row.twin].model.student_channels) == row.channels
+        assert configs[row.twin].methods["profe"].alpha_s == 0.0
+        assert configs[row.profe].methods["profe"].alpha_s > 0.0
+        assert tuple(configs[row.fedavg].model.teacher_channels) == row.channels
 
 
 def test_int8_cells_join_a_report_and_are_judged_on_bytes_and_f1(fixture_results, tmp_path):
@@ -280,8 +361,8 @@ def test_a_collapsed_seed_fails_the_mnist_classes_target(tmp_path, collapsed):
             f"{1 if collapsed else 0} of 3 seeds, FedAvg 0 of 3 seeds): {verdict}") in text
     # round 1 shows the collapse in every seed; the final share in one seed only
     final_share = "0.400 ± 0.520" if collapsed else "0.100 ± 0.000"
-    assert (f"| profe (int16) | mnist | 0.020 ± 0.000 | 1.000 ± 0.000 | {final_share} | "
-            f"{1 if collapsed else 0} of 3 seeds |") in text
+    assert (f"| profe (int16) | mnist | 0.020 ± 0.000 | 1.000 ± 0.000 | seeds 1 (100%), 2 "
+            f"(100%), 3 (100%) of 3 | {final_share} | {1 if collapsed else 0} of 3 seeds |") in text
     if collapsed:
         assert "0.850 ± 0.000 (3 seeds; nodes ± 0.000); **collapsed in 1 of 3 seeds**" in text
         assert "| missed (collapsed in 1 of 3 seeds) |" in text
