@@ -10,8 +10,10 @@ local prototypes), the median of the repeats, each repeat a fresh node. "teacher
 training": a round while alpha_s > 0 (rounds 1-4 under the default schedule: the teacher's
 epoch, then the student's, distilling); "teacher retired": a round once alpha_s has
 decayed to 0 (rounds 5-10: the student alone); "no distillation": alpha_s = 0 from the
-start; FedAvg of the student-size CNN for comparison. Results go to OUT/teacher.json;
-OUT/teacher.md is rebuilt from it alone (`--report-only`).
+start; FedAvg of the student-size CNN for comparison. Within the teacher-training round,
+hooks on the teacher time its inference during the student's epoch (one forward a batch,
+logits and embedding together). Results go to OUT/teacher.json; OUT/teacher.md is rebuilt
+from it alone (`--report-only`).
 """
 
 from __future__ import annotations
@@ -42,18 +44,39 @@ CASES = {
     "FedAvg, student-size": {"algorithm": "fedavg", "model": {"teacher_channels": [8, 16]}},
 }
 
+INFERENCE = "teacher inference in the student's epoch"
 
-def round_cpu(case: dict) -> float:
-    """CPU seconds of one local round of a fresh node 0 in `case`."""
+
+class InferenceClock:
+    """CPU seconds a module spends in forward passes run without gradients."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.seconds, self._started = 0.0, 0.0
+        module.register_forward_pre_hook(self._start)
+        module.register_forward_hook(self._stop)
+
+    def _start(self, *_) -> None:
+        self._started = time.process_time()
+
+    def _stop(self, *_) -> None:
+        if not torch.is_grad_enabled():
+            self.seconds += time.process_time() - self._started
+
+
+def round_cpu(case: dict) -> tuple[float, float]:
+    """CPU seconds of one local round of a fresh node 0 in `case`, and of the teacher's
+    forward passes without gradients within it (0 where no teacher runs)."""
     settings = {key: value for key, value in case.items() if key != "retired"}
     config = from_dict({**CELL, **settings}, source="bench_teacher")
     cpu = torch.device("cpu")
     algorithm = create(config.algorithm, config, load_node_data(config, 0, cpu), cpu, 0)
     if case.get("retired"):
         algorithm.alpha_s = 0.0  # as the schedule leaves it after round 4
+    teacher = getattr(algorithm, "teacher", None)
+    clock = InferenceClock(teacher) if teacher is not None else None
     started = time.process_time()
     algorithm.train_round(1)
-    return time.process_time() - started
+    return time.process_time() - started, clock.seconds if clock else 0.0
 
 
 def report(results: dict) -> str:
@@ -77,6 +100,15 @@ def report(results: dict) -> str:
     lines += ["", (f"- Ten rounds under the default schedule: {ten_rounds:.1f} CPU s a node; "
                    f"without distillation {alone:.1f} CPU s, {1 - alone / ten_rounds:.0%} "
                    "less.")]
+    if INFERENCE in results:
+        inference = statistics.median(results[INFERENCE])
+        extra = trained - retired
+        lines.append(f"- Of the {extra:.2f} CPU s a teacher-training round costs beyond a retired "
+                     f"one, the teacher's inference in the student's epoch (one forward a "
+                     f"batch, its logits and embedding used together) takes {inference:.2f} "
+                     f"({inference / extra:.0%}); the rest is the teacher's own training epoch "
+                     "and the distillation terms. Once the schedule retires the teacher, "
+                     "neither runs.")
     return "\n".join(lines) + "\n"
 
 
@@ -90,10 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / "teacher.json"
     if not args.report_only:
         torch.set_num_threads(1)
+        measured = {name: [round_cpu(case) for _ in range(args.repeats)]
+                    for name, case in CASES.items()}
         results = {"machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
                    "torch": torch.__version__,
-                   "runs": {name: [round(round_cpu(case), 3) for _ in range(args.repeats)]
-                            for name, case in CASES.items()}}
+                   "runs": {name: [round(total, 3) for total, _ in runs]
+                            for name, runs in measured.items()},
+                   INFERENCE: [round(inference, 3)
+                               for _, inference in measured["teacher training"]]}
         args.out.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=1) + "\n")
     (args.out / "teacher.md").write_text(report(json.loads(path.read_text())))
