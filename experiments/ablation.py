@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import statistics
 import sys
 import tempfile
@@ -86,7 +87,51 @@ def render(matrix: dict, results: dict[str, dict], command: str) -> str:
             lines.append(f"| {variant['name']} | {variant.get('description', '')} | {cells} |")
         lines.append("")
         lines += final_columns(matrix, setting, results)
+    if matrix.get("mean_over_settings"):
+        lines += mean_over_settings(matrix, results)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _final_value(found: dict, column: str) -> float | None:
+    kind, name = column.split(":", 1)
+    return found.get("final_by_rule" if kind == "rule" else "final_train", {}).get(name)
+
+
+def _mean_text(values: list[float]) -> str:
+    """"0.183 ± 0.154" over the finite values, naming how many were not finite."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not values:
+        return "–"
+    if not finite:
+        return "not finite"
+    text = f"{statistics.fmean(finite):.3f}"
+    if len(finite) > 1:
+        text += f" ± {statistics.stdev(finite):.3f}"
+    dropped = len(values) - len(finite)
+    return text + (f" ({dropped} of {len(values)} not finite)" if dropped else "")
+
+
+def mean_over_settings(matrix: dict, results: dict[str, dict]) -> list[str]:
+    """Each variant's `final` figures as a mean over the settings (± the standard deviation
+    across them), for matrices whose settings differ only by seed."""
+    columns = matrix.get("final", [])
+    settings = matrix["settings"]
+    if not columns:
+        return []
+    lines = [f"## Mean over the {len(settings)} settings", "",
+             ("Each variant's figures after the last round (as in the tables above), the mean "
+              "over the settings ± the standard deviation across them."), "",
+             "| variant | " + " | ".join(c.split(":", 1)[1] for c in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for variant in matrix["variants"]:
+        found = [results[key] for setting in settings
+                 if (key := f"{setting['name']}/{variant['name']}") in results]
+        if not found:
+            continue
+        values = [[_final_value(f, c) for f in found] for c in columns]
+        cells = [_mean_text([v for v in column if v is not None]) for column in values]
+        lines.append(f"| {variant['name']} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def final_columns(matrix: dict, setting: dict, results: dict[str, dict]) -> list[str]:
@@ -108,8 +153,7 @@ def final_columns(matrix: dict, setting: dict, results: dict[str, dict]) -> list
             continue
         values = []
         for column in columns:
-            kind, name = column.split(":", 1)
-            value = found.get("final_by_rule" if kind == "rule" else "final_train", {}).get(name)
+            value = _final_value(found, column)
             values.append("–" if value is None else f"{value:.3f}")
         lines.append(f"| {variant['name']} | " + " | ".join(values) + " |")
     return [*lines, ""]

@@ -472,6 +472,23 @@ def test_an_ablation_summary_averages_the_nodes_round_by_round():
     assert ablation._cell(0.2, 0.8) == "**0.200 / 0.80**"
 
 
+def test_an_ablation_averages_its_final_figures_over_settings_that_differ_by_seed():
+    from experiments import ablation
+
+    matrix = {"final": ["rule:argmax", "train:loss"],
+              "settings": [{"name": "s1"}, {"name": "s2"}, {"name": "s3"}],
+              "variants": [{"name": "a"}, {"name": "b"}]}
+    results = {f"s{i}/a": {"final_by_rule": {"argmax": f1}, "final_train": {"loss": loss}}
+               for i, (f1, loss) in enumerate(((0.1, 1.0), (0.2, float("nan")), (0.6, 3.0)),
+                                              start=1)}
+    results["s1/b"] = {"final_by_rule": {"argmax": 0.5}, "final_train": {}}
+    lines = ablation.mean_over_settings(matrix, results)
+    # argmax 0.1, 0.2, 0.6: mean 0.3, stdev sqrt(((-.2)^2 + (-.1)^2 + .3^2) / 2) = 0.265
+    assert "| a | 0.300 ± 0.265 | 2.000 ± 1.414 (1 of 3 not finite) |" in lines
+    assert "| b | 0.500 | – |" in lines  # not recorded
+    assert lines[0] == "## Mean over the 3 settings"
+
+
 def assert_regenerated(module, name: str, files: tuple[str, ...], tmp_path,
                        data: str = "results.json", more_data: tuple[str, ...] = ()) -> None:
     """`module --report-only` rebuilds the committed `files` of reports/<name> byte for
