@@ -610,3 +610,20 @@ def test_the_committed_cli_start_up_table_is_what_its_results_regenerate():
     results = json.loads((folder / "results.json").read_text())
     assert {"before", "after"} <= set(results)
     assert (folder / "table.md").read_text() == bench_cli_startup.table(results)
+
+
+def test_the_diagnosis_reads_argmax_accuracy_of_a_logits_and_embedding_model():
+    import math
+
+    import torch
+
+    from experiments.diagnose_profe import accuracy
+
+    class Fixed(torch.nn.Module):
+        def forward(self, x):
+            return x, x  # the inputs are the logits
+
+    logits = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7]])
+    # argmax 0, 1, 0, 1 against labels 0, 1, 1, 1: 3 of 4
+    assert accuracy(Fixed(), logits, torch.tensor([0, 1, 1, 1])) == 0.75
+    assert math.isnan(accuracy(Fixed(), logits[:0], torch.tensor([], dtype=torch.long)))
