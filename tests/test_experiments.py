@@ -627,3 +627,15 @@ def test_the_diagnosis_reads_argmax_accuracy_of_a_logits_and_embedding_model():
     # argmax 0, 1, 0, 1 against labels 0, 1, 1, 1: 3 of 4
     assert accuracy(Fixed(), logits, torch.tensor([0, 1, 1, 1])) == 0.75
     assert math.isnan(accuracy(Fixed(), logits[:0], torch.tensor([], dtype=torch.long)))
+
+
+def test_the_archive_leaves_out_the_model_sketches_and_keeps_the_rest(fixture_results, tmp_path):
+    node = fixture_results / "mnist-profe-int16-iid-s1" / "node-0.json"
+    record = json.loads(node.read_text())
+    record["rounds"][1]["model_sketch"] = "QUJD" * 100
+    node.write_text(json.dumps(record))
+    _, records = report.read_archive(report.archive_results(fixture_results, tmp_path / "a"))
+    archived = next(r for r in records if r["key"] == "mnist-profe-int16-iid-s1")["nodes"][0]
+    assert "model_sketch" not in archived["rounds"][1]
+    del record["rounds"][1]["model_sketch"]
+    assert archived == record
