@@ -778,6 +778,15 @@ def distillation_verdict(profe: SeedStats, twin: SeedStats) -> str:
     return f"{'above' if profe.mean > twin.mean else 'below'}, beyond noise"
 
 
+def seeds_above(ours: list[CellResult], theirs: list[CellResult]) -> str:
+    """"2 of 3": in how many shared seeds (same partition and initial models) the first
+    group's final macro-F1, mean over nodes, is above the second's."""
+    theirs_by_seed = {c.seed: statistics.fmean(c.final_f1) for c in theirs}
+    shared = [c for c in ours if c.seed in theirs_by_seed]
+    above = sum(statistics.fmean(c.final_f1) > theirs_by_seed[c.seed] for c in shared)
+    return f"{above} of {len(shared)}"
+
+
 def headroom_table(results: list[CellResult]) -> list[str]:
     """ProFe minus its no-distillation twin per student width and setting, FedAvg of the
     student's size beside them, the CPU each costs per round, and a verdict per width."""
@@ -786,12 +795,14 @@ def headroom_table(results: list[CellResult]) -> list[str]:
               "model the student's size; the teacher is always 16, 32 channels. Final macro-F1, "
               "argmax, global test; the difference is judged as in the comparisons below "
               f"(beyond noise: more than {NOISE_FACTOR:g} × the larger standard deviation "
-              "across seeds). CPU: seconds per node and round after round 0 (training, exchange, "
+              "across seeds); \"seeds above\" counts the seeds (the same partition and "
+              "initial models for both) in which ProFe ends above its twin. CPU: seconds per "
+              "node and round after round 0 (training, exchange, "
               "aggregation, evaluation), from the CPU time the records hold: a sim node's "
               "thread, a local node's process; runs before the records held it show -."), "",
              ("| student | dataset | partition | ProFe | no distillation | difference (points) "
-              "| verdict | FedAvg, student's size | CPU s/round: ProFe | no distillation | "
-              "FedAvg |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| verdict | seeds above | FedAvg, student's size | CPU s/round: ProFe | no "
+              "distillation | FedAvg |"), "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     verdicts: dict[str, list[str]] = defaultdict(list)
     for row in HEADROOM_ROWS:
         for setting in _settings(results):
@@ -806,7 +817,8 @@ def headroom_table(results: list[CellResult]) -> list[str]:
             width = f"{row.student} ({row.channels[0]}, {row.channels[1]})"
             lines.append(f"| {width} | {setting[0]} | {setting[1]} | {seeds_text(ours)} | "
                          f"{seeds_text(theirs)} | {100 * (ours.mean - theirs.mean):+.1f} | "
-                         f"{verdict} | {seeds_text(field_stats(fedavg, 'final_f1'))} | "
+                         f"{verdict} | {seeds_above(profe, twin)} | "
+                         f"{seeds_text(field_stats(fedavg, 'final_f1'))} | "
                          f"{cpu_text(profe)} | {cpu_text(twin)} | {cpu_text(fedavg)} |")
     if not verdicts:
         return lines[:2] + ["No setting holds ProFe beside its no-distillation twin."]

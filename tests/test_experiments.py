@@ -241,10 +241,10 @@ def test_headroom_judges_profe_against_its_twin_with_cpu_per_round(tmp_path):
     text = report.write_report(report.archive_results(root, out), out).read_text()
     # CPU per round: ProFe seeds (4-1), (5-1), (6-1) -> 4.00 ± 1.00; twin 1.00; FedAvg 0.50
     assert ("| 1/4 (4, 8) | mnist | classes:0.2 | 0.910 ± 0.010 (3 seeds) | 0.800 ± 0.010 (3 "
-            "seeds) | +11.0 | above, beyond noise | 0.700 (1 seed) | 4.00 ± 1.00 (sim) | "
+            "seeds) | +11.0 | above, beyond noise | 3 of 3 | 0.700 (1 seed) | 4.00 ± 1.00 (sim) | "
             "1.00 ± 0.00 (sim) | 0.50 (sim) |") in text
     assert ("| 1/8 (2, 4) | mnist | classes:0.2 | 0.600 ± 0.100 (3 seeds) | 0.550 ± 0.000 (3 "
-            "seeds) | +5.0 | within noise | - | - | - | - |") in text
+            "seeds) | +5.0 | within noise | 2 of 3 | - | - | - | - |") in text
     assert ("- Student 1/4: ProFe against its no-distillation twin: above, beyond noise on mnist "
             "classes:0.2.") in text
     assert "- Student 1/8: ProFe against its no-distillation twin: within noise on mnist" in text
