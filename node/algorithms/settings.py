@@ -31,7 +31,7 @@ class ProFeSettings:
     """[profe]: Eq. 8/9's weights and schedule, and the readings the paper leaves open."""
 
     alpha_s: float = 1.0
-    """Initial distillation weight."""
+    """Initial distillation weight; 0 turns distillation off: the teacher never trains or runs."""
     alpha_limit: float = 0.1
     """Below it the distillation weight becomes 0 and the teacher retires."""
     alpha_schedule: str = "halve"
