@@ -37,8 +37,9 @@ from torch import nn
 
 from node.aggregation import clipping_radius
 from node.algorithms.base import Algorithm, Payload
-from node.algorithms.common import MAX_SAMPLES, loss_per_class
 from node.defences import LOSS_FLOOR, class_weighted_mean, loss_to_beat, required_factor
+from node.intake import MAX_SAMPLES
+from node.intake.samples import loss_per_class
 
 POISON = 1e4  # bounded_poison's value: within every bound a message is checked against
 SCALE = 10.0  # scaled_model's boost
@@ -48,7 +49,10 @@ ADAPTIVE_STEPS = (8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.125, 0.0)  # reversal lengths
 EDGE = 0.95  # the adaptive attacker stays this fraction inside the radius it estimates
 
 ERASURE_SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0)  # class_erasure's bias shifts
-MODEL_ATTACKS = ("sign_flip", "ipm", "alie", "gaussian", "adaptive", "class_erasure")
+SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25)  # class_shift's bias shifts
+LIE = 100  # shift_and_lie claims this many times its samples and class counts
+MODEL_ATTACKS = ("sign_flip", "ipm", "alie", "gaussian", "adaptive", "class_erasure",
+                 "class_shift", "targeted_flip", "shift_and_lie")
 PROTOTYPE_ATTACKS = ("proto_flip", "proto_swap")
 PROBES = ("protozero", "scaled_model", "bounded_poison")
 ATTACKS = ("none", "withheld", *MODEL_ATTACKS, "label_flip", "free_rider",
@@ -99,18 +103,24 @@ class Limits:
     norm: float | None  # the largest norm the norm bound lets through
     distance: float | None  # the clipping radius: farther is clipped to it (and distrusted)
     loss: float | None = None  # the largest loss on its classes validation accepts
+    influence: float | None = None  # the largest influence score the influence screen accepts
 
 
 def first_inside(candidates: Iterable[torch.Tensor], trained: torch.Tensor, limits: Limits,
-                 loss: Callable[[torch.Tensor], float] | None = None) -> torch.Tensor:
+                 loss: Callable[[torch.Tensor], float] | None = None,
+                 influence: Callable[[torch.Tensor], float] | None = None) -> torch.Tensor:
     """The first candidate inside every limit (`loss` scores a model on the attacker's own
-    classes); the trained model itself when none is."""
+    classes, `influence` estimates the influence screen's score); the trained model itself
+    when none is."""
     for sent in candidates:
         if limits.norm is not None and float(sent.norm()) > limits.norm:
             continue
         if limits.distance is not None and float((sent - trained).norm()) > limits.distance:
             continue
         if limits.loss is not None and loss is not None and loss(sent) > limits.loss:
+            continue
+        if (limits.influence is not None and influence is not None
+                and influence(sent) > limits.influence):
             continue
         return sent
     return trained.clone()
@@ -128,16 +138,24 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
                      previous: torch.Tensor | None, seen: Sequence[torch.Tensor]) -> Limits:
     """The receivers' limits as the attacker reads them from the aggregation settings and
     estimates them from its own models and last round's received ones: half the norm bound
-    against its own norm, the clipping radius as the upper median distance (its own zero
-    among them) between its model and those it received."""
+    against its own norm; the clipping radius as the upper median distance (its own zero
+    among them) between its model and those it received; under the distance screen, how far
+    from its honest model it may go so that a receiver as far from that model as the median
+    in-neighbour (d) still finds it within the bound k x d (sqrt(k^2 - 1) x d, the update
+    orthogonal to the gap); the influence screen's bound, just inside."""
     settings = algorithm.config.aggregation
     # half the bound: a receiver bounds against its own norm, which may be smaller
     norm = settings.norm_bound / 2 * float(trained.norm()) if settings.norm_bound else None
-    clips = settings.rule in ("clipped_mean", "reputation") and seen and previous is not None
-    distance = (EDGE * clipping_radius(torch.stack([torch.zeros(()), *((m - previous).norm()
-                                                                       for m in seen)]))
-                if clips else None)
-    return Limits(norm, distance)
+    known = bool(seen) and previous is not None
+    gaps = torch.stack([torch.zeros(()), *((m - previous).norm() for m in seen)]) if known \
+        else None
+    clips = settings.rule in ("clipped_mean", "reputation") and known
+    distance = EDGE * clipping_radius(gaps) if clips else None
+    if getattr(settings, "distance", 0) > 0 and known:
+        allowed = EDGE * (settings.distance ** 2 - 1) ** 0.5 * float(gaps.median())
+        distance = allowed if distance is None else min(distance, allowed)
+    influence = EDGE * settings.influence if getattr(settings, "influence", 0) > 0 else None
+    return Limits(norm, distance, influence=influence)
 
 
 def erased(trained: torch.Tensor, like: Mapping[str, torch.Tensor], classes: Sequence[int],
@@ -166,6 +184,47 @@ def class_erasure(trained: torch.Tensor, like: Mapping[str, torch.Tensor],
     return first_inside((erased(trained, like, classes, shift)
                          for classes, shift in erasure_candidates(counts)),
                         trained, limits, loss)
+
+
+def shifted(trained: torch.Tensor, like: Mapping[str, torch.Tensor], counts: Sequence[int],
+            shift: float) -> torch.Tensor:
+    """`trained` with the classifier's bias raised by `shift` on the classes the sender holds:
+    they fit better than in an honest model, and every other class is pushed down in whoever
+    averages it (raising two classes costs less norm than lowering the other eight)."""
+    return erased(trained, like, [c for c, n in enumerate(counts) if n > 0], -shift)
+
+
+def class_shift(trained: torch.Tensor, like: Mapping[str, torch.Tensor], counts: Sequence[int],
+                limits: Limits, loss: Callable[[torch.Tensor], float] | None,
+                influence: Callable[[torch.Tensor], float] | None = None) -> torch.Tensor:
+    """The largest shift (SHIFTS) inside every limit; the trained model itself when none is."""
+    return first_inside((shifted(trained, like, counts, shift) for shift in SHIFTS),
+                        trained, limits, loss, influence)
+
+
+def own_influence(algorithm: Algorithm, trained: torch.Tensor) -> Callable[[torch.Tensor], float]:
+    """What the influence screen would score a model at, as the attacker estimates it from
+    where it stands: its honest model in a receiver's place, mixed half and half with the
+    model, measured per class on its own samples and on the global prototypes it knows,
+    against a median in-neighbour that changes nothing."""
+    from node.intake.influence import class_losses, root_prototypes
+
+    scratch = copy.deepcopy(shared_model(algorithm))
+    like = scratch.state_dict()
+    data, batch = algorithm.data, algorithm.config.train.eval_batch_size
+    prototypes, known = root_prototypes(algorithm)
+
+    def losses(vector: torch.Tensor) -> list[float | None]:
+        scratch.load_state_dict(unflat(vector, like))
+        return class_losses(scratch, data.train_x, data.train_y, data.num_classes, batch,
+                            prototypes, known)
+    base = losses(trained)
+
+    def score(vector: torch.Tensor) -> float:
+        mixed = losses(trained + 0.5 * (vector - trained))
+        over = [a - b for a, b in zip(mixed, base, strict=True) if a is not None and b is not None]
+        return max(over, default=0.0)
+    return score
 
 
 def own_class_loss(algorithm: Algorithm) -> Callable[[torch.Tensor], float]:
@@ -205,7 +264,7 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             return stats
 
         def craft(self, round_: int, start: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
-            if attack == "sign_flip":
+            if attack in ("sign_flip", "targeted_flip"):
                 return -trained
             if attack == "ipm":
                 return reversed_update(start, trained, IPM_EPSILON)
@@ -222,19 +281,34 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
                 beat = loss_to_beat(loss(start), self.data.num_classes)
                 factor = required_factor(loss(trained), beat, share)
                 limits = dataclasses.replace(limits, loss=EDGE * max(factor * beat, LOSS_FLOOR))
+            counts = torch.bincount(self.data.train_y.cpu(),
+                                    minlength=self.data.num_classes).tolist()
             if attack == "class_erasure":
-                counts = torch.bincount(self.data.train_y.cpu(),
-                                        minlength=self.data.num_classes).tolist()
                 return class_erasure(trained, shared_model(self).state_dict(), counts, limits,
                                      loss)
+            if attack in ("class_shift", "shift_and_lie"):
+                judge = own_influence(self, trained) if limits.influence else None
+                return class_shift(trained, shared_model(self).state_dict(), counts, limits,
+                                   loss, judge)
             return adaptive(start, trained, limits, loss)
 
         def payload(self) -> dict[str, Payload]:
             out = super().payload()
-            if "model" in out and self.poison is not None:
+            if attack == "shift_and_lie":
+                out = inflated(out)
+            if "model" in out and self.poison is not None and attack != "targeted_flip":
                 model = out["model"]
                 out["model"] = Payload(unflat(self.poison, model.tensors), dict(model.meta))
             return out
+
+        def addressed(self, kind, payload, recipients):
+            if attack != "targeted_flip" or kind != "model" or self.poison is None:
+                return super().addressed(kind, payload, recipients)
+            # the flipped model only to those that cannot validate it on a shared class
+            apart = [r for r in recipients if not shares_a_class(self.data, self.node_id, r)]
+            together = [r for r in recipients if r not in apart]
+            flipped = Payload(unflat(self.poison, payload.tensors), dict(payload.meta))
+            return [(flipped, apart), (payload, together)]
 
         def aggregate(self, own, received):
             models = [flat(update["model"].tensors) for update in received.values()
@@ -243,6 +317,29 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
                 self.seen, self.previous = tuple(models), flat(own["model"].tensors)
             return super().aggregate(own, received)
     return ModelAttacker
+
+
+def shares_a_class(data, sender: int, recipient: int) -> bool:
+    """Whether the data plan gives `recipient` a class `sender` holds (True without a plan:
+    an attacker that knows nothing of its neighbours' data)."""
+    plan = data.plan
+    if plan is None or plan.counts_of(recipient) is None:
+        return True
+    return bool(((plan.counts_of(sender) > 0) & (plan.counts_of(recipient) > 0)).any())
+
+
+def inflated(payloads: dict[str, Payload]) -> dict[str, Payload]:
+    """The payloads claiming LIE times the samples and class counts they hold."""
+    out = dict(payloads)
+    if "model" in out:
+        meta = dict(out["model"].meta)
+        meta["samples"] = min(meta["samples"] * LIE, MAX_SAMPLES)
+        out["model"] = Payload(out["model"].tensors, meta)
+    if "prototypes" in out:
+        tensors = dict(out["prototypes"].tensors)
+        tensors["counts"] = (tensors["counts"] * LIE).clamp(max=MAX_SAMPLES)
+        out["prototypes"] = Payload(tensors, dict(out["prototypes"].meta))
+    return out
 
 
 def _prototypes_replaced(payloads: dict[str, Payload],

@@ -59,7 +59,8 @@ SPLITS = {"dirichlet": {"partition": "dirichlet", "alpha": 0.5},
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    """One federation of the matrix."""
+    """One federation of the matrix; `plan` False: every node ignores the data plan
+    (aggregation.use_plan = false), weighing peers by their bounded claims."""
 
     split: str
     attackers: int
@@ -67,20 +68,22 @@ class Cell:
     rule: str
     attack: str
     seed: int
+    plan: bool = True
 
     @property
     def key(self) -> str:
         return (f"{self.split}/{self.attackers}x/{self.topology}/{self.rule}/{self.attack}/"
-                f"s{self.seed}")
+                f"s{self.seed}" + ("" if self.plan else "/noplan"))
 
     @classmethod
     def parse(cls, key: str) -> Cell:
-        split, attackers, topology, rule, attack, seed = key.split("/")
-        return cls(split, int(attackers[:-1]), topology, rule, attack, int(seed[1:]))
+        split, attackers, topology, rule, attack, seed, *rest = key.split("/")
+        return cls(split, int(attackers[:-1]), topology, rule, attack, int(seed[1:]),
+                   plan=rest != ["noplan"])
 
     def config(self, data_dir: str):
         raw = merge(BASE, {"seed": self.seed, "topology": TOPOLOGIES[self.topology],
-                           "aggregation": DEFENCES[self.rule],
+                           "aggregation": {**DEFENCES[self.rule], "use_plan": self.plan},
                            "data": {**SPLITS[self.split], "dir": data_dir}})
         return from_dict({**raw, "name": self.key.replace("/", "-")}, source=self.key)
 

@@ -450,6 +450,11 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
            f"must be in [0, 1), got {c.aggregation.trust_memory}")
     _check(0 <= c.aggregation.validation <= 1, source, "aggregation.validation",
            f"must be in [0, 1] (0: no validation), got {c.aggregation.validation}")
+    _check(c.aggregation.distance == 0 or c.aggregation.distance > 1, source,
+           "aggregation.distance", "must be 0 (no distance screen) or above 1, got "
+           f"{c.aggregation.distance}")
+    _check(0 <= c.aggregation.influence <= 100, source, "aggregation.influence",
+           f"must be in [0, 100] nats (0: no influence screen), got {c.aggregation.influence}")
 
 
 def _check_timeouts(c: FederationConfig, source: str) -> None:

@@ -105,3 +105,79 @@ def fails_validation(loss: float, start_loss: float, factor: float) -> bool:
     random start every near-uniform model, junk included, fits about as badly as the
     start."""
     return loss > max(factor * start_loss, LOSS_FLOOR)
+
+
+def class_excess_scores(excess: Sequence[Sequence[float | None]]) -> list[float | None]:
+    """Per in-neighbour, the most its excess loss on one class exceeds that class's
+    reference: the median over this node (0: its own model, mixed with nothing) and every
+    in-neighbour measured on the class. `excess[p][c]` is the loss on class c of this
+    node's model mixed with peer p's, minus its own model's (None: class c not measured);
+    None for a peer measured on no class.
+
+    Judging a neighbour against the others, not against an absolute bar, is what holds on
+    disjoint classes: there every honest neighbour's model raises this node's loss on the
+    classes it lacks, and only one that raises it far beyond theirs is out of line (UBAR,
+    Guo et al. 2021, stage 2; here relative, as BALANCE (Fang et al. 2024) bounds a
+    neighbour by its distance relative to this node's own)."""
+    classes = max((len(row) for row in excess), default=0)
+    references = []
+    for c in range(classes):
+        measured = [row[c] for row in excess if row[c] is not None]
+        references.append(statistics.median([0.0, *measured]) if measured else None)
+    scores: list[float | None] = []
+    for row in excess:
+        over = [row[c] - references[c] for c in range(classes)
+                if row[c] is not None and references[c] is not None]
+        scores.append(max(over) if over else None)
+    return scores
+
+
+def mixing_share(own_weight: float, peer_weight: float) -> float:
+    """The share a peer's model takes when this node averages it with its own alone, each
+    at its weight: what the peer would do to this node, magnified from its share among all
+    in-neighbours (a tenth on ten) so that one round's damage shows above the noise."""
+    total = own_weight + peer_weight
+    return peer_weight / total if total > 0 else 0.5
+
+
+# A claimed weight is bounded by this many times the median claim (own included).
+CLAIM_FACTOR = 2.0
+
+
+def bounded_claims(own: float, claims: Sequence[float],
+                   factor: float = CLAIM_FACTOR) -> list[float]:
+    """Each claim capped at `factor` times the median of every claim and this node's own:
+    without a data plan, a neighbour's sample count is what it says, and one that says
+    2^31 would otherwise outweigh everyone. Honest counts within `factor` of the median
+    keep their weight."""
+    if not claims:
+        return []
+    cap = factor * statistics.median([own, *claims])
+    return [min(claim, cap) for claim in claims]
+
+
+def bounded_class_claims(own: Sequence[int], peers: Sequence[Sequence[int]],
+                         factor: float = CLAIM_FACTOR) -> list[list[int]]:
+    """Each peer's claimed class counts, each capped at `factor` times the median count of
+    that class over every contributor of it (this node included; three or more), else of
+    every count claimed for any class: a lone liar cannot move a median of three."""
+    everything = [n for row in [own, *peers] for n in row if n > 0]
+    overall = statistics.median(everything) if everything else 0
+    caps = []
+    for c in range(len(own)):
+        having = [n for n in [own[c], *(row[c] for row in peers)] if n > 0]
+        caps.append(factor * (statistics.median(having) if len(having) >= MEDIAN_QUORUM
+                              else overall))
+    return [[int(min(n, cap)) for n, cap in zip(row, caps, strict=True)] for row in peers]
+
+
+def distance_scores(distances: Sequence[float]) -> list[float]:
+    """Each in-neighbour's distance from this node's model over the reference: the median
+    of this node's own (0) and every in-neighbour's. Own included, one far model among two
+    in-neighbours (a ring) is measured against the nearer one, not against itself; an
+    honest update moves a model as far as one round of local training does, a sign-flipped,
+    random or heavily shifted one far beyond (UBAR's first stage, Guo et al. 2021; BALANCE,
+    Fang et al. 2024, bounds the same distance against the node's own norm)."""
+    reference = statistics.median([0.0, *distances]) if distances else 0.0
+    return [d / reference if reference > 0 else (0.0 if d == 0 else math.inf)
+            for d in distances]

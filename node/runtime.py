@@ -409,7 +409,9 @@ class Node:
             own = {kind: payload for kind, payload in algorithm.payload().items()
                    if kind in kinds}
             for kind in kinds:
-                peers.broadcast(round_, kind, own[kind].tensors, own[kind].meta, recipients)
+                everyone = peers.out_neighbours if recipients is None else recipients
+                for payload, to in algorithm.addressed(kind, own[kind], everyone):
+                    peers.broadcast(round_, kind, payload.tensors, payload.meta, to)
             updates, step_missing = peers.collect(
                 round_, kinds, self.config.timeouts.round * rounds_waited,
                 self.config.timeouts.absent, senders)

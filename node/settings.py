@@ -201,6 +201,19 @@ class AggregationConfig:
     model this node began the round with, by this share of the cut this node's own round made
     on its own samples; else it is refused with its prototypes that round (0: never); in
     [0, 1]."""
+    distance: float = 0.0
+    """A peer's model farther from this node's own than this many times the median
+    in-neighbour's distance (this node's own, 0, among them) is refused with its prototypes
+    that round (0: never; else > 1)."""
+    influence: float = 0.0
+    """A peer's model averaged with this node's own (at their weights) may raise the loss on
+    one class this node can measure (its own samples; the classifier on the global prototype
+    of a class it lacks) at most this many nats beyond the class's median in-neighbour's;
+    else it is refused with its prototypes that round (0: never); in [0, 100]."""
+    use_plan: bool = True
+    """Weigh peers by the federation's data plan (each node's samples and classes, known to
+    every node of a simulation); false: by what each peer claims, bounded against the other
+    claims, as a node that owns its data has to."""
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the aggregation functions."""

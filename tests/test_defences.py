@@ -11,7 +11,6 @@ from torch import nn
 from experiments import attacks
 from node.aggregation import reputation_aggregate
 from node.algorithms.base import DataPlan, Payload
-from node.algorithms.common import gather, validated
 from node.defences import (
     LOSS_FLOOR,
     class_references,
@@ -23,6 +22,7 @@ from node.defences import (
     required_factor,
     updated_trust,
 )
+from node.intake import gather, screened
 
 
 def test_a_class_is_bounded_by_its_own_norms_and_a_lone_class_by_every_row():
@@ -160,11 +160,12 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
     plan = DataPlan(samples=(4,) * 5, class_counts=torch.tensor(
         [[2, 2, 0], [3, 1, 0], [3, 1, 0], [0, 0, 4], [1, 1, 0]]))
     algorithm = types.SimpleNamespace(
-        config=types.SimpleNamespace(aggregation=types.SimpleNamespace(validation=0.5),
+        config=types.SimpleNamespace(aggregation=types.SimpleNamespace(validation=0.5, influence=0.0,
+                                                                           use_plan=True),
                                      train=types.SimpleNamespace(eval_batch_size=2), seed=1),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
                                    num_classes=3, plan=plan),
-        node_id=0, distrusted=set(), start_state={"w": torch.eye(3)})
+        node_id=0, distrusted={}, start_state={"w": torch.eye(3)})
     model = Linear()  # the start of round, identity, trained this round into 3 x identity
     with torch.no_grad():
         model.w.copy_(3 * torch.eye(3))
@@ -175,7 +176,7 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
     own = sent(3 * torch.eye(3))
     received = {1: sent(2 * torch.eye(3)), 2: sent(swapped), 3: sent(swapped),
                 4: sent(torch.eye(3))}
-    update = validated(algorithm, model, gather(own, received, 0, plan=plan))
+    update = screened(algorithm, model, gather(own, received, 0, plan=plan))
     # cross-entropies on one-hot inputs: logit k on the right class and 0 on two others,
     # log(1 + 2 e^-k): 0.5514 (k = 1, the start of round and peer 4), 0.2395 (k = 2, peer
     # 1), 0.0949 (k = 3, this node's trained model); 0 on the right one and 1 on another,
@@ -191,17 +192,17 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
                                                            (4, "validation")]
     assert "loss on this node's samples of its classes is 1.55, more than 0.732 x 0.551 " \
            "(the start of round's" in update.refusals[0].reason
-    assert algorithm.distrusted == {2, 4}
+    assert algorithm.distrusted == {2: "validation", 4: "validation"}
     # the round's prototype step then leaves out peer 2's prototypes
     protos = {"prototypes": Payload({"prototypes": torch.ones(1, 2),
                                      "classes": torch.tensor([0]), "counts": torch.tensor([2])})}
-    later = validated(algorithm, None, gather(protos, {1: protos, 2: protos}, 0, num_classes=3,
+    later = screened(algorithm, None, gather(protos, {1: protos, 2: protos}, 0, num_classes=3,
                                               dim=2))
     assert later.peers == [1] and len(later.prototypes) == 2
     assert [(r.peer, r.what) for r in later.refusals] == [(2, "prototypes")]
     # validation off (0): nothing is validated
     algorithm.config.aggregation.validation = 0.0
-    assert validated(algorithm, model, gather(own, received, 0, plan=plan)).peers == [1, 2, 3, 4]
+    assert screened(algorithm, model, gather(own, received, 0, plan=plan)).peers == [1, 2, 3, 4]
 
 
 def test_a_model_that_knows_nothing_fails_validation_against_a_start_worse_than_guessing():
@@ -216,18 +217,19 @@ def test_a_model_that_knows_nothing_fails_validation_against_a_start_worse_than_
     plan = DataPlan(samples=(4,) * 3, class_counts=torch.tensor([[2, 2, 0], [2, 2, 0],
                                                                  [2, 2, 0]]))
     algorithm = types.SimpleNamespace(
-        config=types.SimpleNamespace(aggregation=types.SimpleNamespace(validation=0.5),
+        config=types.SimpleNamespace(aggregation=types.SimpleNamespace(validation=0.5, influence=0.0,
+                                                                           use_plan=True),
                                      train=types.SimpleNamespace(eval_batch_size=2), seed=1),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
                                    num_classes=3, plan=plan),
-        node_id=0, distrusted=set(), start_state={"w": 3 * torch.eye(3)[[1, 0, 2]]})
+        node_id=0, distrusted={}, start_state={"w": 3 * torch.eye(3)[[1, 0, 2]]})
     model = Linear()
     with torch.no_grad():
         model.w.copy_(3 * torch.eye(3))
 
     def sent(w):
         return {"model": Payload({"w": w}, {"samples": 4})}
-    update = validated(algorithm, model, gather(sent(3 * torch.eye(3)),
+    update = screened(algorithm, model, gather(sent(3 * torch.eye(3)),
                                                 {1: sent(torch.zeros(3, 3)),
                                                  2: sent(torch.eye(3))}, 0, plan=plan))
     assert update.peers == [2]

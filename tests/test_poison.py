@@ -12,9 +12,10 @@ import node.algorithms
 from experiments.attacks import attacker_class
 from node.aggregation import AGGREGATION_RULES, beyond_norm_bound, norm_reference, trim_count
 from node.algorithms.base import DataPlan, Payload
-from node.algorithms.common import MAX_SAMPLES, descend, gather
+from node.algorithms.common import descend
 from node.algorithms.profe import ProFe
 from node.errors import ProtocolError
+from node.intake import MAX_SAMPLES, gather
 from tests.helpers import PerNode, mnist_config, run_in_process
 
 # A ProFe node whose key was stolen: it trains honestly and sends the experiment's bounded
@@ -85,7 +86,7 @@ def test_a_claimed_sample_count_or_class_count_weighs_what_the_plan_says():
     # class 1 is not node 1's by the plan: it weighs nothing; 0 and 2 weigh the plan's
     assert update.prototypes[1][1].tolist() == [10, 0, 20]
     with pytest.raises(ProtocolError, match="not one of the federation's 2 nodes"):
-        from node.algorithms.common import planned
+        from node.intake.weights import planned
         planned(7, (claim["model"].tensors, 5), None, plan, 0)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -106,9 +106,9 @@ class Algorithm(abc.ABC):
         self.node_id = node_id
         self.kept_own_models = 0  # aggregates not adopted: they computed NaN (common.adopt)
         self.trust: dict[int, float] = {}  # in-neighbours' trust ("reputation" rule)
-        self.distrusted: set[int] = set()  # whose model failed validation this round
+        self.distrusted: dict[int, str] = {}  # whose model a screen refused this round, by which
         # the travelling model as this round's training began: what validation measures a
-        # peer's model against (common.validated); set by create() and each adoption
+        # peer's model against (node.intake.validation); set by create() and each adoption
         self.start_state: dict[str, torch.Tensor] | None = None
 
     def travelling_model(self) -> Any:
@@ -136,6 +136,13 @@ class Algorithm(abc.ABC):
     @abc.abstractmethod
     def payload(self) -> dict[str, Payload]:
         """What this node would send to its out-neighbours now, by kind."""
+
+    def addressed(self, kind: str, payload: Payload,
+                  recipients: Sequence[int]) -> list[tuple[Payload, Sequence[int]]]:
+        """Who gets which payload of `kind`: an honest node sends every recipient the same
+        (one encoding, one message); a node may address recipients apart (what a node
+        holding a stolen key can do, so the attack library uses it)."""
+        return [(payload, recipients)]
 
     @abc.abstractmethod
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:

@@ -28,14 +28,12 @@ from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Refusal, 
 from node.algorithms.common import (
     adopt,
     build_role,
-    combined_state,
-    gather,
     local_sgd,
     new_optimizer,
     state_payload,
-    validated,
 )
 from node.algorithms.losses import cross_entropy
+from node.intake import combined_state, gather, plan_of, screened
 from node.settings import FederationConfig
 
 
@@ -67,9 +65,9 @@ class FedAvg(Algorithm):
         return {"model": state_payload(self.model, len(self.data.train_y))}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
-        update = gather(own, received, self.node_id, plan=self.data.plan,
+        update = gather(own, received, self.node_id, plan=plan_of(self),
                         norm_bound=self.config.aggregation.norm_bound)
-        update = validated(self, self.model, update)
+        update = screened(self, self.model, update)
         state = combined_state(self, update)
         adopt(self, self.model, state)
         return update.refusals

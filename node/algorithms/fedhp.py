@@ -61,11 +61,11 @@ from node.aggregation import aggregate_prototypes, nearest_prototype
 from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Refusal, Updates
 from node.algorithms.common import (
     build_role,
-    gather,
     local_sgd,
     prototype_payload,
 )
 from node.algorithms.settings import FedHPSettings
+from node.intake import gather, plan_of
 from node.settings import FederationConfig
 
 LAMBDA_H = 0.1  # "The parameter lambda in (1) is set to 0.1"
@@ -195,7 +195,7 @@ class FedHP(Algorithm):
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         num_classes, dim = self.prototypes.shape
         update = gather(own, received, self.node_id, num_classes, dim,
-                        plan=self.data.plan,
+                        plan=plan_of(self),
                         norm_bound=self.config.aggregation.norm_bound)
         global_prototypes, known = aggregate_prototypes(
             update.prototypes, **self.config.aggregation.kwargs())

@@ -51,16 +51,14 @@ from node.algorithms.base import ARGMAX, Algorithm, NodeData, Payload, Refusal, 
 from node.algorithms.common import (
     adopt,
     build_role,
-    combined_state,
-    gather,
     local_sgd,
     new_optimizer,
     prototype_payload,
     state_payload,
     train_prototypes,
-    validated,
 )
 from node.algorithms.settings import FedProcSettings
+from node.intake import combined_state, gather, plan_of, screened
 from node.settings import FederationConfig
 
 PROJECTION_DIM = 256  # "the projection head consists of a 2-layer MLP with an output size of 256"
@@ -178,9 +176,9 @@ class FedProc(Algorithm):
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, self.data.num_classes,
                         self.local_prototypes.shape[1],
-                        plan=self.data.plan,
+                        plan=plan_of(self),
                         norm_bound=self.config.aggregation.norm_bound)
-        update = validated(self, self.net, update)
+        update = screened(self, self.net, update)
         state = combined_state(self, update)
         adopt(self, self.net, state)
         global_prototypes, known = aggregate_prototypes(

@@ -46,13 +46,13 @@ from node.algorithms.base import PROTOTYPE, NodeData, Payload, Refusal, Updates
 from node.algorithms.common import (
     build_role,
     classify,
-    gather,
     local_sgd,
     new_optimizer,
 )
 from node.algorithms.fedproto_losses import fedproto_loss, paper_lambda
 from node.algorithms.prototype_base import PrototypeAlgorithm
 from node.algorithms.settings import FedProtoSettings
+from node.intake import gather, plan_of
 from node.settings import FederationConfig
 
 
@@ -91,7 +91,7 @@ class FedProto(PrototypeAlgorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
-                        plan=self.data.plan,
+                        plan=plan_of(self),
                         norm_bound=self.config.aggregation.norm_bound)
         self.combine_prototypes(update.prototypes)
         return update.refusals

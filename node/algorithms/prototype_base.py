@@ -13,14 +13,12 @@ from node.aggregation import aggregate_prototypes
 from node.algorithms.base import Algorithm, Payload, Refusal, Updates
 from node.algorithms.common import (
     adopt,
-    combined_state,
-    gather,
     model_then_prototypes,
     prototype_payload,
     state_payload,
     train_prototypes,
-    validated,
 )
+from node.intake import combined_state, gather, plan_of, screened
 
 
 class PrototypeAlgorithm(Algorithm):
@@ -83,9 +81,9 @@ class ModelAndPrototypes(PrototypeAlgorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
-                        plan=self.data.plan,
+                        plan=plan_of(self),
                         norm_bound=self.config.aggregation.norm_bound)
-        update = validated(self, self.shared_model if "model" in own else None, update)
+        update = screened(self, self.shared_model if "model" in own else None, update)
         if "model" in own:
             state = combined_state(self, update)
             adopt(self, self.shared_model, state)

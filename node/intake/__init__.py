@@ -1,0 +1,130 @@
+"""What a node does with its in-neighbours' updates before it combines them: the checks
+every message passes (`checks`), the weight each carries (`weights`: the data plan's, or
+bounded claims), the norm bounds (`norms`), then the screens that judge a model by what it
+does on this node's own data, one module each behind one interface (`Screen`):
+`validation` (on the receiver's samples of the peer's classes) and `influence` (what the
+peer's model would do to this node's model, against the other in-neighbours'). What is
+refused is named in the node's record; nothing a peer sends can stop the round."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+
+from node.aggregation import aggregate_states, reputation_aggregate, state_norm
+from node.algorithms.base import Algorithm, DataPlan, Payload, Refusal
+from node.intake import distance, influence, validation
+from node.intake.checks import (
+    MAX_SAMPLES,
+    Contributions,
+    checked_prototypes,
+    checked_state,
+    each_or_refused,
+    own_prototypes,
+    require_kind,
+    without_peers,
+)
+from node.intake.norms import models_within_bound, prototypes_within_class_bounds
+from node.intake.weights import claimed, planned
+
+__all__ = ["MAX_SAMPLES", "SCREENS", "Contributions", "combined_state", "gather", "screened"]
+
+log = logging.getLogger(__name__)
+
+# A screen: (algorithm, its travelling model trained this round, the gathered update) ->
+# the peers it refuses, each with why. Each sees only the peers the screens before it kept.
+Screen = Callable[[Algorithm, nn.Module, Contributions], dict[int, Refusal]]
+SCREENS: dict[str, Screen] = {"distance": distance.screen, "validation": validation.screen,
+                              "influence": influence.screen}
+
+
+def plan_of(algorithm: Algorithm) -> DataPlan | None:
+    """The data plan this node weighs its peers by: None where it ignores the plan
+    (aggregation.use_plan = false) or has none."""
+    return algorithm.data.plan if algorithm.config.aggregation.use_plan else None
+
+
+def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Payload]],
+           node_id: int, num_classes: int = 0, dim: int = 0,
+           plan: DataPlan | None = None, norm_bound: float = 0.0) -> Contributions:
+    """Check every peer's update against this node's own; a bad one is left out and named.
+
+    The model is checked when `own` has a "model" payload, the prototypes (expanded to
+    [num_classes, dim]) when it has a "prototypes" one. With a data `plan`, a peer's model
+    weighs what the plan gives it and its prototypes count only the classes the plan gives
+    it, whatever it claims: one peer cannot outweigh the others by claiming more. A model
+    with a norm beyond `norm_bound` times the reference (`norm_reference`) is refused, and
+    so is each prototype beyond `norm_bound` times its class's reference
+    (`node.defences.class_references`).
+    """
+    with_model, with_prototypes = "model" in own, "prototypes" in own
+    reference = own["model"].tensors if with_model else {}
+    states = [(dict(reference), own["model"].meta["samples"])] if with_model else []
+    prototypes = [own_prototypes(own["prototypes"], num_classes, dim, node_id)
+                  ] if with_prototypes else []
+
+    def check(peer: int, update: Mapping[str, Payload]) -> tuple:
+        model = (checked_state(reference, require_kind(update, "model")) if with_model
+                 else None)
+        protos = (checked_prototypes(require_kind(update, "prototypes"), num_classes, dim)
+                  if with_prototypes else None)
+        state, protos = planned(peer, model and model[:2], protos, plan, node_id)
+        return state, protos, model and model[2]
+
+    refusals: list[Refusal] = []
+    checked = dict(each_or_refused(received, check, node_id, refusals))
+    if plan is None:
+        checked = claimed(states[0][1] if with_model else None,
+                          prototypes[0][1] if with_prototypes else None, checked)
+    kept = dict(each_or_refused(checked, models_within_bound(state_norm(reference), checked,
+                                                               norm_bound),
+                                  node_id, refusals, rule="norm_bound", what="model"))
+    if with_prototypes and norm_bound > 0:
+        kept, refused_rows = prototypes_within_class_bounds(prototypes[0], kept, norm_bound)
+        refusals += refused_rows
+    for state, protos in kept.values():  # in peer order
+        if with_model:
+            states.append(state)
+        if with_prototypes:
+            prototypes.append(protos)
+    for refusal in refusals:
+        log.warning("node %d: %s of peer %d refused (%s): %s", node_id, refusal.what,
+                    refusal.peer, refusal.rule, refusal.reason)
+    return Contributions(states, prototypes, sorted(refusals, key=lambda r: r.peer),
+                         list(kept))
+
+
+def screened(algorithm: Algorithm, model: nn.Module | None,
+             update: Contributions) -> Contributions:
+    """`update` less the in-neighbours some screen refuses (SCREENS, in order) and, in a
+    later prototype step of the same round (`model` None), less the prototypes of those
+    whose model was refused this round."""
+    if model is None:
+        refused = {peer: Refusal(peer, "prototypes", rule,
+                                 f"its model was refused this round ({rule})")
+                   for peer, rule in algorithm.distrusted.items() if peer in update.peers}
+        return without_peers(update, refused)
+    refused: dict[int, Refusal] = {}
+    for screen in SCREENS.values():
+        refused |= screen(algorithm, model, without_peers(update, refused))
+    for refusal in refused.values():
+        log.warning("node %d: %s of peer %d refused (%s): %s", algorithm.node_id,
+                    refusal.what, refusal.peer, refusal.rule, refusal.reason)
+    algorithm.distrusted = {peer: refusal.rule for peer, refusal in refused.items()}
+    return without_peers(update, refused)
+
+
+def combined_state(algorithm: Algorithm, update: Contributions) -> dict[str, torch.Tensor]:
+    """The gathered models combined under the configured rule; "reputation" also carries
+    the algorithm's trust in its neighbours on to the next round."""
+    settings = algorithm.config.aggregation
+    if not sum(weight for _, weight in update.states) > 0:
+        return dict(update.states[0][0])  # a node without samples, every peer refused
+    if settings.rule == "reputation":
+        state, algorithm.trust = reputation_aggregate(update.states, update.peers,
+                                                      algorithm.trust, settings.trust_memory)
+        return state
+    return aggregate_states(update.states, **settings.kwargs())

@@ -1,0 +1,110 @@
+"""Influence on this node: each in-neighbour's model averaged with this node's own alone, at
+their weights, and measured where this node knows the truth: per class on its own samples,
+and, for a class it holds none of, by the classifier on the global prototype it knows of
+that class (its own data and what the federation agreed on; FLTrust's root set, held by the
+receiver). A neighbour whose mix raises a class's loss far beyond what the other
+in-neighbours' mixes do is refused (node.defences.class_excess_scores): it needs no class
+in common with the sender and no data plan."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from node.algorithms.base import Algorithm, Refusal
+from node.defences import class_excess_scores, mixing_share
+from node.intake.checks import Contributions
+from node.intake.samples import loss_per_class, validation_samples
+
+log = logging.getLogger(__name__)
+
+def mixed(own: Mapping[str, torch.Tensor], peer: Mapping[str, torch.Tensor],
+          share: float) -> dict[str, torch.Tensor]:
+    """own + share x (peer - own) in every floating-point tensor (others: own's)."""
+    return {name: (t + share * (peer[name].to(t.dtype) - t)) if t.is_floating_point()
+            else t.clone() for name, t in own.items()}
+
+
+@torch.no_grad()
+def prototype_losses(model: nn.Module, prototypes: torch.Tensor | None,
+                     known: torch.Tensor | None) -> list[float | None]:
+    """Per class, the cross-entropy of `model`'s classifier on the class's prototype (None
+    for a class without one, or a model without a `classifier`)."""
+    head = getattr(model, "classifier", None)
+    if prototypes is None or known is None or head is None or not bool(known.any()):
+        classes = 0 if known is None else len(known)
+        return [None] * classes
+    weight = next(head.parameters())
+    logits = head(prototypes.to(weight.device, weight.dtype)).double().cpu()
+    labels = torch.arange(len(known))
+    losses = torch.nn.functional.cross_entropy(logits, labels, reduction="none").tolist()
+    return [loss if bool(k) else None for loss, k in zip(losses, known.cpu(), strict=True)]
+
+
+def class_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
+                 batch: int, prototypes: torch.Tensor | None,
+                 known: torch.Tensor | None) -> list[float | None]:
+    """Per class, `model`'s mean loss on this node's samples of it; on its prototype for a
+    class without samples here; None where neither exists. Non-finite losses read as inf."""
+    sums, total = loss_per_class(model, x, y, num_classes, batch)
+    on_prototypes = prototype_losses(model, prototypes, known) or [None] * num_classes
+    out: list[float | None] = []
+    for c in range(num_classes):
+        value = sums[c] / total[c] if total[c] else (
+            on_prototypes[c] if c < len(on_prototypes) else None)
+        out.append(value if value is None or math.isfinite(value) else math.inf)
+    return out
+
+
+def excess(losses: Sequence[float | None], base: Sequence[float | None]) -> list[float | None]:
+    """`losses` minus `base` per class, None where either is missing."""
+    return [None if a is None or b is None else a - b for a, b in zip(losses, base, strict=True)]
+
+
+def root_prototypes(algorithm: Algorithm) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The global prototypes this node knows and which classes they cover (None, None for
+    an algorithm without prototypes)."""
+    return getattr(algorithm, "global_prototypes", None), getattr(algorithm, "known", None)
+
+
+def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dict[int, Refusal]:
+    """The in-neighbours whose mix with this node's model raises the loss on one of the
+    classes it can measure more than aggregation.influence (nats) beyond that class's
+    reference, the median over every in-neighbour's mix and its own model's."""
+    margin = algorithm.config.aggregation.influence
+    if margin <= 0 or not update.peers:
+        return {}
+    data, batch = algorithm.data, algorithm.config.train.eval_batch_size
+    x, y = validation_samples(algorithm)
+    prototypes, known = root_prototypes(algorithm)
+    own_state = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    own_weight = float(update.states[0][1])
+    base = class_losses(model, x, y, data.num_classes, batch, prototypes, known)
+    scratch = copy.deepcopy(model)
+    rows = []
+    for index in range(len(update.peers)):
+        state, weight = update.states[index + 1]
+        scratch.load_state_dict(mixed(own_state, state, mixing_share(own_weight, float(weight))))
+        rows.append(excess(class_losses(scratch, x, y, data.num_classes, batch, prototypes,
+                                        known), base))
+    scores = class_excess_scores(rows)
+    log.debug("node %d: influence scores %s", algorithm.node_id,
+              dict(zip(update.peers, scores, strict=True)))
+    log.debug("node %d: influence rows %s held %s", algorithm.node_id,
+              {p: [None if v is None else round(v, 2) for v in row]
+               for p, row in zip(update.peers, rows, strict=True)},
+              [int(c) for c in torch.bincount(y.cpu(), minlength=data.num_classes)])
+    refused = {}
+    for peer, score in zip(update.peers, scores, strict=True):
+        if score is not None and score > margin:
+            refused[peer] = Refusal(
+                peer, "model and prototypes", "influence",
+                f"averaged with this node's model it raises the loss on one of the classes "
+                f"this node can measure {score:.3g} nats beyond the class's median "
+                f"in-neighbour (at most {margin:g})")
+    return refused

@@ -1,0 +1,68 @@
+"""Norm bounds: a peer's model, or a prototype of a class, far larger than this node's own
+or the median of what arrived is refused (Sun et al. 2019: a poisoned update's magnitude
+cannot outgrow what honest training gives)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+
+from node.aggregation import beyond_norm_bound, norm_reference
+from node.algorithms.base import Refusal
+from node.defences import class_references
+from node.errors import ProtocolError
+
+
+def models_within_bound(own_norm: float, checked: Mapping[int, tuple],
+                        bound: float) -> Callable[[int, tuple], tuple]:
+    """A check of one checked (state, prototypes, model norm) update: ProtocolError when
+    its model's norm is beyond `bound` times the reference (`norm_reference`), else the
+    (state, prototypes) pair."""
+    norms = [norm for _, _, norm in checked.values() if norm is not None]
+    reference = norm_reference(own_norm, norms)
+
+    def within(peer: int, update: tuple) -> tuple:
+        state, protos, norm = update
+        if norm is not None:
+            bounded("model", norm, reference, bound)
+        return state, protos
+    return within
+
+
+def _row_norms(protos: tuple[torch.Tensor, torch.Tensor]) -> list[float | None]:
+    """Each class's prototype norm, None for a class without a count."""
+    prototypes, counts = protos
+    norms = prototypes.to(torch.float64).norm(dim=1).tolist()
+    return [n if int(k) > 0 else None for n, k in zip(norms, counts.tolist(), strict=True)]
+
+
+def prototypes_within_class_bounds(own: tuple[torch.Tensor, torch.Tensor],
+                                   updates: dict[int, tuple], bound: float,
+                                   ) -> tuple[dict[int, tuple], list[Refusal]]:
+    """Each peer's prototypes with every class beyond `bound` times its class's reference
+    taken out (its count set to 0), and a refusal for each class taken out."""
+    having = {peer: protos for peer, (_, protos) in updates.items() if protos is not None}
+    peer_norms = {peer: _row_norms(protos) for peer, protos in having.items()}
+    references = class_references(_row_norms(own), list(peer_norms.values()))
+    refusals, out = [], dict(updates)
+    for peer, norms in peer_norms.items():
+        beyond = [c for c, n in enumerate(norms)
+                  if n is not None and beyond_norm_bound(n, references[c], bound)]
+        if not beyond:
+            continue
+        prototypes, counts = having[peer]
+        counts = counts.clone()
+        counts[beyond] = 0
+        out[peer] = (updates[peer][0], (prototypes, counts))
+        refusals += [Refusal(peer, f"prototype of class {c}", "norm_bound",
+                             f"norm {norms[c]:.4g}, more than {bound:g} times the class's "
+                             f"reference {references[c]:.4g}") for c in beyond]
+    return out, refusals
+
+
+def bounded(what: str, norm: float, reference: float, bound: float) -> None:
+    """ProtocolError when a peer's `norm` is beyond `bound` times the `reference`."""
+    if beyond_norm_bound(norm, reference, bound):
+        raise ProtocolError(f"its {what} has norm {norm:.4g}, more than {bound:g} times "
+                            f"the reference {reference:.4g}")

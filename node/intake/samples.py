@@ -1,0 +1,59 @@
+"""The samples a node judges its in-neighbours' models on, and the losses it measures there:
+its own data is the only ground truth it has (FLTrust's root set: here, the node's own)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from node.algorithms.base import Algorithm
+from node.algorithms.common import round_generator
+from node.defences import class_weighted_mean, loss_to_beat
+
+# At most this many of a node's training samples validate its in-neighbours' models: each
+# costs one forward pass per in-neighbour and round, and the loss is compared with the start
+# of round's on the same samples.
+VALIDATION_SAMPLES = 256
+
+
+@torch.no_grad()
+def loss_per_class(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
+                   batch_size: int) -> tuple[list[float], list[int]]:
+    """Per class, the summed cross-entropy of `model`'s logits over the samples, and how
+    many there are."""
+    model.eval()
+    sums = torch.zeros(num_classes, dtype=torch.float64)
+    for start in range(0, len(x), batch_size):
+        logits = model(x[start:start + batch_size])[0].double()
+        labels = y[start:start + batch_size]
+        losses = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+        sums.index_add_(0, labels.cpu(), losses.cpu())
+    return sums.tolist(), torch.bincount(y.cpu(), minlength=num_classes).tolist()
+
+
+def validation_samples(algorithm: Algorithm) -> tuple[torch.Tensor, torch.Tensor]:
+    """The node's training samples that validate its in-neighbours' models: all of them, or
+    a seeded draw of VALIDATION_SAMPLES."""
+    x, y = algorithm.data.train_x, algorithm.data.train_y
+    if len(y) <= VALIDATION_SAMPLES:
+        return x, y
+    draw = torch.randperm(len(y), generator=round_generator(algorithm.config,
+                                                            algorithm.node_id, -1))
+    index = draw[:VALIDATION_SAMPLES].to(x.device)
+    return x[index], y[index]
+
+
+def own_round_losses(algorithm: Algorithm, model: nn.Module,
+                     start: nn.Module) -> tuple[float, float]:
+    """This node's loss after its round and at its start (a uniform guess's where lower:
+    `node.defences.loss_to_beat`), on its local test samples (on its training samples
+    without any): a peer's model is measured on samples it never
+    trained on, so this node's own round is too."""
+    data = algorithm.data
+    x, y = (data.test_x, data.test_y) if len(data.test_y) else validation_samples(algorithm)
+    classes, batch = data.num_classes, algorithm.config.train.eval_batch_size
+    losses = []
+    for each in (model, start):
+        sums, total = loss_per_class(each, x, y, classes, batch)
+        losses.append(class_weighted_mean(sums, total, [float(n) for n in total]) or 0.0)
+    return losses[0], loss_to_beat(losses[1], classes)
