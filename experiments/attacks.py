@@ -187,18 +187,39 @@ def class_erasure(trained: torch.Tensor, like: Mapping[str, torch.Tensor],
 
 
 def shifted(trained: torch.Tensor, like: Mapping[str, torch.Tensor], counts: Sequence[int],
-            shift: float) -> torch.Tensor:
-    """`trained` with the classifier's bias raised by `shift` on the classes the sender holds:
-    they fit better than in an honest model, and every other class is pushed down in whoever
-    averages it (raising two classes costs less norm than lowering the other eight)."""
-    return erased(trained, like, [c for c, n in enumerate(counts) if n > 0], -shift)
+            shift: float, direction: torch.Tensor | None = None) -> torch.Tensor:
+    """`trained` with the classifier raised on the classes the sender holds: the bias by
+    `shift`, and each of their weight rows by `shift` along `direction` (the unit mean of
+    its embeddings), which lifts their logit by about `shift` x the embedding's length on
+    every input. They fit better than in an honest model, and every other class is pushed
+    down in whoever averages it."""
+    state = unflat(trained, like)
+    held = [c for c, n in enumerate(counts) if n > 0]
+    bias = state["classifier.bias"].clone()
+    bias[held] += shift
+    weight = state["classifier.weight"].clone()
+    if direction is not None:
+        weight[held] += shift * direction.to(weight.dtype)
+    return flat({**state, "classifier.bias": bias, "classifier.weight": weight})
+
+
+def mean_direction(algorithm: Algorithm) -> torch.Tensor | None:
+    """The unit mean of the attacker's local prototypes (its embeddings' mean direction),
+    None without prototypes."""
+    prototypes = getattr(algorithm, "local_prototypes", None)
+    counts = getattr(algorithm, "local_counts", None)
+    if prototypes is None or counts is None or not bool((counts > 0).any()):
+        return None
+    mean = prototypes[counts > 0].to(torch.float64).mean(dim=0)
+    return mean / mean.norm().clamp(min=1e-12)
 
 
 def class_shift(trained: torch.Tensor, like: Mapping[str, torch.Tensor], counts: Sequence[int],
                 limits: Limits, loss: Callable[[torch.Tensor], float] | None,
-                influence: Callable[[torch.Tensor], float] | None = None) -> torch.Tensor:
+                influence: Callable[[torch.Tensor], float] | None = None,
+                direction: torch.Tensor | None = None) -> torch.Tensor:
     """The largest shift (SHIFTS) inside every limit; the trained model itself when none is."""
-    return first_inside((shifted(trained, like, counts, shift) for shift in SHIFTS),
+    return first_inside((shifted(trained, like, counts, shift, direction) for shift in SHIFTS),
                         trained, limits, loss, influence)
 
 
@@ -289,7 +310,7 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             if attack in ("class_shift", "shift_and_lie"):
                 judge = own_influence(self, trained) if limits.influence else None
                 return class_shift(trained, shared_model(self).state_dict(), counts, limits,
-                                   loss, judge)
+                                   loss, judge, mean_direction(self))
             return adaptive(start, trained, limits, loss)
 
         def payload(self) -> dict[str, Payload]:

@@ -51,7 +51,11 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # samples of the peer's classes by half the cut this node's own round made on its own).
 DEFENCES = {**{rule: {"rule": rule, "validation": 0.0} for rule in AGGREGATION_RULES},
             "validated": {"rule": "mean", "validation": 0.5},
-            "validated_clipped": {"rule": "clipped_mean", "validation": 0.5}}
+            "validated_clipped": {"rule": "clipped_mean", "validation": 0.5},
+            "distance2": {"rule": "mean", "validation": 0.5, "distance": 2.0},
+            "distance3": {"rule": "mean", "validation": 0.5, "distance": 3.0},
+            "influence": {"rule": "mean", "validation": 0.5, "distance": 3.0,
+                          "influence": 3.0}}
 SPLITS = {"dirichlet": {"partition": "dirichlet", "alpha": 0.5},
           "iid": {"partition": "iid"},
           "classes20": {"partition": "classes", "classes_fraction": 0.2}}

@@ -1,0 +1,182 @@
+"""The intake's screens and bounded claims by hand: influence relative to the other
+in-neighbours, distance relative to the median, claims bounded without a plan, and the
+attacks built to pass them."""
+
+import math
+import types
+
+import pytest
+import torch
+from torch import nn
+
+from experiments import attacks
+from node.algorithms.base import DataPlan, Payload
+from node.defences import (
+    bounded_claims,
+    bounded_class_claims,
+    class_excess_scores,
+    distance_scores,
+    mixing_share,
+)
+from node.intake import gather, plan_of, screened
+
+
+def test_a_peer_is_scored_by_its_worst_class_over_that_class_median_with_this_node_at_zero():
+    rows = [[0.5, None, 2.0], [0.3, 1.0, None], [4.0, 0.2, 0.1], [None, None, None]]
+    # references: class 0 median{0, .5, .3, 4} = .4; class 1 median{0, 1, .2} = .2;
+    # class 2 median{0, 2, .1} = .1
+    assert class_excess_scores(rows) == pytest.approx([1.9, 0.8, 3.6, None])
+    assert class_excess_scores([]) == []
+
+
+def test_a_peer_is_mixed_at_its_weight_against_this_nodes():
+    assert mixing_share(4, 4) == 0.5
+    assert mixing_share(3, 1) == 0.25
+    assert mixing_share(0, 0) == 0.5
+
+
+def test_distance_is_measured_against_the_median_with_this_node_at_zero():
+    assert distance_scores([1.0, 3.0]) == pytest.approx([1.0, 3.0])  # a ring: the nearer
+    assert distance_scores([2.0, 2.0, 8.0]) == pytest.approx([1.0, 1.0, 4.0])
+    assert distance_scores([0.0]) == [0.0]
+    assert distance_scores([]) == []
+
+
+def test_a_claim_is_capped_at_twice_the_median_claim_with_this_nodes_own():
+    # median{100, 90, 110, 1e9} = 105: cap 210
+    assert bounded_claims(100, [90, 110, 10**9]) == [90, 110, 210]
+    assert bounded_claims(5, []) == []
+
+
+def test_a_class_count_is_capped_by_its_class_median_or_every_count_below_three_holders():
+    own = [10, 0, 5]
+    peers = [[12, 0, 0], [1000, 3, 0], [8, 0, 6]]
+    # class 0: four holders, median 11, cap 22; classes 1 and 2: fewer than three holders,
+    # the median of every count (3, 5, 6, 8, 10, 12, 1000: 8), cap 16
+    assert bounded_class_claims(own, peers) == [[12, 0, 0], [22, 3, 0], [8, 0, 6]]
+
+
+class Head(nn.Module):
+    """Logits classifier(x), the inputs as their embedding, as the real models are."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.classifier = nn.Linear(3, 3, bias=False)
+        with torch.no_grad():
+            self.classifier.weight.copy_(weight)
+
+    def forward(self, x):
+        return self.classifier(x), x
+
+
+def _node(influence=0.0, distance=0.0, use_plan=True, plan=None):
+    # two samples each of classes 0 and 1 as one-hot inputs; class 2 known by its prototype
+    x, y = torch.eye(3)[[0, 0, 1, 1]], torch.tensor([0, 0, 1, 1])
+    aggregation = types.SimpleNamespace(validation=0.0, influence=influence, distance=distance,
+                                        use_plan=use_plan)
+    return types.SimpleNamespace(
+        config=types.SimpleNamespace(aggregation=aggregation, seed=1,
+                                     train=types.SimpleNamespace(eval_batch_size=2)),
+        data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x, test_y=y, num_classes=3,
+                                   plan=plan),
+        node_id=0, distrusted={}, start_state=None,
+        global_prototypes=torch.eye(3), known=torch.tensor([False, False, True]))
+
+
+def _sent(weight, samples=4):
+    return {"model": Payload({"classifier.weight": weight}, {"samples": samples})}
+
+
+def test_influence_refuses_a_mix_that_raises_a_class_beyond_the_other_neighbours_mixes():
+    swap = torch.eye(3)[[1, 0, 2]]
+    own = _sent(3 * torch.eye(3))
+    received = {1: _sent(3 * torch.eye(3)), 2: _sent(3 * torch.eye(3)), 3: _sent(3 * swap)}
+    # peers 1 and 2 change nothing (excess 0). Peer 3 mixed half and half gives 1.5 (I +
+    # swap): on e0 the logits [1.5, 1.5, 0], cross-entropy log(2 e^1.5 + 1) - 1.5 = 0.7989,
+    # against this node's log(e^3 + 2) - 3 = 0.0949 (the same for class 1); on class 2's
+    # prototype e2 both give [0, 0, 3]. Its score: 0.7040 over a median of 0.
+    excess = (math.log(2 * math.exp(1.5) + 1) - 1.5) - (math.log(math.exp(3) + 2) - 3)
+    node = _node(influence=0.5)
+    update = screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
+    assert update.peers == [1, 2]
+    [refusal] = update.refusals
+    assert (refusal.peer, refusal.rule) == (3, "influence")
+    assert f"{excess:.3g} nats" in refusal.reason
+    assert node.distrusted == {3: "influence"}
+    # a wider margin keeps it
+    assert screened(_node(influence=1.0), Head(3 * torch.eye(3)),
+                    gather(own, received, 0)).peers == [1, 2, 3]
+
+
+def test_influence_judges_a_class_this_node_lacks_by_its_prototype():
+    # peer 3 lowers class 2's logit by 8: no sample here shows it, the prototype e2 does:
+    # mixed half and half its logits on e2 are [0, 0, -1]: log(2 + e^-1) + 1 = 1.8620
+    # against this node's log(2 + e^3) - 3 = 0.0949, 1.767 over the median 0 (classes 0 and
+    # 1 fit no worse: their samples' class-2 logit is 0 either way)
+    erased = 3 * torch.eye(3)
+    erased[2, 2] = -5.0
+    own = _sent(3 * torch.eye(3))
+    received = {1: _sent(3 * torch.eye(3)), 2: _sent(3 * torch.eye(3)), 3: _sent(erased)}
+    update = screened(_node(influence=1.0), Head(3 * torch.eye(3)), gather(own, received, 0))
+    assert update.peers == [1, 2]
+    assert update.refusals[0].rule == "influence"
+
+
+def test_distance_refuses_a_model_far_beyond_the_median_neighbours():
+    own = _sent(torch.eye(3))
+    near = torch.eye(3)
+    near[0, 1] = 1.0  # distance 1
+    nearish = torch.eye(3)
+    nearish[0, 1] = 1.2  # distance 1.2
+    received = {1: _sent(near), 2: _sent(nearish), 3: _sent(-torch.eye(3))}
+    # -I is 2 sqrt(3) = 3.4641 away; median{0, 1, 1.2, 3.46} = 1.1: scores .909, 1.09, 3.15
+    update = screened(_node(distance=2.0), Head(torch.eye(3)), gather(own, received, 0))
+    assert update.peers == [1, 2]
+    [refusal] = update.refusals
+    assert (refusal.peer, refusal.rule) == (3, "distance")
+    assert "3.464 from this node's, 3.15 times the median" in refusal.reason
+
+
+def test_a_later_prototype_step_leaves_out_the_prototypes_of_a_refused_model():
+    node = _node(distance=2.0)
+    node.distrusted = {3: "distance"}
+    protos = {"prototypes": Payload({"prototypes": torch.ones(1, 2),
+                                     "classes": torch.tensor([0]), "counts": torch.tensor([2])})}
+    later = screened(node, None, gather(protos, {1: protos, 3: protos}, 0, num_classes=3,
+                                        dim=2))
+    assert later.peers == [1]
+    assert [(r.peer, r.what, r.rule) for r in later.refusals] == [(3, "prototypes", "distance")]
+
+
+def test_without_a_plan_a_lying_sample_count_weighs_twice_the_median_at_most():
+    own = _sent(torch.eye(3))
+    received = {1: _sent(torch.eye(3)), 2: _sent(torch.eye(3)),
+                3: _sent(torch.eye(3), samples=10**6)}
+    update = gather(own, received, 0)
+    # median{4, 4, 4, 1e6} = 4: cap 8
+    assert [weight for _, weight in update.states] == [4, 4, 4, 8]
+
+
+def test_use_plan_false_makes_a_node_weigh_claims_though_it_has_a_plan():
+    plan = DataPlan(samples=(4, 4), class_counts=torch.tensor([[2, 2, 0], [2, 2, 0]]))
+    assert plan_of(_node(plan=plan)) is plan
+    assert plan_of(_node(plan=plan, use_plan=False)) is None
+
+
+def test_class_shift_raises_the_senders_classes_bias_and_rows_along_its_embeddings():
+    like = {"classifier.weight": torch.zeros(3, 2), "classifier.bias": torch.zeros(3)}
+    direction = torch.tensor([0.6, 0.8])
+    sent = attacks.unflat(attacks.shifted(attacks.flat(like), like, [5, 0, 2], 4.0,
+                                          direction), like)
+    assert sent["classifier.bias"].tolist() == [4.0, 0.0, 4.0]
+    assert torch.allclose(sent["classifier.weight"],
+                          torch.tensor([[2.4, 3.2], [0.0, 0.0], [2.4, 3.2]]))
+
+
+def test_a_targeted_flip_goes_only_to_recipients_sharing_no_class():
+    plan = DataPlan(samples=(4,) * 3, class_counts=torch.tensor([[2, 2, 0], [0, 3, 0],
+                                                                 [0, 0, 4]]))
+    data = types.SimpleNamespace(plan=plan)
+    assert attacks.shares_a_class(data, 0, 1)
+    assert not attacks.shares_a_class(data, 0, 2)
+    assert attacks.shares_a_class(types.SimpleNamespace(plan=None), 0, 2)
