@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -39,6 +41,7 @@ from node.aggregation import clipping_radius
 from node.algorithms.base import Algorithm, Payload
 from node.defences import LOSS_FLOOR, class_weighted_mean, loss_to_beat, required_factor
 from node.intake import MAX_SAMPLES
+from node.intake.distance import layer_distances
 from node.intake.samples import loss_per_class
 
 POISON = 1e4  # bounded_poison's value: within every bound a message is checked against
@@ -104,6 +107,8 @@ class Limits:
     distance: float | None  # the clipping radius: farther is clipped to it (and distrusted)
     loss: float | None = None  # the largest loss on its classes validation accepts
     influence: float | None = None  # the largest influence score the influence screen accepts
+    layers: Mapping[str, float] | None = None  # per layer, how far from its model it may go
+    like: Mapping[str, torch.Tensor] | None = None  # the state a flat model lays into
 
 
 def first_inside(candidates: Iterable[torch.Tensor], trained: torch.Tensor, limits: Limits,
@@ -116,6 +121,10 @@ def first_inside(candidates: Iterable[torch.Tensor], trained: torch.Tensor, limi
         if limits.norm is not None and float(sent.norm()) > limits.norm:
             continue
         if limits.distance is not None and float((sent - trained).norm()) > limits.distance:
+            continue
+        if limits.layers is not None and limits.like is not None and any(
+                gap > limits.layers.get(layer, math.inf) for layer, gap in
+                layer_distances(unflat(trained, limits.like), unflat(sent, limits.like)).items()):
             continue
         if limits.loss is not None and loss is not None and loss(sent) > limits.loss:
             continue
@@ -140,9 +149,10 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
     estimates them from its own models and last round's received ones: half the norm bound
     against its own norm; the clipping radius as the upper median distance (its own zero
     among them) between its model and those it received; under the distance screen, how far
-    from its honest model it may go so that a receiver as far from that model as the median
-    in-neighbour (d) still finds it within the bound k x d (sqrt(k^2 - 1) x d, the update
-    orthogonal to the gap); the influence screen's bound, just inside."""
+    from its honest model it may go in each layer so that a receiver as far from that model
+    as the median in-neighbour (d, in that layer) still finds it within the bound k x d
+    (sqrt(k^2 - 1) x d, the change orthogonal to the gap); the influence screen's bound,
+    just inside."""
     settings = algorithm.config.aggregation
     # half the bound: a receiver bounds against its own norm, which may be smaller
     norm = settings.norm_bound / 2 * float(trained.norm()) if settings.norm_bound else None
@@ -151,11 +161,15 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
         else None
     clips = settings.rule in ("clipped_mean", "reputation") and known
     distance = EDGE * clipping_radius(gaps) if clips else None
+    layers = None
+    like = shared_model(algorithm).state_dict()
     if getattr(settings, "distance", 0) > 0 and known:
-        allowed = EDGE * (settings.distance ** 2 - 1) ** 0.5 * float(gaps.median())
-        distance = allowed if distance is None else min(distance, allowed)
+        apart = [layer_distances(unflat(previous, like), unflat(m, like)) for m in seen]
+        layers = {layer: EDGE * (settings.distance ** 2 - 1) ** 0.5
+                  * statistics.median([0.0, *(row[layer] for row in apart)])
+                  for layer in apart[0]}
     influence = EDGE * settings.influence if getattr(settings, "influence", 0) > 0 else None
-    return Limits(norm, distance, influence=influence)
+    return Limits(norm, distance, influence=influence, layers=layers, like=like)
 
 
 def erased(trained: torch.Tensor, like: Mapping[str, torch.Tensor], classes: Sequence[int],

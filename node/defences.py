@@ -171,6 +171,21 @@ def bounded_class_claims(own: Sequence[int], peers: Sequence[Sequence[int]],
     return [[int(min(n, cap)) for n, cap in zip(row, caps, strict=True)] for row in peers]
 
 
+def layer_distance_scores(distances: Sequence[Mapping[str, float]]) -> list[float]:
+    """Each in-neighbour's largest `distance_scores` over the model's layers: `distances[p]`
+    maps a layer to peer p's distance from this node's model in it. Per layer, because an
+    update that spends its whole budget in one layer (a classifier's rows lifted along the
+    embedding lift a class's logit on every input) is near in the whole model and far in
+    that layer; measured per layer, no neighbour pulls any layer much further than the
+    median one does."""
+    layers = sorted({layer for row in distances for layer in row})
+    scores = [0.0] * len(distances)
+    for layer in layers:
+        column = distance_scores([row.get(layer, 0.0) for row in distances])
+        scores = [max(a, b) for a, b in zip(scores, column, strict=True)]
+    return scores
+
+
 def distance_scores(distances: Sequence[float]) -> list[float]:
     """Each in-neighbour's distance from this node's model over the reference: the median
     of this node's own (0) and every in-neighbour's. Own included, one far model among two

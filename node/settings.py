@@ -202,9 +202,9 @@ class AggregationConfig:
     on its own samples; else it is refused with its prototypes that round (0: never); in
     [0, 1]."""
     distance: float = 0.0
-    """A peer's model farther from this node's own than this many times the median
-    in-neighbour's distance (this node's own, 0, among them) is refused with its prototypes
-    that round (0: never; else > 1)."""
+    """A peer's model farther from this node's own, in some layer, than this many times the
+    median in-neighbour's distance in that layer (this node's own, 0, among them) is refused
+    with its prototypes that round (0: never; else > 1)."""
     influence: float = 0.0
     """A peer's model averaged with this node's own (at their weights) may raise the loss on
     one class this node can measure (its own samples; the classifier on the global prototype

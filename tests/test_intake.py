@@ -16,6 +16,7 @@ from node.defences import (
     bounded_class_claims,
     class_excess_scores,
     distance_scores,
+    layer_distance_scores,
     mixing_share,
 )
 from node.intake import gather, plan_of, screened
@@ -40,6 +41,15 @@ def test_distance_is_measured_against_the_median_with_this_node_at_zero():
     assert distance_scores([2.0, 2.0, 8.0]) == pytest.approx([1.0, 1.0, 4.0])
     assert distance_scores([0.0]) == [0.0]
     assert distance_scores([]) == []
+
+
+def test_a_peer_is_as_far_as_its_farthest_layer_against_that_layers_median():
+    rows = [{"conv": 1.0, "classifier": 1.0}, {"conv": 1.2, "classifier": 1.0},
+            {"conv": 1.0, "classifier": 5.0}]
+    # conv: median{0, 1, 1.2, 1} = 1; classifier: median{0, 1, 1, 5} = 1. Near in the whole
+    # model (sqrt(26) = 5.1 against 1.4 and 1.6: 3.2 times), the third is 5 times as far in
+    # the classifier
+    assert layer_distance_scores(rows) == pytest.approx([1.0, 1.2, 5.0])
 
 
 def test_a_claim_is_capped_at_twice_the_median_claim_with_this_nodes_own():
@@ -134,7 +144,7 @@ def test_distance_refuses_a_model_far_beyond_the_median_neighbours():
     assert update.peers == [1, 2]
     [refusal] = update.refusals
     assert (refusal.peer, refusal.rule) == (3, "distance")
-    assert "3.464 from this node's, 3.15 times the median" in refusal.reason
+    assert "in some layer its model is 3.15 times as far" in refusal.reason
 
 
 def test_a_later_prototype_step_leaves_out_the_prototypes_of_a_refused_model():
