@@ -110,7 +110,7 @@ def fails_validation(loss: float, start_loss: float, factor: float) -> bool:
 def class_excess_scores(excess: Sequence[Sequence[float | None]]) -> list[float | None]:
     """Per in-neighbour, the most its excess loss on one class exceeds that class's
     reference: the median over this node (0: its own model, mixed with nothing) and every
-    in-neighbour measured on the class. `excess[p][c]` is the loss on class c of this
+    in-neighbour measured on the class, or 0 where that median is negative. `excess[p][c]` is the loss on class c of this
     node's model mixed with peer p's, minus its own model's (None: class c not measured);
     None for a peer measured on no class.
 
@@ -123,7 +123,9 @@ def class_excess_scores(excess: Sequence[Sequence[float | None]]) -> list[float 
     references = []
     for c in range(classes):
         measured = [row[c] for row in excess if row[c] is not None]
-        references.append(statistics.median([0.0, *measured]) if measured else None)
+        # never below 0: a neighbour that leaves a class as this node's own model has it
+        # does no harm there, however much the others' mixes improve it
+        references.append(max(0.0, statistics.median([0.0, *measured])) if measured else None)
     scores: list[float | None] = []
     for row in excess:
         over = [row[c] - references[c] for c in range(classes)

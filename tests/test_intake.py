@@ -27,6 +27,10 @@ def test_a_peer_is_scored_by_its_worst_class_over_that_class_median_with_this_no
     # references: class 0 median{0, .5, .3, 4} = .4; class 1 median{0, 1, .2} = .2;
     # class 2 median{0, 2, .1} = .1
     assert class_excess_scores(rows) == pytest.approx([1.9, 0.8, 3.6, None])
+    # where most mixes improve a class (-9), one that leaves it as it was (0) did no harm:
+    # the reference is 0, not -9
+    assert class_excess_scores([[-9.0], [-9.0], [-9.0], [0.0]]) == pytest.approx(
+        [-9.0, -9.0, -9.0, 0.0])
     assert class_excess_scores([]) == []
 
 
