@@ -56,6 +56,11 @@ DEFENCES = {**{rule: {"rule": rule, "validation": 0.0} for rule in AGGREGATION_R
             "distance3": {"rule": "mean", "validation": 0.5, "distance": 3.0},
             "influence": {"rule": "mean", "validation": 0.5, "distance": 2.0,
                           "influence": 2.0}}
+# The defences of the earlier choice, on Dirichlet 0.5 alone.
+EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
+# The defences the default is chosen among on every split, with and without the plan (the
+# rules alone were ruled out on Dirichlet 0.5: the earlier choice below).
+CANDIDATES = ("validated", "distance2", "influence")
 SPLITS = {"dirichlet": {"partition": "dirichlet", "alpha": 0.5},
           "iid": {"partition": "iid"},
           "classes20": {"partition": "classes", "classes_fraction": 0.2}}
@@ -213,7 +218,7 @@ def verdicts(results: dict, cells: list[Cell]) -> dict[str, dict[str, Any]]:
     """Per rule: the worst mean gap to withheld over attacks x topologies (one attacker,
     Dirichlet), the worst mean clean cost over splits x topologies, crashes, cells seen."""
     out: dict[str, dict[str, Any]] = {}
-    rules = _in_order({c.rule for c in cells}, list(DEFENCES))
+    rules = _in_order({c.rule for c in cells} & set(EARLIER), list(DEFENCES))
     for rule in rules:
         worst_gap, worst_cost = (0.0, "-"), (0.0, "-")
         mine = [c for c in cells if c.rule == rule]
@@ -251,11 +256,6 @@ def chosen_default(found: dict[str, dict[str, Any]]) -> str | None:
     every rule crashed somewhere."""
     sound = [rule for rule, v in found.items() if v["crashed"] == 0]
     return min(sound, key=lambda rule: worst_loss(found[rule]), default=None)
-
-
-# The defences the default is chosen among on every split, with and without the plan (the
-# rules alone were ruled out on Dirichlet 0.5: the earlier choice below).
-CANDIDATES = ("validated", "distance2", "influence")
 
 
 def shared_verdicts(results: dict, cells: list[Cell]) -> dict[str, dict[str, Any]]:
@@ -355,7 +355,7 @@ def _attack_table(results: dict, cells: list[Cell], split: str, attackers: int,
     mine = [c for c in cells if c.split == split and c.attackers == attackers
             and c.topology == topology]
     attacks = _in_order({c.attack for c in mine if c.attack != "none"}, list(ATTACKS))
-    rules = _in_order({c.rule for c in mine}, list(DEFENCES))
+    rules = _in_order({c.rule for c in mine if c.attack != "none"}, list(DEFENCES))
     lines = ["| rule | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
     for rule in rules:
         row = []
@@ -427,8 +427,8 @@ def render(results: dict, command: str) -> str:
                                           if c.attack != "none"},
                                          key=lambda k: (list(SPLITS).index(k[0]), k[1], not k[2])):
         for topology in _in_order({c.topology for c in cells if c.split == split
-                                   and c.attackers == attackers and c.plan == plan},
-                                  list(TOPOLOGIES)):
+                                   and c.attackers == attackers and c.plan == plan
+                                   and c.attack != "none"}, list(TOPOLOGIES)):
             who = "one attacker" if attackers == 1 else f"{attackers} colluding attackers"
             lines += [f"## {who}, {split}, {topology}" + ("" if plan else ", no plan"), ""]
             lines += _attack_table(results, [c for c in cells if c.plan == plan], split,

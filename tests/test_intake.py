@@ -93,7 +93,7 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None):
                                      train=types.SimpleNamespace(eval_batch_size=2)),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x, test_y=y, num_classes=3,
                                    plan=plan),
-        node_id=0, distrusted={}, start_state=None,
+        node_id=0, distrusted={}, claimed_classes={}, start_state=None,
         global_prototypes=torch.eye(3), known=torch.tensor([False, False, True]))
 
 
@@ -194,3 +194,19 @@ def test_a_targeted_flip_goes_only_to_recipients_sharing_no_class():
     assert attacks.shares_a_class(data, 0, 1)
     assert not attacks.shares_a_class(data, 0, 2)
     assert attacks.shares_a_class(types.SimpleNamespace(plan=None), 0, 2)
+
+
+def test_without_a_plan_a_model_is_validated_on_the_classes_its_last_prototypes_claimed():
+    from node.intake.validation import peer_class_weights
+
+    node = _node()
+    own = _sent(torch.eye(3))
+    model_step = gather(own, {3: _sent(torch.eye(3))}, 0)
+    # nothing known of peer 3 yet: every class alike
+    assert peer_class_weights(node, model_step, 0) == [1.0, 1.0, 1.0]
+    # its prototypes (classes 1 and 2) kept in a prototype step are remembered
+    protos = {"prototypes": Payload({"prototypes": torch.ones(2, 2),
+                                     "classes": torch.tensor([1, 2]),
+                                     "counts": torch.tensor([5, 7])})}
+    screened(node, None, gather(protos, {3: protos}, 0, num_classes=3, dim=2))
+    assert peer_class_weights(node, model_step, 0) == [0.0, 5.0, 7.0]

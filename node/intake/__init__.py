@@ -106,7 +106,9 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
         refused = {peer: Refusal(peer, "prototypes", rule,
                                  f"its model was refused this round ({rule})")
                    for peer, rule in algorithm.distrusted.items() if peer in update.peers}
-        return without_peers(update, refused)
+        kept = without_peers(update, refused)
+        remember_claims(algorithm, kept)
+        return kept
     refused: dict[int, Refusal] = {}
     for screen in SCREENS.values():
         refused |= screen(algorithm, model, without_peers(update, refused))
@@ -114,7 +116,17 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
         log.warning("node %d: %s of peer %d refused (%s): %s", algorithm.node_id,
                     refusal.what, refusal.peer, refusal.rule, refusal.reason)
     algorithm.distrusted = {peer: refusal.rule for peer, refusal in refused.items()}
-    return without_peers(update, refused)
+    kept = without_peers(update, refused)
+    remember_claims(algorithm, kept)
+    return kept
+
+
+def remember_claims(algorithm: Algorithm, update: Contributions) -> None:
+    """Each kept peer's class counts as its prototypes claim them (bounded): without a plan,
+    what the next round's model step validates the peer on."""
+    if update.prototypes:
+        for index, peer in enumerate(update.peers):
+            algorithm.claimed_classes[peer] = update.prototypes[index + 1][1].tolist()
 
 
 def combined_state(algorithm: Algorithm, update: Contributions) -> dict[str, torch.Tensor]:

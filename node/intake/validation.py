@@ -21,14 +21,19 @@ from node.intake.samples import loss_per_class, own_round_losses, validation_sam
 
 
 def peer_class_weights(algorithm: Algorithm, update: Contributions, index: int) -> list[float]:
-    """The class counts the data plan gives the peer at `index` of `update.peers` (those
-    of its prototypes without a plan; every class alike when it sent none)."""
+    """The class counts the data plan gives the peer at `index` of `update.peers`; without
+    a plan, those of the prototypes it sends beside the model, else of the last prototypes
+    this node kept from it (a model step before the prototype step), else every class
+    alike."""
     peer = update.peers[index]
     plan = algorithm.data.plan if algorithm.config.aggregation.use_plan else None
     if plan is not None and plan.counts_of(peer) is not None:
         return [float(n) for n in plan.counts_of(peer).tolist()]
     if update.prototypes:
         return [float(n) for n in update.prototypes[index + 1][1].tolist()]
+    claimed = getattr(algorithm, "claimed_classes", {}).get(peer)
+    if claimed is not None:
+        return [float(n) for n in claimed]
     return [1.0] * algorithm.data.num_classes
 
 
