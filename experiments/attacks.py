@@ -17,6 +17,15 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   honest model with the classifier's bias lowered for the classes it holds least, so that
   receivers' averages stop predicting them, as far as the norm bound, the clipping radius
   and its own loss under validation let it);
+- made for receivers that share no class with the sender (validation measures a model on
+  its sender's classes only): class_shift (its honest model with the classifier lifted on
+  the classes it holds, the bias and each row along its embeddings' mean, so every input
+  reads as one of its classes, as far as every limit lets it: the norm bound, the distance
+  screen's per-layer bound estimated from what it received, validation, and the influence
+  screen's bound estimated on its own data and global prototypes), targeted_flip (its model
+  negated, sent only to the receivers that share none of its classes; the others get its
+  honest model), shift_and_lie (class_shift claiming LIE times its samples and class
+  counts: a lie that counts where nodes weigh claims, aggregation.use_plan = false);
 - data attacks: label_flip (trains on labels c -> C-1-c, so its model and prototypes lie
   together), free_rider (never trains; sends its first model every round);
 - prototype attacks, counts honest: proto_flip (each prototype negated), proto_swap (each

@@ -546,6 +546,60 @@ def test_robustness_measures_each_rule_against_its_withheld_run_and_mean_clean()
     assert "Chosen: **reputation**; it meets both targets" in table
 
 
+def test_the_default_is_chosen_among_the_candidates_on_the_groups_all_of_them_measured():
+    from experiments import robustness
+    key = "classes20/1x/ring/{}/{}/s1{}"
+    rows = [("validated", "none", "", [0.5, 0.8, 0.8, 0.8]),
+            ("validated", "withheld", "", [0.1, 0.7, 0.7, 0.7]),
+            ("validated", "class_shift", "", [0.9, 0.2, 0.2, 0.2]),
+            ("validated", "sign_flip", "/noplan", [0.1, 0.1, 0.1, 0.1]),  # no twin
+            ("distance2", "none", "", [0.5, 0.78, 0.78, 0.78]),
+            ("distance2", "withheld", "", [0.1, 0.7, 0.7, 0.7]),
+            ("distance2", "class_shift", "", [0.9, 0.68, 0.68, 0.68]),
+            ("mean", "none", "", [0.5, 0.8, 0.8, 0.8])]
+    results = {key.format(rule, attack, plan): {"key": key.format(rule, attack, plan),
+                                                "f1": f1}
+               for rule, attack, plan, f1 in rows}
+    cells = [robustness.Cell.parse(k) for k in results]
+    assert not robustness.Cell.parse(key.format("validated", "sign_flip", "/noplan")).plan
+    found = robustness.shared_verdicts(results, cells)
+    # class_shift: validated 0.2 - 0.7 = -0.5, distance2 0.68 - 0.7 = -0.02; clean cost
+    # against mean (all four nodes: 0.725): 0 and 0.015. The no-plan sign flip has no
+    # distance2 twin and is left out.
+    assert found["validated"]["worst_gap"] == (pytest.approx(-0.5), "class_shift on classes20, ring")
+    assert found["distance2"]["worst_gap"][0] == pytest.approx(-0.02)
+    assert found["distance2"]["worst_cost"][0] == pytest.approx(0.015)
+    assert found["distance2"]["groups"] == 2
+    assert robustness.chosen_default(found) == "distance2"
+    assert "Chosen: **distance2**; it does not meet both targets" in robustness.render(
+        results, "cmd")
+
+
+def test_a_defences_cost_is_the_aggregation_step_beside_the_rounds_cpu_after_round_1():
+    import types
+
+    from experiments import bench_defence
+
+    def record(cpu, aggregation):
+        return types.SimpleNamespace(rounds=[
+            types.SimpleNamespace(round=r, cpu_seconds=c, aggregation_seconds=a)
+            for r, (c, a) in enumerate(zip(cpu, aggregation, strict=True))])
+    # round 0 and round 1 (start-up, warm-up) are not measured: rounds 2 and 3 are
+    records = [record([1.0, 3.0, 4.0, 5.5], [0.0, 0.9, 0.2, 0.4]),
+               record([1.0, 3.0, 4.2, 5.2], [0.0, 0.9, 0.3, 0.1])]
+    found = bench_defence.per_round(records)
+    assert found == {"aggregation_seconds": pytest.approx(0.25),
+                     "round_cpu_seconds": pytest.approx(1.1), "rounds_measured": 4}
+    settings = bench_defence.overrides(10, 3, "distance2", "/r")
+    assert "aggregation.distance=2.0" in settings and "aggregation.influence=0.0" in settings
+
+
+def test_the_committed_defence_cost_report_is_what_its_results_regenerate(tmp_path):
+    from experiments import bench_defence
+    assert_regenerated(bench_defence, "robustness", ("defence-cost.md",), tmp_path,
+                       data="defence-cost.json")
+
+
 def test_network_report_reads_time_to_target_and_f1_at_budget_from_the_node_curves():
     from experiments import network
     # two nodes: (round, cumulative seconds, F1); the federation's curve is their mean
