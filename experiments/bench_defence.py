@@ -33,7 +33,7 @@ MEASURED = ("mean", "validated", "distance2", "influence")
 
 def overrides(nodes: int, rounds: int, defence: str, results: str) -> list[str]:
     """The `--set` strings of one cell."""
-    settings = {"validation": 0.0, "distance": 0.0, "influence": 0.0, **DEFENCES[defence]}
+    settings = DEFENCES[defence]
     return [f"nodes={nodes}", f"rounds={rounds}", "topology.kind=fully_connected",
             f"deploy.results_dir={results}",
             *(f"aggregation.{key}={json.dumps(value)}" for key, value in settings.items())]

@@ -49,12 +49,14 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # The defences compared: each aggregation rule alone, and validation before mean or
 # clipping (aggregation.validation 0.5: a peer's model must cut the loss on this node's
 # samples of the peer's classes by half the cut this node's own round made on its own).
-DEFENCES = {**{rule: {"rule": rule, "validation": 0.0} for rule in AGGREGATION_RULES},
-            "validated": {"rule": "mean", "validation": 0.5},
-            "validated_clipped": {"rule": "clipped_mean", "validation": 0.5},
-            "distance2": {"rule": "mean", "validation": 0.5, "distance": 2.0},
-            "distance3": {"rule": "mean", "validation": 0.5, "distance": 3.0},
-            "influence": {"rule": "mean", "validation": 0.5, "distance": 2.0,
+# Every screen named in each, so that a change of default does not change a defence.
+OFF = {"validation": 0.0, "distance": 0.0, "influence": 0.0}
+DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
+            "validated": {**OFF, "rule": "mean", "validation": 0.5},
+            "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},
+            "distance2": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0},
+            "distance3": {**OFF, "rule": "mean", "validation": 0.5, "distance": 3.0},
+            "influence": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
                           "influence": 2.0}}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")

@@ -201,7 +201,7 @@ class AggregationConfig:
     model this node began the round with, by this share of the cut this node's own round made
     on its own samples; else it is refused with its prototypes that round (0: never); in
     [0, 1]."""
-    distance: float = 0.0
+    distance: float = 2.0
     """A peer's model farther from this node's own, in some layer, than this many times the
     median in-neighbour's distance in that layer (this node's own, 0, among them) is refused
     with its prototypes that round (0: never; else > 1)."""

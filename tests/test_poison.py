@@ -256,3 +256,33 @@ def test_under_the_default_a_sign_flipping_neighbour_is_refused_every_round(
     flipped, withheld = (sum(honest_f1(runs[name])) / 3 for name in ("sign_flip", "withheld"))
     assert flipped >= withheld - 0.02, (flipped, withheld)
 
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("topology", ["ring", "fully_connected"])
+@pytest.mark.parametrize("attack", ["sign_flip", "class_shift"])
+def test_under_the_default_a_neighbour_sharing_no_class_is_refused_on_20_percent_classes(
+        data_dir, tmp_path, monkeypatch, topology, attack):
+    """On 20% of the classes per node most receivers share no class with node 1, so
+    validation cannot judge it; its model negated, or its honest model with the classifier
+    lifted on its own classes as far as it estimates every screen lets it (class_shift),
+    is still refused, with its prototypes, at every honest out-neighbour in every round but
+    at most one (by the distance screen where validation cannot judge it)."""
+    config = mnist_config(data_dir, 3000, name="apart", nodes=6, rounds=3, seed=3,
+                          algorithm="profe", topology={"kind": topology},
+                          data={"partition": "classes", "classes_fraction": 0.2},
+                          model={"teacher_channels": [8, 16], "student_channels": [4, 8]})
+    assert config.aggregation.distance > 0 and config.aggregation.validation > 0
+    monkeypatch.setattr(node.algorithms, "ALGORITHMS", PerNode(
+        node.algorithms.ALGORITHMS, {1: attacker_class(ProFe, attack)}))
+    results = run_in_process(config, tmp_path / attack)
+    judged = 0
+    for result in results:
+        if 1 not in result["in_neighbours"] or result["node"] == 1:
+            continue
+        refused_in = [record["round"] for record in result["rounds"][1:]
+                      if any(r["peer"] == 1 and r["what"] == "model and prototypes"
+                             for r in record["refusals"])]
+        assert len(refused_in) >= len(result["rounds"]) - 2, (result["node"], refused_in)
+        judged += 1
+    assert judged >= 2
