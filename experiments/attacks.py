@@ -249,19 +249,18 @@ def class_shift(trained: torch.Tensor, like: Mapping[str, torch.Tensor], counts:
 def own_influence(algorithm: Algorithm, trained: torch.Tensor) -> Callable[[torch.Tensor], float]:
     """What the influence screen would score a model at, as the attacker estimates it from
     where it stands: its honest model in a receiver's place, mixed half and half with the
-    model, measured per class on its own samples and on the global prototypes it knows,
-    against a median in-neighbour that changes nothing."""
+    model, measured on the global prototypes it knows of the classes it lacks, against a
+    median in-neighbour that changes nothing."""
     from node.intake.influence import class_losses, root_prototypes
 
     scratch = copy.deepcopy(shared_model(algorithm))
     like = scratch.state_dict()
-    data, batch = algorithm.data, algorithm.config.train.eval_batch_size
+    data = algorithm.data
     prototypes, known = root_prototypes(algorithm)
 
     def losses(vector: torch.Tensor) -> list[float | None]:
         scratch.load_state_dict(unflat(vector, like))
-        return class_losses(scratch, data.train_x, data.train_y, data.num_classes, batch,
-                            prototypes, known)
+        return class_losses(scratch, data.train_y, data.num_classes, prototypes, known)
     base = losses(trained)
 
     def score(vector: torch.Tensor) -> float:

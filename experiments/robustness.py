@@ -57,7 +57,7 @@ DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "distance2": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0},
             "distance3": {**OFF, "rule": "mean", "validation": 0.5, "distance": 3.0},
             "influence": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
-                          "influence": 2.0}}
+                          "influence": 1.5}}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
 # The defences the default is chosen among on every split, with and without the plan (the
@@ -416,7 +416,7 @@ def render(results: dict, command: str) -> str:
              "`validated_clipped` (validation 0.5, then `clipped_mean`), `distance2` and "
              "`distance3` (validation 0.5 and the per-layer distance screen, "
              "aggregation.distance 2 or 3, then `mean`) and `influence` (`distance2` and the "
-             "influence screen, aggregation.influence 2). Sections marked \"no plan\" ran "
+             "influence screen, aggregation.influence 1.5). Sections marked \"no plan\" ran "
              "with aggregation.use_plan = false: every node weighs its peers by their "
              "bounded claims. "
              "With one attacker node 0 holds a "

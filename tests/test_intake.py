@@ -83,9 +83,12 @@ class Head(nn.Module):
         return self.classifier(x), x
 
 
-def _node(influence=0.0, distance=0.0, use_plan=True, plan=None):
-    # two samples each of classes 0 and 1 as one-hot inputs; class 2 known by its prototype
-    x, y = torch.eye(3)[[0, 0, 1, 1]], torch.tensor([0, 0, 1, 1])
+def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
+          known=(False, False, True)):
+    # samples of the classes `held` as one-hot inputs; the global prototypes of the
+    # classes `known` are the one-hot vectors
+    y = torch.tensor(held)
+    x = torch.eye(3)[y]
     aggregation = types.SimpleNamespace(validation=0.0, influence=influence, distance=distance,
                                         use_plan=use_plan)
     return types.SimpleNamespace(
@@ -94,39 +97,41 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None):
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x, test_y=y, num_classes=3,
                                    plan=plan),
         node_id=0, distrusted={}, claimed_classes={}, start_state=None,
-        global_prototypes=torch.eye(3), known=torch.tensor([False, False, True]))
+        global_prototypes=torch.eye(3), known=torch.tensor(known))
 
 
 def _sent(weight, samples=4):
     return {"model": Payload({"classifier.weight": weight}, {"samples": samples})}
 
 
-def test_influence_refuses_a_mix_that_raises_a_class_beyond_the_other_neighbours_mixes():
+def test_influence_refuses_a_mix_that_raises_a_lacking_class_beyond_the_others_mixes():
+    # this node holds class 0 only; it knows the prototypes of classes 1 and 2 (e1, e2)
     swap = torch.eye(3)[[1, 0, 2]]
     own = _sent(3 * torch.eye(3))
     received = {1: _sent(3 * torch.eye(3)), 2: _sent(3 * torch.eye(3)), 3: _sent(3 * swap)}
     # peers 1 and 2 change nothing (excess 0). Peer 3 mixed half and half gives 1.5 (I +
-    # swap): on e0 the logits [1.5, 1.5, 0], cross-entropy log(2 e^1.5 + 1) - 1.5 = 0.7989,
-    # against this node's log(e^3 + 2) - 3 = 0.0949 (the same for class 1); on class 2's
-    # prototype e2 both give [0, 0, 3]. Its score: 0.7040 over a median of 0.
+    # swap): on e1 the logits [1.5, 1.5, 0], cross-entropy log(2 e^1.5 + 1) - 1.5 = 0.7989,
+    # against this node's log(e^3 + 2) - 3 = 0.0949; on e2 both give [0, 0, 3]. Its score:
+    # 0.7040 over a median of 0. Class 0, held here, is validation's to judge.
     excess = (math.log(2 * math.exp(1.5) + 1) - 1.5) - (math.log(math.exp(3) + 2) - 3)
-    node = _node(influence=0.5)
+    node = _node(influence=0.5, held=(0, 0), known=(True, True, True))
     update = screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
     assert update.peers == [1, 2]
     [refusal] = update.refusals
     assert (refusal.peer, refusal.rule) == (3, "influence")
     assert f"{excess:.3g} nats" in refusal.reason
     assert node.distrusted == {3: "influence"}
-    # a wider margin keeps it
-    assert screened(_node(influence=1.0), Head(3 * torch.eye(3)),
-                    gather(own, received, 0)).peers == [1, 2, 3]
+    # a wider margin keeps it; so does a node that holds class 1 (validation's class)
+    assert screened(_node(influence=1.0, held=(0, 0), known=(True, True, True)),
+                    Head(3 * torch.eye(3)), gather(own, received, 0)).peers == [1, 2, 3]
+    assert screened(_node(influence=0.5, held=(0, 1), known=(True, True, True)),
+                    Head(3 * torch.eye(3)), gather(own, received, 0)).peers == [1, 2, 3]
 
 
 def test_influence_judges_a_class_this_node_lacks_by_its_prototype():
     # peer 3 lowers class 2's logit by 8: no sample here shows it, the prototype e2 does:
     # mixed half and half its logits on e2 are [0, 0, -1]: log(2 + e^-1) + 1 = 1.8620
-    # against this node's log(2 + e^3) - 3 = 0.0949, 1.767 over the median 0 (classes 0 and
-    # 1 fit no worse: their samples' class-2 logit is 0 either way)
+    # against this node's log(2 + e^3) - 3 = 0.0949, 1.767 over the median 0
     erased = 3 * torch.eye(3)
     erased[2, 2] = -5.0
     own = _sent(3 * torch.eye(3))
@@ -134,6 +139,9 @@ def test_influence_judges_a_class_this_node_lacks_by_its_prototype():
     update = screened(_node(influence=1.0), Head(3 * torch.eye(3)), gather(own, received, 0))
     assert update.peers == [1, 2]
     assert update.refusals[0].rule == "influence"
+    # before any global prototype is known (round 1) nothing is judged
+    assert screened(_node(influence=1.0, known=(False, False, False)), Head(3 * torch.eye(3)),
+                    gather(own, received, 0)).peers == [1, 2, 3]
 
 
 def test_distance_refuses_a_model_far_beyond_the_median_neighbours():

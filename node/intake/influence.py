@@ -1,10 +1,11 @@
-"""Influence on this node: each in-neighbour's model averaged with this node's own alone, at
-their weights, and measured where this node knows the truth: per class on its own samples,
-and, for a class it holds none of, by the classifier on the global prototype it knows of
-that class (its own data and what the federation agreed on; FLTrust's root set, held by the
-receiver). A neighbour whose mix raises a class's loss far beyond what the other
-in-neighbours' mixes do is refused (node.defences.class_excess_scores): it needs no class
-in common with the sender and no data plan."""
+"""Influence on the classes this node holds none of: each in-neighbour's model averaged with
+this node's own alone, at their weights, and measured by its classifier on the global
+prototype of each such class (what the federation agreed on: FLTrust's root set, held by the
+receiver). A neighbour whose mix raises one such class's loss far beyond what the other
+in-neighbours' mixes do is refused (node.defences.class_excess_scores): it needs no class in
+common with the sender and no data plan. The classes this node holds are validation's to
+judge (node.intake.validation): on them every honest neighbour of other classes raises the
+loss, by amounts too varied to single one out."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from torch import nn
 from node.algorithms.base import Algorithm, Refusal
 from node.defences import class_excess_scores, mixing_share
 from node.intake.checks import Contributions
-from node.intake.samples import loss_per_class, validation_samples
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +46,17 @@ def prototype_losses(model: nn.Module, prototypes: torch.Tensor | None,
     return [loss if bool(k) else None for loss, k in zip(losses, known.cpu(), strict=True)]
 
 
-def class_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
-                 batch: int, prototypes: torch.Tensor | None,
+def class_losses(model: nn.Module, y: torch.Tensor, num_classes: int,
+                 prototypes: torch.Tensor | None,
                  known: torch.Tensor | None) -> list[float | None]:
-    """Per class, `model`'s mean loss on this node's samples of it; on its prototype for a
-    class without samples here; None where neither exists. Non-finite losses read as inf."""
-    sums, total = loss_per_class(model, x, y, num_classes, batch)
+    """Per class this node holds no sample of (`y`: its samples' labels), `model`'s loss on
+    the class's global prototype; None for a class held here (validation's to judge) or
+    without a prototype. Non-finite losses read as inf."""
+    held = torch.bincount(y.cpu(), minlength=num_classes) > 0
     on_prototypes = prototype_losses(model, prototypes, known) or [None] * num_classes
     out: list[float | None] = []
     for c in range(num_classes):
-        value = sums[c] / total[c] if total[c] else (
-            on_prototypes[c] if c < len(on_prototypes) else None)
+        value = None if bool(held[c]) or c >= len(on_prototypes) else on_prototypes[c]
         out.append(value if value is None or math.isfinite(value) else math.inf)
     return out
 
@@ -74,24 +74,26 @@ def root_prototypes(algorithm: Algorithm) -> tuple[torch.Tensor | None, torch.Te
 
 def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dict[int, Refusal]:
     """The in-neighbours whose mix with this node's model raises the loss on one of the
-    classes it can measure more than aggregation.influence (nats) beyond that class's
-    reference, the median over every in-neighbour's mix and its own model's."""
+    classes it lacks more than aggregation.influence (nats) beyond that class's reference,
+    the median over every in-neighbour's mix and its own model's."""
     margin = algorithm.config.aggregation.influence
     if margin <= 0 or not update.peers:
         return {}
-    data, batch = algorithm.data, algorithm.config.train.eval_batch_size
-    x, y = validation_samples(algorithm)
+    data = algorithm.data
+    y = data.train_y
     prototypes, known = root_prototypes(algorithm)
+    if prototypes is None or known is None or not bool(known.any()):
+        return {}  # no global prototype yet (round 1), or an algorithm without them
     own_state = {name: t.detach().clone() for name, t in model.state_dict().items()}
     own_weight = float(update.states[0][1])
-    base = class_losses(model, x, y, data.num_classes, batch, prototypes, known)
+    base = class_losses(model, y, data.num_classes, prototypes, known)
     scratch = copy.deepcopy(model)
     rows = []
     for index in range(len(update.peers)):
         state, weight = update.states[index + 1]
         scratch.load_state_dict(mixed(own_state, state, mixing_share(own_weight, float(weight))))
-        rows.append(excess(class_losses(scratch, x, y, data.num_classes, batch, prototypes,
-                                        known), base))
+        rows.append(excess(class_losses(scratch, y, data.num_classes, prototypes, known),
+                           base))
     scores = class_excess_scores(rows)
     log.debug("node %d: influence scores %s", algorithm.node_id,
               dict(zip(update.peers, scores, strict=True)))
@@ -104,7 +106,7 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
         if score is not None and score > margin:
             refused[peer] = Refusal(
                 peer, "model and prototypes", "influence",
-                f"averaged with this node's model it raises the loss on one of the classes "
-                f"this node can measure {score:.3g} nats beyond the class's median "
+                f"averaged with this node's model it raises the loss on the prototype of a "
+                f"class this node lacks {score:.3g} nats beyond the class's median "
                 f"in-neighbour (at most {margin:g})")
     return refused
