@@ -160,9 +160,10 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
     plan = DataPlan(samples=(4,) * 5, class_counts=torch.tensor(
         [[2, 2, 0], [3, 1, 0], [3, 1, 0], [0, 0, 4], [1, 1, 0]]))
     algorithm = types.SimpleNamespace(
-        config=types.SimpleNamespace(aggregation=types.SimpleNamespace(
-            validation=0.5, influence=0.0, distance=0.0, use_plan=True),
-                                     train=types.SimpleNamespace(eval_batch_size=2), seed=1),
+        config=types.SimpleNamespace(
+            aggregation=types.SimpleNamespace(validation=0.5, influence=0.0, distance=0.0,
+                                              use_plan=True),
+            train=types.SimpleNamespace(eval_batch_size=2), seed=1),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
                                    num_classes=3, plan=plan),
         node_id=0, distrusted={}, claimed_classes={}, start_state={"w": torch.eye(3)})
@@ -217,9 +218,10 @@ def test_a_model_that_knows_nothing_fails_validation_against_a_start_worse_than_
     plan = DataPlan(samples=(4,) * 3, class_counts=torch.tensor([[2, 2, 0], [2, 2, 0],
                                                                  [2, 2, 0]]))
     algorithm = types.SimpleNamespace(
-        config=types.SimpleNamespace(aggregation=types.SimpleNamespace(
-            validation=0.5, influence=0.0, distance=0.0, use_plan=True),
-                                     train=types.SimpleNamespace(eval_batch_size=2), seed=1),
+        config=types.SimpleNamespace(
+            aggregation=types.SimpleNamespace(validation=0.5, influence=0.0, distance=0.0,
+                                              use_plan=True),
+            train=types.SimpleNamespace(eval_batch_size=2), seed=1),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
                                    num_classes=3, plan=plan),
         node_id=0, distrusted={}, claimed_classes={}, start_state={"w": 3 * torch.eye(3)[[1, 0, 2]]})
