@@ -50,19 +50,21 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # clipping (aggregation.validation 0.5: a peer's model must cut the loss on this node's
 # samples of the peer's classes by half the cut this node's own round made on its own).
 # Every screen named in each, so that a change of default does not change a defence.
-OFF = {"validation": 0.0, "distance": 0.0, "influence": 0.0}
+OFF = {"validation": 0.0, "distance": 0.0, "distance_refuse": 1.0, "influence": 0.0}
 DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "validated": {**OFF, "rule": "mean", "validation": 0.5},
             "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},
             "distance2": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0},
             "distance3": {**OFF, "rule": "mean", "validation": 0.5, "distance": 3.0},
             "influence": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
-                          "influence": 1.5}}
+                          "influence": 1.5},
+            "clipped2": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
+                         "distance_refuse": 1.5}}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
 # The defences the default is chosen among on every split, with and without the plan (the
 # rules alone were ruled out on Dirichlet 0.5: the earlier choice below).
-CANDIDATES = ("validated", "distance2", "influence")
+CANDIDATES = ("validated", "distance2", "influence", "clipped2")
 SPLITS = {"dirichlet": {"partition": "dirichlet", "alpha": 0.5},
           "iid": {"partition": "iid"},
           "classes20": {"partition": "classes", "classes_fraction": 0.2}}
@@ -116,16 +118,24 @@ class _WithAttackers(dict):
         return build
 
 
+CLIPPED = "distance_clip"  # node.intake.distance's rule for a pull cut to the bound
+
+
 def refusal_counts(nodes: list[dict], attackers: tuple[int, ...]) -> dict[str, Any]:
     """Refusals made by honest nodes: of honest peers' updates (also by rule) and of the
     attackers'."""
     counts: dict[str, Any] = {"honest_refused": 0, "attacker_refused": 0,
-                              "honest_refused_by_rule": {}}
+                              "honest_refused_by_rule": {}, "honest_clipped": 0,
+                              "attacker_clipped": 0}
     for index, record in enumerate(nodes):
         if index in attackers:
             continue
         for round_ in record["rounds"]:
             for refusal in round_.get("refusals", []):
+                if refusal["rule"] == CLIPPED:  # a layer's pull cut to the bound, kept
+                    who = "attacker" if refusal["peer"] in attackers else "honest"
+                    counts[f"{who}_clipped"] += 1
+                    continue
                 if refusal["peer"] in attackers:
                     counts["attacker_refused"] += 1
                     continue
@@ -414,9 +424,11 @@ def render(results: dict, command: str) -> str:
              "(among them aggregation.norm_bound = 3). The defences: each aggregation rule "
              "alone (aggregation.validation = 0), `validated` (validation 0.5, then `mean`), "
              "`validated_clipped` (validation 0.5, then `clipped_mean`), `distance2` and "
-             "`distance3` (validation 0.5 and the per-layer distance screen, "
-             "aggregation.distance 2 or 3, then `mean`) and `influence` (`distance2` and the "
-             "influence screen, aggregation.influence 1.5). Sections marked \"no plan\" ran "
+             "`distance3` (validation 0.5 and the per-layer distance screen refusing beyond "
+             "aggregation.distance 2 or 3, then `mean`), `influence` (`distance2` and the "
+             "influence screen, aggregation.influence 1.5) and `clipped2` (validation 0.5, "
+             "each layer's pull clipped at 2 times the median in-neighbour's and the peer "
+             "refused beyond 3: aggregation.distance 2, distance_refuse 1.5). Sections marked \"no plan\" ran "
              "with aggregation.use_plan = false: every node weighs its peers by their "
              "bounded claims. "
              "With one attacker node 0 holds a "

@@ -453,6 +453,8 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
     _check(c.aggregation.distance == 0 or c.aggregation.distance > 1, source,
            "aggregation.distance", "must be 0 (no distance screen) or above 1, got "
            f"{c.aggregation.distance}")
+    _check(1 <= c.aggregation.distance_refuse <= 10, source, "aggregation.distance_refuse",
+           f"must be in [1, 10], got {c.aggregation.distance_refuse}")
     _check(0 <= c.aggregation.influence <= 100, source, "aggregation.influence",
            f"must be in [0, 100] nats (0: no influence screen), got {c.aggregation.influence}")
 

@@ -188,6 +188,21 @@ def layer_distance_scores(distances: Sequence[Mapping[str, float]]) -> list[floa
     return scores
 
 
+def layer_clip_factors(distances: Sequence[Mapping[str, float]],
+                       bound: float) -> list[dict[str, float]]:
+    """Per in-neighbour and layer, the share of its deviation from this node's model kept so
+    that it is at most `bound` times the layer's median distance (this node's own 0 among
+    them): 1 within, bound x median / distance beyond (self-centred clipping, He et al.
+    2022, per layer, with a radius relative to the in-neighbours')."""
+    layers = sorted({layer for row in distances for layer in row})
+    factors: list[dict[str, float]] = [{} for _ in distances]
+    for layer in layers:
+        column = distance_scores([row.get(layer, 0.0) for row in distances])
+        for row, score in zip(factors, column, strict=True):
+            row[layer] = 1.0 if score <= bound else bound / score
+    return factors
+
+
 def distance_scores(distances: Sequence[float]) -> list[float]:
     """Each in-neighbour's distance from this node's model over the reference: the median
     of this node's own (0) and every in-neighbour's. Own included, one far model among two

@@ -202,9 +202,13 @@ class AggregationConfig:
     on its own samples; else it is refused with its prototypes that round (0: never); in
     [0, 1]."""
     distance: float = 2.0
-    """A peer's model farther from this node's own, in some layer, than this many times the
-    median in-neighbour's distance in that layer (this node's own, 0, among them) is refused
-    with its prototypes that round (0: never; else > 1)."""
+    """Per layer, a peer's pull beyond this many times the median in-neighbour's distance
+    from this node's model (this node's own, 0, among them) is clipped to it (0: never;
+    else > 1)."""
+    distance_refuse: float = 1.5
+    """A peer beyond distance_refuse x distance times that median in some layer is refused
+    with its prototypes that round; in [1, 10] (1: every peer beyond the bound refused,
+    none clipped)."""
     influence: float = 0.0
     """A peer's model averaged with this node's own (at their weights) may raise the loss on
     one class this node can measure (its own samples; the classifier on the global prototype

@@ -84,13 +84,13 @@ class Head(nn.Module):
 
 
 def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
-          known=(False, False, True)):
+          known=(False, False, True), distance_refuse=1.0):
     # samples of the classes `held` as one-hot inputs; the global prototypes of the
     # classes `known` are the one-hot vectors
     y = torch.tensor(held)
     x = torch.eye(3)[y]
     aggregation = types.SimpleNamespace(validation=0.0, influence=influence, distance=distance,
-                                        use_plan=use_plan)
+                                        distance_refuse=distance_refuse, use_plan=use_plan)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
                                      train=types.SimpleNamespace(eval_batch_size=2)),
@@ -157,6 +157,23 @@ def test_distance_refuses_a_model_far_beyond_the_median_neighbours():
     [refusal] = update.refusals
     assert (refusal.peer, refusal.rule) == (3, "distance")
     assert "in some layer its model is 3.15 times as far" in refusal.reason
+
+
+def test_a_pull_beyond_the_bound_is_clipped_to_it_and_one_far_beyond_refused():
+    own = _sent(torch.zeros(3, 3))
+    one = torch.zeros(3, 3)
+    one[0, 0] = 1.0
+    received = {1: _sent(one), 2: _sent(one), 3: _sent(2.5 * one), 4: _sent(-4 * one)}
+    # distances 1, 1, 2.5, 4; median{0, 1, 1, 2.5, 4} = 1: peer 4 (4 > 2 x 1.5) refused;
+    # then among the kept, median{0, 1, 1, 2.5} = 1: peer 3's pull cut to 2 / 2.5 = 80%
+    update = screened(_node(distance=2.0, distance_refuse=1.5), Head(torch.zeros(3, 3)),
+                      gather(own, received, 0))
+    assert update.peers == [1, 2, 3]
+    assert float(update.states[3][0]["classifier.weight"][0, 0]) == pytest.approx(2.0)
+    assert float(update.states[1][0]["classifier.weight"][0, 0]) == pytest.approx(1.0)
+    assert [(r.peer, r.rule) for r in update.refusals] == [(3, "distance_clip"),
+                                                           (4, "distance")]
+    assert "its pull cut to 80% in classifier" in update.refusals[0].reason
 
 
 def test_a_later_prototype_step_leaves_out_the_prototypes_of_a_refused_model():

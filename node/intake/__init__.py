@@ -2,9 +2,10 @@
 every message passes (`checks`), the weight each carries (`weights`: the data plan's, or
 bounded claims), the norm bounds (`norms`), then the screens that judge a model by what it
 does on this node's own data, one module each behind one interface (`Screen`):
-`validation` (on the receiver's samples of the peer's classes) and `influence` (what the
-peer's model would do to this node's model, against the other in-neighbours'). What is
-refused is named in the node's record; nothing a peer sends can stop the round."""
+`distance` (per layer, against the median in-neighbour's; what it keeps is clipped to the
+bound), `validation` (on the receiver's samples of the peer's classes) and `influence` (on
+the global prototypes of the classes this node lacks, against the other in-neighbours').
+What is refused is named in the node's record; nothing a peer sends can stop the round."""
 
 from __future__ import annotations
 
@@ -116,7 +117,8 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
         log.warning("node %d: %s of peer %d refused (%s): %s", algorithm.node_id,
                     refusal.what, refusal.peer, refusal.rule, refusal.reason)
     algorithm.distrusted = {peer: refusal.rule for peer, refusal in refused.items()}
-    kept = without_peers(update, refused)
+    # what it keeps, each layer's pull bounded against the kept in-neighbours' median
+    kept = distance.clipped(algorithm, model, without_peers(update, refused))
     remember_claims(algorithm, kept)
     return kept
 
