@@ -76,6 +76,18 @@ def class_weighted_mean(sums: Sequence[float], total: Sequence[int],
     return sum(weights[c] * sums[c] / total[c] for c in shared) / weight
 
 
+def prototype_class_loss(losses: Sequence[float | None],
+                         weights: Sequence[float]) -> float | None:
+    """The mean of per-class `losses` (a classifier's on each class's global prototype; None:
+    no prototype) over the classes with weight (the peer's sample count of each), weighed
+    by it; None when no class has both."""
+    shared = [c for c, (loss, w) in enumerate(zip(losses, weights, strict=True))
+              if loss is not None and w > 0]
+    if not shared:
+        return None
+    return sum(weights[c] * losses[c] for c in shared) / sum(weights[c] for c in shared)
+
+
 def loss_to_beat(start_loss: float, classes: int) -> float:
     """The fit an update must improve on: the start of round's loss, or ln(`classes`) (the
     cross-entropy of a uniform guess) where the start fits worse than guessing. After a

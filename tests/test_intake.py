@@ -18,6 +18,7 @@ from node.defences import (
     distance_scores,
     layer_distance_scores,
     mixing_share,
+    prototype_class_loss,
 )
 from node.intake import gather, plan_of, screened
 
@@ -84,13 +85,14 @@ class Head(nn.Module):
 
 
 def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
-          known=(False, False, True), distance_refuse=1.0):
+          known=(False, False, True), distance_refuse=1.0, prototype_validation=False):
     # samples of the classes `held` as one-hot inputs; the global prototypes of the
     # classes `known` are the one-hot vectors
     y = torch.tensor(held)
     x = torch.eye(3)[y]
     aggregation = types.SimpleNamespace(validation=0.0, influence=influence, distance=distance,
-                                        distance_refuse=distance_refuse, use_plan=use_plan)
+                                        distance_refuse=distance_refuse, use_plan=use_plan,
+                                        prototype_validation=prototype_validation)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
                                      train=types.SimpleNamespace(eval_batch_size=2)),
@@ -142,6 +144,39 @@ def test_influence_judges_a_class_this_node_lacks_by_its_prototype():
     # before any global prototype is known (round 1) nothing is judged
     assert screened(_node(influence=1.0, known=(False, False, False)), Head(3 * torch.eye(3)),
                     gather(own, received, 0)).peers == [1, 2, 3]
+
+
+def test_a_prototype_loss_is_the_peers_classes_mean_weighed_by_its_counts():
+    assert prototype_class_loss([0.5, None, 2.0], [1.0, 5.0, 3.0]) == pytest.approx(
+        (0.5 + 3 * 2.0) / 4)
+    assert prototype_class_loss([0.5, None, 2.0], [0.0, 5.0, 0.0]) is None
+
+
+def test_prototype_validation_refuses_a_peer_whose_classifier_unlearns_its_own_classes():
+    # this node holds class 0 only and knows every global prototype (e0, e1, e2); without a
+    # plan peer 1 and peer 3 claim class 1 (their last prototypes), peer 2 class 0
+    own = _sent(3 * torch.eye(3))
+    flipped = 3 * torch.eye(3)[[0, 2, 1]]  # trained on class 1 labelled 2, and back
+    received = {1: _sent(3.6 * torch.eye(3)), 2: _sent(-3 * torch.eye(3)), 3: _sent(flipped)}
+    node = _node(use_plan=False, held=(0, 0), known=(True, True, True),
+                 prototype_validation=True)
+    node.claimed_classes = {1: [0, 4, 0], 2: [4, 0, 0], 3: [0, 4, 0]}
+    # on e1 the start of round (3I) gives log(e^3 + 2) - 3 = 0.0949, the bar (a uniform
+    # guess's ln 3 is higher; the floor 0.1 is above it); peer 1: log(e^3.6 + 2) - 3.6 =
+    # 0.0539, kept; peer 3: logits [0, 0, 3], log(2 + e^3) = 3.0949, refused. Peer 2 claims
+    # only class 0, held here: validation's, not judged here.
+    update = screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
+    assert update.peers == [1, 2]
+    [refusal] = update.refusals
+    assert (refusal.peer, refusal.rule) == (3, "prototype_validation")
+    assert f"is {math.log(2 + math.exp(3)):.3g}, more than 0.0949" in refusal.reason
+    # off, or before any global prototype is known, nothing is judged
+    node.config.aggregation.prototype_validation = False
+    assert screened(node, Head(3 * torch.eye(3)), gather(own, received, 0)).peers == [1, 2, 3]
+    quiet = _node(use_plan=False, held=(0, 0), known=(False, False, False),
+                  prototype_validation=True)
+    quiet.claimed_classes = node.claimed_classes
+    assert screened(quiet, Head(3 * torch.eye(3)), gather(own, received, 0)).peers == [1, 2, 3]
 
 
 def test_distance_refuses_a_model_far_beyond_the_median_neighbours():

@@ -17,7 +17,7 @@ from torch import nn
 
 from node.aggregation import aggregate_states, reputation_aggregate, state_norm
 from node.algorithms.base import Algorithm, DataPlan, Payload, Refusal
-from node.intake import distance, influence, validation
+from node.intake import distance, influence, prototype_validation, validation
 from node.intake.checks import (
     MAX_SAMPLES,
     Contributions,
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 # the peers it refuses, each with why. Each sees only the peers the screens before it kept.
 Screen = Callable[[Algorithm, nn.Module, Contributions], dict[int, Refusal]]
 SCREENS: dict[str, Screen] = {"distance": distance.screen, "validation": validation.screen,
+                              "prototype_validation": prototype_validation.screen,
                               "influence": influence.screen}
 
 

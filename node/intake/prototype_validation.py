@@ -1,0 +1,56 @@
+"""Validation on the federation's prototypes: a peer's model is measured by its classifier on
+the global prototype of each of the peer's classes that this node holds no sample of (what
+the federation agreed on: FLTrust's root set, here the receiver's global prototypes). Where
+validation on this node's own samples cannot judge a peer, this still can: a model that
+fits its own classes worse than this node's start of round does (a label-flipped, negated or
+reversed one) is refused with its prototypes that round (node.defences.fails_validation at
+factor 1: an honest round does not go backwards on its own classes)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+from torch import nn
+
+from node.algorithms.base import Algorithm, Refusal
+from node.defences import fails_validation, loss_to_beat, prototype_class_loss
+from node.intake.checks import Contributions
+from node.intake.influence import prototype_losses, root_prototypes
+from node.intake.validation import peer_class_weights
+
+RULE = "prototype_validation"
+
+
+def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dict[int, Refusal]:
+    """The in-neighbours whose classifier fits the global prototypes of their classes this
+    node lacks worse than the model this node began the round with (or a uniform guess,
+    where that fits better). Nothing before a global prototype is known (round 1)."""
+    if not algorithm.config.aggregation.prototype_validation or not update.peers:
+        return {}
+    prototypes, known = root_prototypes(algorithm)
+    if prototypes is None or known is None or not bool(known.any()):
+        return {}
+    data = algorithm.data
+    held = [n > 0 for n in data.train_y.bincount(minlength=data.num_classes).tolist()]
+    scratch = copy.deepcopy(model)
+    if algorithm.start_state is not None:
+        scratch.load_state_dict(algorithm.start_state)
+    start_losses = prototype_losses(scratch, prototypes, known)
+    refused = {}
+    for index, peer in enumerate(update.peers):
+        weights = [0.0 if held[c] else w
+                   for c, w in enumerate(peer_class_weights(algorithm, update, index))]
+        start = prototype_class_loss(start_losses, weights)
+        if start is None:
+            continue  # no class of the peer's lacked here with a global prototype
+        scratch.load_state_dict(dict(update.states[index + 1][0]))
+        loss = prototype_class_loss(prototype_losses(scratch, prototypes, known), weights)
+        bar = loss_to_beat(start, data.num_classes)
+        if loss is None or not math.isfinite(loss) or fails_validation(loss, bar, 1.0):
+            refused[peer] = Refusal(
+                peer, "model and prototypes", RULE,
+                f"its classifier's loss on the global prototypes of its classes this node "
+                f"lacks is {loss if loss is None else f'{loss:.3g}'}, more than {bar:.3g} (the "
+                f"start of round's, or a uniform guess's where lower)")
+    return refused
