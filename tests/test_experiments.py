@@ -553,9 +553,9 @@ def test_the_default_is_chosen_among_the_candidates_on_the_groups_all_of_them_me
             ("validated", "withheld", "", [0.1, 0.7, 0.7, 0.7]),
             ("validated", "class_shift", "", [0.9, 0.2, 0.2, 0.2]),
             ("validated", "sign_flip", "/noplan", [0.1, 0.1, 0.1, 0.1]),  # no twin
-            ("distance2", "none", "", [0.5, 0.78, 0.78, 0.78]),
-            ("distance2", "withheld", "", [0.1, 0.7, 0.7, 0.7]),
-            ("distance2", "class_shift", "", [0.9, 0.68, 0.68, 0.68]),
+            ("guarded", "none", "", [0.5, 0.78, 0.78, 0.78]),
+            ("guarded", "withheld", "", [0.1, 0.7, 0.7, 0.7]),
+            ("guarded", "class_shift", "", [0.9, 0.68, 0.68, 0.68]),
             ("mean", "none", "", [0.5, 0.8, 0.8, 0.8])]
     results = {key.format(rule, attack, plan): {"key": key.format(rule, attack, plan),
                                                 "f1": f1}
@@ -563,15 +563,19 @@ def test_the_default_is_chosen_among_the_candidates_on_the_groups_all_of_them_me
     cells = [robustness.Cell.parse(k) for k in results]
     assert not robustness.Cell.parse(key.format("validated", "sign_flip", "/noplan")).plan
     found = robustness.shared_verdicts(results, cells)
-    # class_shift: validated 0.2 - 0.7 = -0.5, distance2 0.68 - 0.7 = -0.02; clean cost
+    # class_shift: validated 0.2 - 0.7 = -0.5, guarded 0.68 - 0.7 = -0.02; clean cost
     # against mean (all four nodes: 0.725): 0 and 0.015. The no-plan sign flip has no
-    # distance2 twin and is left out.
+    # guarded twin and is left out.
     assert found["validated"]["worst_gap"] == (pytest.approx(-0.5), "class_shift on classes20, ring")
-    assert found["distance2"]["worst_gap"][0] == pytest.approx(-0.02)
-    assert found["distance2"]["worst_cost"][0] == pytest.approx(0.015)
-    assert found["distance2"]["groups"] == 2
-    assert robustness.chosen_default(found) == "distance2"
-    assert "Chosen: **distance2**; it does not meet both targets" in robustness.render(
+    assert found["guarded"]["worst_gap"][0] == pytest.approx(-0.02)
+    assert found["guarded"]["worst_cost"][0] == pytest.approx(0.015)
+    assert found["guarded"]["groups"] == 2
+    # over its own groups the no-plan sign flip counts for validated: 0.1 - 0 (no withheld
+    # twin there: not measured), so its own worst stays the class shift
+    assert found["validated"]["own_groups"] == 2
+    assert found["guarded"]["own_gap"] == found["guarded"]["worst_gap"]
+    assert robustness.chosen_default(found) == "guarded"
+    assert "Chosen: **guarded**; it does not meet both targets" in robustness.render(
         results, "cmd")
 
 
