@@ -179,6 +179,19 @@ def test_prototype_validation_refuses_a_peer_whose_classifier_unlearns_its_own_c
     assert screened(quiet, Head(3 * torch.eye(3)), gather(own, received, 0)).peers == [1, 2, 3]
 
 
+def test_a_peer_that_claims_no_class_is_judged_on_every_class():
+    # peer 3's flipped classifier, claiming nothing: judged on classes 1 and 2 (class 0 is
+    # held here), mean loss (3.0949 + 3.0949) / 2, far above the start's 0.0949
+    own = _sent(3 * torch.eye(3))
+    received = {1: _sent(3.6 * torch.eye(3)), 3: _sent(3 * torch.eye(3)[[0, 2, 1]])}
+    node = _node(use_plan=False, held=(0, 0), known=(True, True, True),
+                 prototype_validation=True)
+    node.claimed_classes = {1: [0, 4, 0], 3: [0, 0, 0]}
+    update = screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
+    assert update.peers == [1]
+    assert update.refusals[0].rule == "prototype_validation"
+
+
 def test_distance_refuses_a_model_far_beyond_the_median_neighbours():
     own = _sent(torch.eye(3))
     near = torch.eye(3)

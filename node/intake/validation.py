@@ -24,7 +24,17 @@ def peer_class_weights(algorithm: Algorithm, update: Contributions, index: int) 
     """The class counts the data plan gives the peer at `index` of `update.peers`; without
     a plan, those of the prototypes it sends beside the model, else of the last prototypes
     this node kept from it (a model step before the prototype step), else every class
-    alike."""
+    alike. A peer that holds or claims no class is judged on every class alike: a claim of
+    nothing must not leave its model unjudged."""
+    return _every_class_where_none(_class_weights(algorithm, update, index),
+                                   algorithm.data.num_classes)
+
+
+def _every_class_where_none(weights: list[float], classes: int) -> list[float]:
+    return weights if any(w > 0 for w in weights) else [1.0] * classes
+
+
+def _class_weights(algorithm: Algorithm, update: Contributions, index: int) -> list[float]:
     peer = update.peers[index]
     plan = algorithm.data.plan if algorithm.config.aggregation.use_plan else None
     if plan is not None and plan.counts_of(peer) is not None:
