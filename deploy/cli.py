@@ -11,7 +11,7 @@ from pathlib import Path
 from deploy.backends import compose as compose_file
 from deploy.backends import swarm_backend as swarm
 from deploy.backends.launchers import fleets
-from deploy.backends.plan import new_run_id
+from deploy.backends.plan import checked_run_id, new_run_id
 from deploy.run_folder import FEDERATION_FILE, read_node_results
 from deploy.terminal import say_files, table_width, warn_if_insecure
 from deploy.up import up
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config key for this run, e.g. --set topology.kind=ring")
     up.add_argument("--backend", choices=BACKENDS, help="overrides deploy.backend")
-    up.add_argument("--run-id", help="name of the results folder (default <name>-<time>)")
+    up.add_argument("--run-id", type=_run_id, help="name of the results folder (default <name>-<time>)")
     up.add_argument("--wide", action="store_true", help=WIDE_HELP)
     up.add_argument("--all", action="store_true", dest="every", help=ALL_HELP)
     up.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard runs (one per "
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     down = commands.add_parser("down", help="stop running federations (local, docker and "
                                "swarm)")
-    down.add_argument("run_id", nargs="?", help="the run to stop (`protofed status` lists them)")
+    down.add_argument("run_id", nargs="?", type=_run_id, help="the run to stop (`protofed status` lists them)")
     down.add_argument("--all", action="store_true", help="stop every running protofed run, "
                       "local ones and every one on the Docker engine (asked on a terminal)")
     down.add_argument("--results-dir", default="results", help="where runs are recorded")
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--results-dir", default="results", help="where runs are recorded")
 
     logs = commands.add_parser("logs", help="print the log of one node of a run")
-    logs.add_argument("run_id", help="the run's id: its results folder's name")
+    logs.add_argument("run_id", type=_run_id, help="the run's id: its results folder's name")
     logs.add_argument("node", type=int, help="the node's id, from 0")
     logs.add_argument("--tail", type=int, default=200, help="lines to show (default 200)")
     logs.add_argument("-f", "--follow", action="store_true",
@@ -91,13 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     compose.add_argument("-c", "--config", required=True, help="federation TOML file")
     compose.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config key")
-    compose.add_argument("--run-id", help="project name and results folder")
+    compose.add_argument("--run-id", type=_run_id, help="project name and results folder")
     compose.add_argument("--image", help="node image to use instead of building one")
 
     collect = commands.add_parser("collect", help="fill a run folder written by `protofed "
                                   "compose` from its nodes' output on a swarm (after "
                                   "`docker stack deploy` of its stack.yaml)")
-    collect.add_argument("run_id", help="the run's id: its results folder's name")
+    collect.add_argument("run_id", type=_run_id, help="the run's id: its results folder's name")
     collect.add_argument("--results-dir", default="results", help="where runs are recorded")
     collect.add_argument("--manager", default="", help="the swarm manager's Docker API "
                          "(default: $DOCKER_HOST, else the local engine)")
@@ -131,6 +131,14 @@ def _add_run_views(commands) -> None:
     board.add_argument("run", help="a run's folder, or its id under --results-dir")
     board.add_argument("out", metavar="DIR", help="folder for the TensorBoard runs")
     board.add_argument("--results-dir", default="results", help="where runs are recorded")
+
+
+def _run_id(text: str) -> str:
+    """An argparse type: a run id that names one folder inside the results folder."""
+    try:
+        return checked_run_id(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

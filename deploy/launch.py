@@ -20,6 +20,7 @@ from typing import Any
 from deploy.backends.launchers import launcher_for
 from deploy.backends.plan import (
     Plan,
+    checked_run_id,
     ensure_results_dir,
     new_run_id,
     prepare_data,
@@ -109,7 +110,7 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     write the summary (handed to `on_summary` before the pictures are drawn), the CSV and
     the pictures. `tensorboard`: a folder to write TensorBoard runs into as rounds end;
     `monitor_port`: serve the monitor page on 127.0.0.1 while it runs."""
-    run_id = run_id or new_run_id(config)
+    run_id = checked_run_id(run_id) if run_id else new_run_id(config)
     overrides = tuple(overrides)
     launcher = launcher_for(config)  # refuses what its backend cannot run
     taken = ensure_results_dir(config, source, overrides) / run_id

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from deploy.backends.plan import new_run_id
+from deploy.backends.plan import checked_run_id, new_run_id
 from deploy.launch import load_config
 from deploy.run_folder import FEDERATION_FILE, RecordReader, read_node_results
 from deploy.views.progress import NotebookProgress, in_notebook
@@ -91,7 +91,7 @@ def run(config: Config, *, overrides: Sequence[str] = (), backend: str | None = 
     stops every node, keeps what they recorded and raises KeyboardInterrupt."""
     overrides = tuple(overrides) + ((f"deploy.backend={backend}",) if backend else ())
     loaded, _ = load_config(config, overrides)  # every mistake named before anything starts
-    run_id = run_id or new_run_id(loaded)
+    run_id = checked_run_id(run_id) if run_id else new_run_id(loaded)
     folder = Path(loaded.deploy.results_dir) / run_id
     notebook = progress and in_notebook()
     with tempfile.TemporaryDirectory(prefix="protofed-") as scratch:

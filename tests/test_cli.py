@@ -126,3 +126,27 @@ def test_the_command_line_loads_no_torch():
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
                           text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout[:500]
+
+
+@pytest.mark.parametrize("argv", [
+    ["up", "-c", "QUICK", "--run-id", "../evil"], ["compose", "-c", "QUICK", "--run-id", "a/b"],
+    ["logs", "..", "0"], ["collect", "../x"], ["down", ".hidden"]])
+def test_a_run_id_that_leaves_the_results_folder_is_refused_before_anything(argv, capsys,
+                                                                            tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    quick = str(REPO / "examples" / "quick.toml")
+    with pytest.raises(SystemExit) as stop:
+        cli.main([quick if arg == "QUICK" else arg for arg in argv])
+    assert stop.value.code == 2
+    assert "run id must be letters, digits" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_python_api_refuses_such_a_run_id_too(tmp_path):
+    import protofed
+    from node.errors import ConfigError
+    with pytest.raises(ConfigError, match="run id must be"):
+        protofed.run(str(REPO / "examples" / "quick.toml"), run_id="../evil",
+                     overrides=[f"deploy.results_dir={tmp_path}"], progress=False)
+    assert list(tmp_path.iterdir()) == []

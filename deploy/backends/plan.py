@@ -40,6 +40,17 @@ class Plan:
         return self.results_dir / FEDERATION_FILE
 
 
+def checked_run_id(run_id: str) -> str:
+    """`run_id` if it names one folder inside the results folder: letters, digits, '-', '_'
+    and '.', not starting with '.', at most 200 characters; else a ConfigError."""
+    if not (run_id and len(run_id) <= 200 and run_id[0] != "."
+            and all(ch.isascii() and (ch.isalnum() or ch in "-_.") for ch in run_id)):
+        raise ConfigError(f"run id must be letters, digits, '-', '_' or '.', not starting with "
+                          f"'.', at most 200 characters (it names a folder inside the results "
+                          f"folder), got {run_id!r}")
+    return run_id
+
+
 def new_run_id(config: FederationConfig, now: datetime.datetime | None = None) -> str:
     """`<name>-<UTC timestamp>`, unique per second and sortable."""
     now = now or datetime.datetime.now(datetime.UTC)
