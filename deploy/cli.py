@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -146,10 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return {"up": up, "down": cmd_down, "status": cmd_status, "logs": cmd_logs,
+        code = {"up": up, "down": cmd_down, "status": cmd_status, "logs": cmd_logs,
                 "compose": cmd_compose, "collect": cmd_collect,
                 "report": cmd_report, "tensorboard": cmd_tensorboard,
                 "monitor": cmd_monitor}[args.command](args)
+        sys.stdout.flush()  # a reader gone away shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # the reader of stdout went away (`protofed report RUN | head`): stop quietly, as
+        # Unix tools do, and let nothing more reach the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except ProtofedError as exc:
         print(f"protofed: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1

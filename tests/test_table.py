@@ -150,3 +150,19 @@ def test_beyond_twenty_nodes_the_table_shows_the_extremes_and_all_of_them_with_a
     assert len([line for line in every.splitlines() if line.split()
                 and line.split()[0].isdigit()]) == 100 and "Shown:" not in every
     assert len(format_table(summarize(tmp_path, "run", 20)).splitlines()) == 20 + 5
+
+
+def test_report_into_a_pipe_closed_early_stops_quietly(tmp_path):
+    # `protofed report RUN | head -1`: a table far larger than the pipe's buffer
+    import subprocess
+    import sys
+    for node in range(800):
+        write_node(tmp_path, node, 0.5)
+    with subprocess.Popen([sys.executable, "-m", "deploy.cli", "report", str(tmp_path),
+                           "--all", "--wide"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as reader:
+        assert reader.stdout.readline().startswith(b"node")
+        reader.stdout.close()
+        err = reader.stderr.read().decode()
+        assert reader.wait() == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err
