@@ -73,7 +73,7 @@ DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
 # The defences the default is chosen among on every split, with and without the plan (the
 # rules alone were ruled out on Dirichlet 0.5: the earlier choice below).
-CANDIDATES = ("validated", "clipped2", "guarded", "guarded3")
+CANDIDATES = ("validated", "clipped2", "guarded")
 SPLITS = {"dirichlet": {"partition": "dirichlet", "alpha": 0.5},
           "iid": {"partition": "iid"},
           "classes20": {"partition": "classes", "classes_fraction": 0.2}}

@@ -22,6 +22,20 @@ from node.intake.validation import peer_class_weights
 RULE = "prototype_validation"
 
 
+def judges(algorithm: Algorithm, weights: list[float] | None) -> bool:
+    """Whether this screen can judge a peer of these class counts: it is on, and the peer
+    holds a class this node lacks and knows a global prototype of."""
+    if not algorithm.config.aggregation.prototype_validation or weights is None:
+        return False
+    _, known = root_prototypes(algorithm)
+    if known is None:
+        return False
+    data = algorithm.data
+    held = data.train_y.bincount(minlength=data.num_classes).tolist()
+    return any(w > 0 and n == 0 and bool(k)
+               for w, n, k in zip(weights, held, known.cpu().tolist(), strict=True))
+
+
 def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dict[int, Refusal]:
     """The in-neighbours whose classifier fits the global prototypes of their classes this
     node lacks worse than the model this node began the round with (or a uniform guess,
@@ -39,8 +53,10 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     start_losses = prototype_losses(scratch, prototypes, known)
     refused = {}
     for index, peer in enumerate(update.peers):
-        weights = [0.0 if held[c] else w
-                   for c, w in enumerate(peer_class_weights(algorithm, update, index))]
+        claimed = peer_class_weights(algorithm, update, index)
+        if claimed is None:
+            continue  # its classes unknown yet: held back unjudged (node.intake.unjudged)
+        weights = [0.0 if held[c] else w for c, w in enumerate(claimed)]
         start = prototype_class_loss(start_losses, weights)
         if start is None:
             continue  # no class of the peer's lacked here with a global prototype

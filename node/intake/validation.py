@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 
+import torch
 from torch import nn
 
 from node.algorithms.base import Algorithm, Refusal
@@ -20,21 +21,22 @@ from node.intake.checks import Contributions
 from node.intake.samples import loss_per_class, own_round_losses, validation_samples
 
 
-def peer_class_weights(algorithm: Algorithm, update: Contributions, index: int) -> list[float]:
+def peer_class_weights(algorithm: Algorithm, update: Contributions,
+                       index: int) -> list[float] | None:
     """The class counts the data plan gives the peer at `index` of `update.peers`; without
     a plan, those of the prototypes it sends beside the model, else of the last prototypes
-    this node kept from it (a model step before the prototype step), else every class
-    alike. A peer that holds or claims no class is judged on every class alike: a claim of
-    nothing must not leave its model unjudged."""
-    return _every_class_where_none(_class_weights(algorithm, update, index),
-                                   algorithm.data.num_classes)
+    this node kept from it (a model step before the prototype step); None while nothing
+    says which classes it holds (no plan, no prototype of it kept yet). A peer that holds
+    or claims no class is judged on every class alike: a claim of nothing must not leave
+    its model unjudged."""
+    weights = _class_weights(algorithm, update, index)
+    if weights is None or any(w > 0 for w in weights):
+        return weights
+    return [1.0] * algorithm.data.num_classes
 
 
-def _every_class_where_none(weights: list[float], classes: int) -> list[float]:
-    return weights if any(w > 0 for w in weights) else [1.0] * classes
-
-
-def _class_weights(algorithm: Algorithm, update: Contributions, index: int) -> list[float]:
+def _class_weights(algorithm: Algorithm, update: Contributions,
+                   index: int) -> list[float] | None:
     peer = update.peers[index]
     plan = algorithm.data.plan if algorithm.config.aggregation.use_plan else None
     if plan is not None and plan.counts_of(peer) is not None:
@@ -42,9 +44,16 @@ def _class_weights(algorithm: Algorithm, update: Contributions, index: int) -> l
     if update.prototypes:
         return [float(n) for n in update.prototypes[index + 1][1].tolist()]
     claimed = getattr(algorithm, "claimed_classes", {}).get(peer)
-    if claimed is not None:
-        return [float(n) for n in claimed]
-    return [1.0] * algorithm.data.num_classes
+    return None if claimed is None else [float(n) for n in claimed]
+
+
+def judges(algorithm: Algorithm, weights: list[float] | None) -> bool:
+    """Whether validation here can judge a peer of these class counts: it is on, and this
+    node holds a class the peer holds."""
+    if algorithm.config.aggregation.validation <= 0 or weights is None:
+        return False
+    held = torch.bincount(algorithm.data.train_y.cpu(), minlength=len(weights)).tolist()
+    return any(w > 0 and n > 0 for w, n in zip(weights, held, strict=True))
 
 
 def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dict[int, Refusal]:
@@ -67,9 +76,9 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     refused = {}
     for index, peer in enumerate(update.peers):
         weights = peer_class_weights(algorithm, update, index)
-        start = class_weighted_mean(start_sums, total, weights)
+        start = None if weights is None else class_weighted_mean(start_sums, total, weights)
         if start is None:
-            continue  # no class of the peer's here: nothing to validate it on
+            continue  # its classes unknown, or none of them here: not judged here
         start = loss_to_beat(start, classes)
         scratch.load_state_dict(dict(update.states[index + 1][0]))
         loss = class_weighted_mean(loss_per_class(scratch, x, y, classes, batch)[0], total,
