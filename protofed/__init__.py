@@ -7,8 +7,14 @@
     again = protofed.load(run.folder)
     frame = protofed.sweep("examples/quick.toml", grid={"aggregation.rule": ["mean", "median"]},
                            seeds=[1, 2])
+
+What it raises on purpose derives from protofed.ProtofedError: ConfigError (a config, key,
+value or folder the user must fix), DataError (dataset files), DeployError (a federation
+that cannot be started, watched or stopped).
 """
 
+from node.errors import ConfigError, DataError, DeployError, ProtofedError
 from protofed.api import Run, load, run, sweep
 
-__all__ = ["Run", "load", "run", "sweep"]
+__all__ = ["ConfigError", "DataError", "DeployError", "ProtofedError", "Run", "load", "run",
+           "sweep"]

@@ -88,3 +88,13 @@ def test_a_module_named_like_ours_in_the_working_folder_cannot_break_the_command
     done = subprocess.run([sys.executable, "-P", "-m", "deploy.cli", "status"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and "a module of the user ran" not in done.stderr, done.stderr
+
+
+def test_the_errors_the_docs_name_are_importable_from_the_package():
+    import protofed
+    from node.errors import ConfigError, DataError, DeployError, ProtofedError
+    assert (protofed.ConfigError, protofed.DataError, protofed.DeployError,
+            protofed.ProtofedError) == (ConfigError, DataError, DeployError, ProtofedError)
+    with pytest.raises(protofed.ConfigError, match="rounds"):
+        protofed.run(str(REPO / "examples" / "quick.toml"), overrides=["rounds=-1"],
+                     progress=False)
