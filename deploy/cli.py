@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--results-dir", default="results", help="where runs are recorded")
 
     logs = commands.add_parser("logs", help="print the log of one node of a run")
-    logs.add_argument("run_id", type=_run_id, help="the run's id: its results folder's name")
+    logs.add_argument("run", help="the run: its results folder, or its id under --results-dir")
     logs.add_argument("node", type=int, help="the node's id, from 0")
     logs.add_argument("--tail", type=int, default=200, help="lines to show (default 200)")
     logs.add_argument("-f", "--follow", action="store_true",
@@ -213,14 +213,24 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    results_dir, run_id = _run_of(args.run, args.results_dir)
     try:
-        for fleet in fleets(Path(args.results_dir)):
-            if fleet.logs(args.run_id, args.node, args.tail, args.follow, sys.stdout):
+        for fleet in fleets(results_dir):
+            if fleet.logs(run_id, args.node, args.tail, args.follow, sys.stdout):
                 return 0
     except KeyboardInterrupt:  # how one leaves --follow
         return 0
-    path = Path(args.results_dir) / args.run_id / "logs" / f"node-{args.node}.log"
-    raise ConfigError(f"no log for node {args.node} of run {args.run_id} ({path})")
+    path = results_dir / run_id / "logs" / f"node-{args.node}.log"
+    raise ConfigError(f"no log for node {args.node} of run {run_id} ({path})")
+
+
+def _run_of(run: str, results_dir: str) -> tuple[Path, str]:
+    """(results folder, run id) of a run given as its folder or as an id under
+    `results_dir`, as `report` and `monitor` take it."""
+    folder = Path(run)
+    if folder.is_dir() and (os.sep in run or not (Path(results_dir) / run).is_dir()):
+        return folder.resolve().parent, folder.resolve().name
+    return Path(results_dir), checked_run_id(run)
 
 
 def cmd_compose(args: argparse.Namespace) -> int:

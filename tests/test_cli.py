@@ -130,7 +130,7 @@ def test_the_command_line_loads_no_torch():
 
 @pytest.mark.parametrize("argv", [
     ["up", "-c", "QUICK", "--run-id", "../evil"], ["compose", "-c", "QUICK", "--run-id", "a/b"],
-    ["logs", "..", "0"], ["collect", "../x"], ["down", ".hidden"]])
+    ["collect", "../x"], ["down", ".hidden"]])
 def test_a_run_id_that_leaves_the_results_folder_is_refused_before_anything(argv, capsys,
                                                                             tmp_path,
                                                                             monkeypatch):
@@ -150,3 +150,19 @@ def test_the_python_api_refuses_such_a_run_id_too(tmp_path):
         protofed.run(str(REPO / "examples" / "quick.toml"), run_id="../evil",
                      overrides=[f"deploy.results_dir={tmp_path}"], progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_logs_takes_a_run_folder_like_report_or_an_id_under_the_results_folder(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launchers.docker, "connect", no_swarm)  # no engine needed
+    monkeypatch.setattr(launchers.swarm, "connect", no_swarm)
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "elsewhere" / "r1" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "node-0.log").write_text("round 1 done\n")
+    assert cli.main(["logs", str(tmp_path / "elsewhere" / "r1"), "0"]) == 0
+    assert "round 1 done" in capsys.readouterr().out
+    assert cli.main(["logs", "r1", "0", "--results-dir", str(tmp_path / "elsewhere")]) == 0
+    assert "round 1 done" in capsys.readouterr().out
+    assert cli.main(["logs", "../nosuch", "0"]) == 2
+    assert "run id must be letters, digits" in capsys.readouterr().err
