@@ -164,13 +164,11 @@ def test_prototype_validation_refuses_a_peer_whose_classifier_unlearns_its_own_c
     # on e1 the start of round (3I) gives log(e^3 + 2) - 3 = 0.0949, the bar (a uniform
     # guess's ln 3 is higher; the floor 0.1 is above it); peer 1: log(e^3.6 + 2) - 3.6 =
     # 0.0539, kept; peer 3: logits [0, 0, 3], log(2 + e^3) = 3.0949, refused. Peer 2 claims
-    # only class 0, held here: validation's, which is off here, so no check can judge it:
-    # its model is held back (weight 0), its prototypes kept.
+    # only class 0, held here: validation's, not judged here.
     update = screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
     assert update.peers == [1, 2]
-    held, refusal = update.refusals
-    assert (held.peer, held.what, held.rule) == (2, "model", "unjudged")
-    assert update.states[2][1] == 0 and node.distrusted == {3: "prototype_validation"}
+    [refusal] = update.refusals
+    assert node.distrusted == {3: "prototype_validation"}
     assert (refusal.peer, refusal.rule) == (3, "prototype_validation")
     assert f"is {math.log(2 + math.exp(3)):.3g}, more than 0.0949" in refusal.reason
     # off, or before any global prototype is known, nothing is judged
@@ -193,22 +191,6 @@ def test_a_peer_that_claims_no_class_is_judged_on_every_class():
     update = screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
     assert update.peers == [1]
     assert [r.rule for r in update.refusals] == ["prototype_validation"]
-
-
-def test_a_model_no_check_can_judge_is_held_back_and_its_prototypes_kept():
-    # round 1: no global prototype yet; peer 3 claims class 2, which this node lacks
-    node = _node(use_plan=False, known=(False, False, False), prototype_validation=True)
-    node.claimed_classes = {3: [0, 0, 4]}
-    own = _sent(torch.eye(3))
-    update = screened(node, Head(torch.eye(3)), gather(own, {3: _sent(-torch.eye(3))}, 0))
-    assert update.peers == [3] and update.states[1][1] == 0
-    assert torch.equal(update.states[1][0]["classifier.weight"], torch.eye(3))
-    assert [(r.what, r.rule) for r in update.refusals] == [("model", "unjudged")]
-    assert node.distrusted == {}
-    protos = {"prototypes": Payload({"prototypes": torch.ones(1, 2),
-                                     "classes": torch.tensor([2]), "counts": torch.tensor([4])})}
-    later = screened(node, None, gather(protos, {3: protos}, 0, num_classes=3, dim=2))
-    assert later.peers == [3] and later.refusals == []
 
 
 def test_distance_refuses_a_model_far_beyond_the_median_neighbours():
@@ -294,8 +276,7 @@ def test_without_a_plan_a_model_is_validated_on_the_classes_its_last_prototypes_
     node = _node()
     own = _sent(torch.eye(3))
     model_step = gather(own, {3: _sent(torch.eye(3))}, 0)
-    # nothing known of peer 3 yet: not judged on guesses (held back where prototype
-    # validation is on)
+    # nothing known of peer 3 yet: not judged on guesses
     assert peer_class_weights(node, model_step, 0) is None
     # its prototypes (classes 1 and 2) kept in a prototype step are remembered
     protos = {"prototypes": Payload({"prototypes": torch.ones(2, 2),

@@ -17,7 +17,7 @@ from torch import nn
 
 from node.aggregation import aggregate_states, reputation_aggregate, state_norm
 from node.algorithms.base import Algorithm, DataPlan, Payload, Refusal
-from node.intake import distance, influence, prototype_validation, unjudged, validation
+from node.intake import distance, influence, prototype_validation, validation
 from node.intake.checks import (
     MAX_SAMPLES,
     Contributions,
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 Screen = Callable[[Algorithm, nn.Module, Contributions], dict[int, Refusal]]
 SCREENS: dict[str, Screen] = {"distance": distance.screen, "validation": validation.screen,
                               "prototype_validation": prototype_validation.screen,
-                              "influence": influence.screen, "unjudged": unjudged.screen}
+                              "influence": influence.screen}
 
 
 def plan_of(algorithm: Algorithm) -> DataPlan | None:
@@ -117,13 +117,9 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
     for refusal in refused.values():
         log.warning("node %d: %s of peer %d refused (%s): %s", algorithm.node_id,
                     refusal.what, refusal.peer, refusal.rule, refusal.reason)
-    # a model held back unjudged keeps its prototypes: the next round judges it by them
-    held = {peer: r for peer, r in refused.items() if r.rule == unjudged.RULE}
-    refused = {peer: r for peer, r in refused.items() if r.rule != unjudged.RULE}
     algorithm.distrusted = {peer: refusal.rule for peer, refusal in refused.items()}
     # what it keeps, each layer's pull bounded against the kept in-neighbours' median
-    kept = unjudged.held_back(distance.clipped(algorithm, model,
-                                               without_peers(update, refused)), held)
+    kept = distance.clipped(algorithm, model, without_peers(update, refused))
     remember_claims(algorithm, kept)
     return kept
 

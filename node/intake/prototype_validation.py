@@ -22,20 +22,6 @@ from node.intake.validation import peer_class_weights
 RULE = "prototype_validation"
 
 
-def judges(algorithm: Algorithm, weights: list[float] | None) -> bool:
-    """Whether this screen can judge a peer of these class counts: it is on, and the peer
-    holds a class this node lacks and knows a global prototype of."""
-    if not algorithm.config.aggregation.prototype_validation or weights is None:
-        return False
-    _, known = root_prototypes(algorithm)
-    if known is None:
-        return False
-    data = algorithm.data
-    held = data.train_y.bincount(minlength=data.num_classes).tolist()
-    return any(w > 0 and n == 0 and bool(k)
-               for w, n, k in zip(weights, held, known.cpu().tolist(), strict=True))
-
-
 def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dict[int, Refusal]:
     """The in-neighbours whose classifier fits the global prototypes of their classes this
     node lacks worse than the model this node began the round with (or a uniform guess,
@@ -55,7 +41,7 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     for index, peer in enumerate(update.peers):
         claimed = peer_class_weights(algorithm, update, index)
         if claimed is None:
-            continue  # its classes unknown yet: held back unjudged (node.intake.unjudged)
+            continue  # its classes unknown yet (no plan, no prototype of it kept)
         weights = [0.0 if held[c] else w for c, w in enumerate(claimed)]
         start = prototype_class_loss(start_losses, weights)
         if start is None:

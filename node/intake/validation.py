@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import math
 
-import torch
 from torch import nn
 
 from node.algorithms.base import Algorithm, Refusal
@@ -45,15 +44,6 @@ def _class_weights(algorithm: Algorithm, update: Contributions,
         return [float(n) for n in update.prototypes[index + 1][1].tolist()]
     claimed = getattr(algorithm, "claimed_classes", {}).get(peer)
     return None if claimed is None else [float(n) for n in claimed]
-
-
-def judges(algorithm: Algorithm, weights: list[float] | None) -> bool:
-    """Whether validation here can judge a peer of these class counts: it is on, and this
-    node holds a class the peer holds."""
-    if algorithm.config.aggregation.validation <= 0 or weights is None:
-        return False
-    held = torch.bincount(algorithm.data.train_y.cpu(), minlength=len(weights)).tolist()
-    return any(w > 0 and n > 0 for w, n in zip(weights, held, strict=True))
 
 
 def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dict[int, Refusal]:
