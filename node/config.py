@@ -136,9 +136,11 @@ def blame_overrides(exc: ConfigError, source: str,
     if not text.startswith(f"{source}: "):
         return exc
     rest = text[len(source) + 2:]
+    # the list of known keys names every key; it says nothing of what the error is about
+    subject = re.sub(r"\(known keys [^)]*\)", "", rest)
     for item in overrides:
         key = item.partition("=")[0].strip()
-        if key and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", rest):
+        if key and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", subject):
             return ConfigError(f"--set {item.strip()}: {rest}")
     table = re.match(r"\[?([a-z_]+)[\]:. ]", rest)
     involved = [item.strip() for item in overrides if table and

@@ -235,6 +235,14 @@ def test_a_bad_file_value_beside_a_good_set_value_still_names_the_file(tmp_path)
         load(path, ["nodes=3"])
 
 
+@pytest.mark.parametrize("item", ["rounds=1", "train.epochs=1", "nodes=3"])
+def test_an_unknown_table_in_the_file_is_the_files_error_whatever_is_set(tmp_path, item):
+    # the list of known keys names `rounds`, `train` and `nodes`: no reason to blame them
+    path = write(tmp_path, "[trian]\nepochs = 1\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: unknown key trian"):
+        load(path, [item])
+
+
 def test_an_unknown_top_level_key_lists_the_keys_a_file_may_use(tmp_path):
     path = write(tmp_path, "nodse = 3\n")
     with pytest.raises(ConfigError) as caught:
