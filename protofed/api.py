@@ -89,7 +89,8 @@ def run(config: Config, *, overrides: Sequence[str] = (), backend: str | None = 
     in a notebook, `up`'s lines on stderr elsewhere. A bad config raises ConfigError before
     anything starts; a run that cannot start raises DeployError with `up`'s words; Ctrl-C
     stops every node, keeps what they recorded and raises KeyboardInterrupt."""
-    overrides = tuple(overrides) + ((f"deploy.backend={backend}",) if backend else ())
+    overrides = _strings("overrides", overrides) + (
+        (f"deploy.backend={backend}",) if backend else ())
     loaded, _ = load_config(config, overrides)  # every mistake named before anything starts
     run_id = checked_run_id(run_id) if run_id else new_run_id(loaded)
     folder = Path(loaded.deploy.results_dir) / run_id
@@ -174,12 +175,19 @@ def sweep(config: Config, *, grid: Mapping[str, Iterable[Any]] | None = None,
     and `seeds`, one federation after another; one DataFrame of every run's rounds, with a
     column per swept key (and `seed`) and the run's `run_id`."""
     settings = sweep_settings(grid or {}, seeds)
+    overrides = _strings("overrides", overrides)
+    chosen_overrides = [overrides + tuple(f"{key}={json.dumps(value)}"
+                                          for key, value in chosen.items())
+                        for chosen in settings]
+    for chosen, every in zip(settings, chosen_overrides, strict=True):
+        try:  # every combination checked before the first runs
+            load_config(config, every + ((f"deploy.backend={backend}",) if backend else ()))
+        except ConfigError as exc:
+            raise ConfigError(f"sweep {chosen}: {exc}") from None
     frames = []
-    for number, chosen in enumerate(settings, 1):
+    for number, (chosen, every) in enumerate(zip(settings, chosen_overrides, strict=True), 1):
         log.info("sweep %d/%d: %s", number, len(settings), chosen)
-        result = run(config, overrides=tuple(overrides) + tuple(
-                         f"{key}={json.dumps(value)}" for key, value in chosen.items()),
-                     backend=backend, progress=progress)
+        result = run(config, overrides=every, backend=backend, progress=progress)
         frame = result.rounds.copy()
         frame.insert(0, "run_id", result.run_id)
         for index, (key, value) in enumerate(chosen.items(), 1):
@@ -188,11 +196,29 @@ def sweep(config: Config, *, grid: Mapping[str, Iterable[Any]] | None = None,
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _listed(what: str, values: Any) -> list[Any]:
+    """`values` as a list; a ConfigError for a string or a single value where a list of
+    values belongs (a string would otherwise be read a character at a time)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ConfigError(f"{what} must list its values, e.g. [{values!r}], got {values!r}")
+    return list(values)
+
+
+def _strings(what: str, values: Any) -> tuple[str, ...]:
+    """`values` as a tuple of strings (KEY=VALUE options), a ConfigError otherwise."""
+    listed = _listed(what, values)
+    bad = [v for v in listed if not isinstance(v, str)]
+    if bad:
+        raise ConfigError(f"{what} must be KEY=VALUE strings, got {bad[0]!r}")
+    return tuple(listed)
+
+
 def sweep_settings(grid: Mapping[str, Iterable[Any]], seeds: Sequence[int]
                    ) -> list[dict[str, Any]]:
     """Every combination of the grid's values, then each seed: [{key: value, "seed": s}]."""
     keys = list(grid)
-    values = [list(grid[key]) for key in keys]
+    values = [_listed(f"sweep grid: {key}", grid[key]) for key in keys]
+    seeds = _listed("sweep: seeds", seeds)
     for key, options in zip(keys, values):
         if not options:
             raise ConfigError(f"sweep grid: {key} lists no value")

@@ -98,3 +98,25 @@ def test_the_errors_the_docs_name_are_importable_from_the_package():
     with pytest.raises(protofed.ConfigError, match="rounds"):
         protofed.run(str(REPO / "examples" / "quick.toml"), overrides=["rounds=-1"],
                      progress=False)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: sweep_settings({"aggregation.rule": "mean"}, ()),
+     r"sweep grid: aggregation.rule must list its values, e.g. \['mean'\], got 'mean'"),
+    (lambda: sweep_settings({"rounds": 3}, ()), r"sweep grid: rounds must list its values"),
+    (lambda: sweep_settings({}, 1), r"sweep: seeds must list its values"),
+    (lambda: protofed.run(QUICK, overrides="rounds=0", progress=False),
+     r"overrides must list its values, e\.g\. \['rounds=0'\]"),
+])
+def test_a_single_value_where_a_list_belongs_is_named_not_read_a_character_at_a_time(
+        call, message):
+    with pytest.raises(ConfigError, match=message):
+        call()
+
+
+def test_a_sweep_checks_every_combination_before_the_first_runs(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr("protofed.api.run", lambda *a, **k: ran.append(k))
+    with pytest.raises(ConfigError, match=r"sweep \{'aggregation.rule': 'medain'\}: .*medain"):
+        protofed.sweep(QUICK, grid={"aggregation.rule": ["mean", "medain"]}, progress=False)
+    assert ran == []
