@@ -309,10 +309,17 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
 
 
 
+# The most rounds a federation may run: every node keeps each round's record and its
+# schedule holds each round's presence, so the bound keeps both within memory.
+MAX_ROUNDS = 10_000
+
+
 def _check_federation(c: FederationConfig, source: str) -> None:
     """The top-level keys."""
     _check(c.nodes >= 1, source, "nodes", f"must be at least 1, got {c.nodes}")
-    _check(c.rounds >= 1, source, "rounds", f"must be at least 1, got {c.rounds}")
+    _check(1 <= c.rounds <= MAX_ROUNDS, source, "rounds",
+           f"must be in 1..{MAX_ROUNDS:,} (each round is kept in every node's record and "
+           f"schedule), got {c.rounds:,}")
     _check(c.seed >= 0, source, "seed", f"must be non-negative, got {c.seed}")
     _check(bool(c.name) and all(ch.isalnum() or ch in "-_" for ch in c.name), source, "name",
            f"must be letters, digits, '-' or '_', got {c.name!r}")
@@ -341,8 +348,12 @@ def _check_scenario(c: FederationConfig, source: str) -> None:
         key = f"scenario.events[{i}]"
         _check(all(len(edge) == 2 for edge in (*event.edge_down, *event.edge_up)), source,
                key, "edges are written [u, v]")
-    try:
-        presence(c.nodes, c.rounds, scenario_events(c))
+    events = scenario_events(c)
+    for event in events:
+        _check(1 <= event.round <= c.rounds, source, "scenario",
+               f"{event.describe()}: the round must be in 1..{c.rounds}")
+    try:  # replayed up to its last event: what follows it changes nothing
+        presence(c.nodes, max((event.round for event in events), default=0), events)
     except ScenarioError as exc:
         raise ConfigError(f"{source}: scenario: {exc}") from None
 

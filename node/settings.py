@@ -424,7 +424,7 @@ class FederationConfig:
     nodes: int = 5
     """Number of nodes (1 runs, with a note that a single node exchanges nothing)."""
     rounds: int = 3
-    """Federated rounds."""
+    """Federated rounds; in 1..10,000 (each round is kept in every node's record)."""
     seed: int = 42
     """Seed for partitions, initial weights, shuffling and random graphs."""
     algorithm: str = "profe"

@@ -231,7 +231,7 @@ def test_a_bad_set_key_or_value_is_blamed_on_the_option_not_the_file(tmp_path, i
 
 def test_a_bad_file_value_beside_a_good_set_value_still_names_the_file(tmp_path):
     path = write(tmp_path, "rounds = 0\n")
-    with pytest.raises(ConfigError, match=rf"^{path}: rounds must be at least 1"):
+    with pytest.raises(ConfigError, match=rf"^{path}: rounds must be in 1..10,000"):
         load(path, ["nodes=3"])
 
 
@@ -272,3 +272,32 @@ def test_a_path_given_with_set_is_relative_to_the_current_directory(tmp_path, mo
     config = load(write(elsewhere, "nodes = 2\n"),
                   ["topology.kind=file", "topology.path=graphs/pair.edgelist"])
     assert config.topology.path == str(tmp_path / "graphs" / "pair.edgelist")
+
+
+def test_a_huge_round_count_is_refused_in_one_line_without_building_anything(tmp_path):
+    # the check once built a set per round: 23.6 GB for 100,000,000 rounds
+    import subprocess
+    import sys
+    # the peak of this process's own memory (VmHWM; ru_maxrss would carry pytest's across
+    # the fork)
+    measure = ("import sys; from deploy.cli import main; code = main(sys.argv[1:]); "
+               "print(next(line.split()[1] for line in open('/proc/self/status') "
+               "if line.startswith('VmHWM'))); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", measure, "up", "-c",
+                           str(REPO / "examples" / "quick.toml"), "--set", "rounds=100000000"],
+                          capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "protofed: --set rounds=100000000: rounds must be in 1..10,000 (each round is kept in "
+        "every node's record and schedule), got 100,000,000"]
+    assert int(done.stdout) < 200 * 1024  # KiB: the process, torch imported, nothing built
+
+
+def test_the_scenario_check_costs_what_its_events_do_not_the_round_count():
+    from node.config import MAX_ROUNDS
+    config = from_dict({"nodes": 3, "rounds": MAX_ROUNDS,
+                        "scenario": {"events": [{"round": 2, "leave": [1]}]}})
+    assert config.rounds == MAX_ROUNDS
+    with pytest.raises(ConfigError, match=r"the round must be in 1\.\.10000"):
+        from_dict({"nodes": 3, "rounds": MAX_ROUNDS,
+                   "scenario": {"events": [{"round": MAX_ROUNDS + 1, "leave": [1]}]}})
