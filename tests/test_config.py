@@ -287,9 +287,9 @@ def test_a_huge_round_count_is_refused_in_one_line_without_building_anything(tmp
                            str(REPO / "examples" / "quick.toml"), "--set", "rounds=100000000"],
                           capture_output=True, text=True, cwd=tmp_path, check=False)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
+    assert done.stderr.strip().splitlines() == [(
         "protofed: --set rounds=100000000: rounds must be in 1..10,000 (each round is kept in "
-        "every node's record and schedule), got 100,000,000"]
+        "every node's record and schedule), got 100,000,000")]
     assert int(done.stdout) < 200 * 1024  # KiB: the process, torch imported, nothing built
 
 
