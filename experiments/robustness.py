@@ -51,7 +51,7 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # samples of the peer's classes by half the cut this node's own round made on its own).
 # Every screen named in each, so that a change of default does not change a defence.
 OFF = {"validation": 0.0, "distance": 0.0, "distance_refuse": 1.0, "influence": 0.0,
-       "prototype_validation": False, "prototype_classes": False}
+       "prototype_validation": False}
 DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "validated": {**OFF, "rule": "mean", "validation": 0.5},
             "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},
@@ -68,15 +68,12 @@ DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
                         "influence": 1.5},
             "guarded3": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
                          "distance_refuse": 1.5, "prototype_validation": True,
-                         "influence": 3.0},
-            "labelled": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
-                         "distance_refuse": 1.5, "prototype_validation": True,
-                         "influence": 1.5, "prototype_classes": True}}
+                         "influence": 3.0}}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
 # The defences the default is chosen among on every split, with and without the plan (the
 # rules alone were ruled out on Dirichlet 0.5: the earlier choice below).
-CANDIDATES = ("validated", "clipped2", "guarded", "labelled")
+CANDIDATES = ("validated", "clipped2", "guarded")
 SPLITS = {"dirichlet": {"partition": "dirichlet", "alpha": 0.5},
           "iid": {"partition": "iid"},
           "classes20": {"partition": "classes", "classes_fraction": 0.2}}

@@ -88,17 +88,6 @@ def prototype_class_loss(losses: Sequence[float | None],
     return sum(weights[c] * losses[c] for c in shared) / sum(weights[c] for c in shared)
 
 
-def misplaced_classes(distances: Mapping[int, Mapping[int, float]]) -> list[int]:
-    """The classes whose prototype lies nearer another class's reference prototype than its
-    own: `distances[c][k]` is the distance from a peer's prototype of class c to the
-    reference (the federation's global prototype, as this node has it) of class k, over the
-    known classes; a class with fewer than two references is not judged. A prototype sent
-    under the wrong label (a label-flipped or swapped sender's) is nearer its true class."""
-    return sorted(c for c, row in distances.items()
-                  if c in row and len(row) >= 2
-                  and row[c] > min(d for k, d in row.items() if k != c))
-
-
 def loss_to_beat(start_loss: float, classes: int) -> float:
     """The fit an update must improve on: the start of round's loss, or ln(`classes`) (the
     cross-entropy of a uniform guess) where the start fits worse than guessing. After a

@@ -213,9 +213,6 @@ class AggregationConfig:
     """A peer's model is also measured by its classifier on the global prototype of each of
     the peer's classes this node lacks, and refused with its prototypes that round where it
     fits them worse than the model this node began the round with (or a uniform guess)."""
-    prototype_classes: bool = False
-    """Each class's prototype a peer sends must lie nearer this node's global prototype of that
-    class than any other class's; a row that does not is left out (its class only)."""
     influence: float = 0.0
     """A peer's model averaged with this node's own (at their weights) may raise the loss on
     one class this node can measure (its own samples; the classifier on the global prototype

@@ -17,7 +17,6 @@ from node.defences import (
     class_excess_scores,
     distance_scores,
     layer_distance_scores,
-    misplaced_classes,
     mixing_share,
     prototype_class_loss,
 )
@@ -86,16 +85,14 @@ class Head(nn.Module):
 
 
 def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
-          known=(False, False, True), distance_refuse=1.0, prototype_validation=False,
-          prototype_classes=False):
+          known=(False, False, True), distance_refuse=1.0, prototype_validation=False):
     # samples of the classes `held` as one-hot inputs; the global prototypes of the
     # classes `known` are the one-hot vectors
     y = torch.tensor(held)
     x = torch.eye(3)[y]
     aggregation = types.SimpleNamespace(validation=0.0, influence=influence, distance=distance,
                                         distance_refuse=distance_refuse, use_plan=use_plan,
-                                        prototype_validation=prototype_validation,
-                                        prototype_classes=prototype_classes)
+                                        prototype_validation=prototype_validation)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
                                      train=types.SimpleNamespace(eval_batch_size=2)),
@@ -194,39 +191,6 @@ def test_a_peer_that_claims_no_class_is_judged_on_every_class():
     update = screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
     assert update.peers == [1]
     assert [r.rule for r in update.refusals] == ["prototype_validation"]
-
-
-def test_a_prototype_nearer_another_classes_reference_than_its_own_is_misplaced():
-    # class 0's prototype is 1 from its reference and 3 from class 1's: in place; class 1's
-    # is 2 from its own and 1.5 from class 2's: misplaced; class 2 has one reference only
-    assert misplaced_classes({0: {0: 1.0, 1: 3.0}, 1: {0: 4.0, 1: 2.0, 2: 1.5},
-                              2: {2: 0.5}}) == [1]
-    assert misplaced_classes({0: {0: 1.0, 1: 1.0}}) == []  # a tie is not nearer
-
-
-def test_prototypes_sent_under_another_classes_label_are_taken_out_and_named():
-    # global prototypes e0, e1, e2; peer 3 sends as class 1 a point beside e2 (a flipped
-    # label), and class 2 in place; peer 1's class 1 is in place
-    node = _node(use_plan=False, known=(True, True, True), prototype_classes=True)
-    mine = {"prototypes": Payload({"prototypes": torch.eye(3)[[0]],
-                                   "classes": torch.tensor([0]), "counts": torch.tensor([4])})}
-    honest = {"prototypes": Payload({"prototypes": 0.9 * torch.eye(3)[[1]],
-                                     "classes": torch.tensor([1]), "counts": torch.tensor([4])})}
-    flipped = {"prototypes": Payload({"prototypes": torch.tensor([[0.0, 0.1, 0.9],
-                                                                  [0.0, 0.0, 1.1]]),
-                                      "classes": torch.tensor([1, 2]),
-                                      "counts": torch.tensor([4, 4])})}
-    kept = screened(node, None, gather(mine, {1: honest, 3: flipped}, 0, num_classes=3,
-                                       dim=3))
-    assert kept.peers == [1, 3]
-    assert kept.prototypes[2][1].tolist() == [0, 0, 4]
-    assert [(r.peer, r.what, r.rule) for r in kept.refusals] == [
-        (3, "prototype of class 1", "prototype_class")]
-    # what it claims from now on: class 2 alone
-    assert node.claimed_classes[3] == [0, 0, 4]
-    node.config.aggregation.prototype_classes = False
-    assert screened(node, None, gather(mine, {1: honest, 3: flipped}, 0, num_classes=3,
-                                       dim=3)).refusals == []
 
 
 def test_distance_refuses_a_model_far_beyond_the_median_neighbours():

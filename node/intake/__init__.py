@@ -17,7 +17,7 @@ from torch import nn
 
 from node.aggregation import aggregate_states, reputation_aggregate, state_norm
 from node.algorithms.base import Algorithm, DataPlan, Payload, Refusal
-from node.intake import distance, influence, prototype_classes, prototype_validation, validation
+from node.intake import distance, influence, prototype_validation, validation
 from node.intake.checks import (
     MAX_SAMPLES,
     Contributions,
@@ -108,7 +108,7 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
         refused = {peer: Refusal(peer, "prototypes", rule,
                                  f"its model was refused this round ({rule})")
                    for peer, rule in algorithm.distrusted.items() if peer in update.peers}
-        kept = prototype_classes.screened(algorithm, without_peers(update, refused))
+        kept = without_peers(update, refused)
         remember_claims(algorithm, kept)
         return kept
     refused: dict[int, Refusal] = {}
@@ -119,8 +119,7 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
                     refusal.what, refusal.peer, refusal.rule, refusal.reason)
     algorithm.distrusted = {peer: refusal.rule for peer, refusal in refused.items()}
     # what it keeps, each layer's pull bounded against the kept in-neighbours' median
-    kept = prototype_classes.screened(
-        algorithm, distance.clipped(algorithm, model, without_peers(update, refused)))
+    kept = distance.clipped(algorithm, model, without_peers(update, refused))
     remember_claims(algorithm, kept)
     return kept
 
