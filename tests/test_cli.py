@@ -166,3 +166,14 @@ def test_logs_takes_a_run_folder_like_report_or_an_id_under_the_results_folder(
     assert "round 1 done" in capsys.readouterr().out
     assert cli.main(["logs", "../nosuch", "0"]) == 2
     assert "run id must be letters, digits" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_on_a_machine_without_it_names_the_setting_to_change(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["up", "-c", str(REPO / "examples" / "quick.toml"),
+                     "--set", "train.device=cuda"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert 'train.device = "cuda"' in err[0] and 'set train.device = "auto"' in err[0]
+    assert "deploy.memory" not in err[0]

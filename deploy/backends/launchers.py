@@ -14,6 +14,8 @@ import socket
 from pathlib import Path
 from typing import TextIO
 
+import torch
+
 from deploy.backends import capacity, local, shaping, sim
 from deploy.backends import docker_backend as docker
 from deploy.backends import image as docker_image
@@ -55,6 +57,13 @@ class LocalLauncher(Launcher):
     """One forked process per node on this machine, each on a socket held from the plan on."""
 
     listeners: list[socket.socket]
+
+    def refuse_unrunnable(self) -> None:
+        if self.config.train.device == "cuda" and not torch.cuda.is_available():
+            build = "a CPU build" if torch.version.cuda is None else "no CUDA device visible"
+            raise ConfigError(f'train.device = "cuda": this machine\'s torch {torch.__version__} '
+                              f'has {build}; set train.device = "auto" (CUDA where present) or '
+                              '"cpu"')
 
     def prepare(self, source: Path, overrides: tuple[str, ...], run_id: str,
                 cache_dir: Path | None) -> Plan:
