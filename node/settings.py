@@ -209,11 +209,11 @@ class AggregationConfig:
     """A peer beyond distance_refuse x distance times that median in some layer is refused
     with its prototypes that round; in [1, 10] (1: every peer beyond the bound refused,
     none clipped)."""
-    prototype_validation: bool = False
+    prototype_validation: bool = True
     """A peer's model is also measured by its classifier on the global prototype of each of
     the peer's classes this node lacks, and refused with its prototypes that round where it
     fits them worse than the model this node began the round with (or a uniform guess)."""
-    influence: float = 0.0
+    influence: float = 1.5
     """A peer's model averaged with this node's own (at their weights) may raise the loss on
     one class this node can measure (its own samples; the classifier on the global prototype
     of a class it lacks) at most this many nats beyond the class's median in-neighbour's;

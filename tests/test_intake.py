@@ -161,16 +161,16 @@ def test_prototype_validation_refuses_a_peer_whose_classifier_unlearns_its_own_c
     node = _node(use_plan=False, held=(0, 0), known=(True, True, True),
                  prototype_validation=True)
     node.claimed_classes = {1: [0, 4, 0], 2: [4, 0, 0], 3: [0, 4, 0]}
-    # on e1 the start of round (3I) gives log(e^3 + 2) - 3 = 0.0949, the bar (a uniform
-    # guess's ln 3 is higher; the floor 0.1 is above it); peer 1: log(e^3.6 + 2) - 3.6 =
-    # 0.0539, kept; peer 3: logits [0, 0, 3], log(2 + e^3) = 3.0949, refused. Peer 2 claims
+    # on e1 the start of round (3I) gives log(e^3 + 2) - 3 = 0.0949; the bar is a uniform
+    # guess's ln 3 = 1.0986, higher; peer 1: log(e^3.6 + 2) - 3.6 = 0.0539, kept; peer 3:
+    # logits [0, 0, 3], log(2 + e^3) = 3.0949, refused. Peer 2 claims
     # only class 0, held here: validation's, not judged here.
     update = screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
     assert update.peers == [1, 2]
     [refusal] = update.refusals
     assert node.distrusted == {3: "prototype_validation"}
     assert (refusal.peer, refusal.rule) == (3, "prototype_validation")
-    assert f"is {math.log(2 + math.exp(3)):.3g}, more than 0.0949" in refusal.reason
+    assert f"is {math.log(2 + math.exp(3)):.3g}, more than {math.log(3):.3g}" in refusal.reason
     # off, or before any global prototype is known, nothing is judged
     node.config.aggregation.prototype_validation = False
     assert screened(node, Head(3 * torch.eye(3)), gather(own, received, 0)).peers == [1, 2, 3]
@@ -182,7 +182,7 @@ def test_prototype_validation_refuses_a_peer_whose_classifier_unlearns_its_own_c
 
 def test_a_peer_that_claims_no_class_is_judged_on_every_class():
     # peer 3's flipped classifier, claiming nothing: judged on classes 1 and 2 (class 0 is
-    # held here), mean loss (3.0949 + 3.0949) / 2, far above the start's 0.0949
+    # held here), mean loss (3.0949 + 3.0949) / 2, above the bar ln 3
     own = _sent(3 * torch.eye(3))
     received = {1: _sent(3.6 * torch.eye(3)), 3: _sent(3 * torch.eye(3)[[0, 2, 1]])}
     node = _node(use_plan=False, held=(0, 0), known=(True, True, True),
