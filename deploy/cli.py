@@ -180,10 +180,11 @@ def cmd_down(args: argparse.Namespace) -> int:
     for message in done:
         print(f"protofed: {message}")
     if not done:
-        why = "; ".join(fleet.unavailable for fleet in every if fleet.unavailable)
+        unasked = [fleet.name for fleet in every if fleet.unavailable]
         print("protofed: no running federation found"
               + (f" named {args.run_id}" if args.run_id else "")
-              + (f" (no local run; {why})" if why else ""), file=sys.stderr)
+              + (f" (not asked: {', '.join(unasked)}, which has no engine here)"
+                 if unasked else ""), file=sys.stderr)
         return 1 if args.run_id else 0
     return 0
 
