@@ -14,8 +14,6 @@ import socket
 from pathlib import Path
 from typing import TextIO
 
-import torch
-
 from deploy.backends import capacity, local, shaping, sim
 from deploy.backends import docker_backend as docker
 from deploy.backends import image as docker_image
@@ -59,6 +57,8 @@ class LocalLauncher(Launcher):
     listeners: list[socket.socket]
 
     def refuse_unrunnable(self) -> None:
+        import torch  # here: `import protofed` loads no torch
+
         if self.config.train.device == "cuda" and not torch.cuda.is_available():
             build = "a CPU build" if torch.version.cuda is None else "no CUDA device visible"
             raise ConfigError(f'train.device = "cuda": this machine\'s torch {torch.__version__} '
