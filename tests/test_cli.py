@@ -178,15 +178,3 @@ def test_cuda_on_a_machine_without_it_names_the_setting_to_change(tmp_path, monk
     assert 'train.device = "cuda"' in err[0] and 'set train.device = "auto"' in err[0]
     assert "deploy.memory" not in err[0]
 
-
-def test_down_of_an_unknown_run_without_docker_says_so_in_one_short_line(tmp_path, monkeypatch,
-                                                                         capsys):
-    def no_engine():
-        raise DeployError("Docker is not available: cannot reach the engine (Error while "
-                          "fetching server API version: ...)")
-    monkeypatch.setattr(launchers.docker, "connect", no_engine)
-    monkeypatch.setattr(launchers.swarm, "connect", no_swarm)
-    assert cli.main(["down", "nosuch", "--results-dir", str(tmp_path)]) == 1
-    assert capsys.readouterr().err.strip().splitlines() == [(
-        "protofed: no running federation found named nosuch (not asked: docker, which has no "
-        "engine here)")]
