@@ -65,7 +65,8 @@ class Run:
 
     def table(self, width: int | None = None, every: bool = False) -> str:
         """The end table `protofed up` prints (every node with `every`)."""
-        return format_table(self.summary, width, every)
+        return format_table(self.summary, width, every, show_every_column="table() without a width",
+                            show_every_node="table(every=True)")
 
     def __repr__(self) -> str:
         f1 = self.summary.get("mean_global_f1")
@@ -156,6 +157,8 @@ def _ended(folder: Path, code: int, words: str) -> Run:
 def load(folder: str | Path) -> Run:
     """A finished run read back from its results folder (what `run` returned)."""
     folder = Path(folder)
+    if not folder.is_dir():
+        raise ConfigError(f"{folder}: no such folder")
     try:
         summary = json.loads((folder / "summary.json").read_text())
     except FileNotFoundError:

@@ -49,6 +49,8 @@ def test_a_sweep_is_every_combination_of_the_grid_then_each_seed():
 
 
 def test_load_says_what_a_folder_lacks(tmp_path):
+    with pytest.raises(ConfigError, match="nowhere: no such folder"):
+        protofed.load(tmp_path / "nowhere")
     with pytest.raises(ConfigError, match="no summary.json \\(not a protofed results folder\\)"):
         protofed.load(tmp_path)
     (tmp_path / "federation.json").write_text("{}")
@@ -120,3 +122,12 @@ def test_a_sweep_checks_every_combination_before_the_first_runs(tmp_path, monkey
     with pytest.raises(ConfigError, match=r"sweep \{'aggregation.rule': 'medain'\}: .*medain"):
         protofed.sweep(QUICK, grid={"aggregation.rule": ["mean", "medain"]}, progress=False)
     assert ran == []
+
+
+def test_a_python_runs_narrow_table_names_the_python_way_to_every_column(tmp_path):
+    from tests.test_table import wide_summary
+    run = protofed.api.Run(tmp_path, wide_summary(tmp_path, nodes=30), ())
+    narrow = " ".join(run.table(width=60).split())  # the notes wrap at the width
+    assert "table() without a width shows every column" in narrow
+    assert "table(every=True) shows every node" in narrow
+    assert "--wide" not in narrow and "--all" not in narrow

@@ -204,10 +204,12 @@ def shown_rows(summary: dict[str, Any], every: bool = False) -> list[int]:
 
 
 def format_table(summary: dict[str, Any], width: int | None = None,
-                 every: bool = False) -> str:
+                 every: bool = False, *, show_every_column: str = "--wide",
+                 show_every_node: str = "--all") -> str:
     """A fixed-width table: one row per node (the extremes only beyond ROW_LIMIT nodes,
     unless `every`), then the totals over all nodes, then what the figures mean. With
-    `width`, columns are left out until every line fits (and the footnote says so)."""
+    `width`, columns are left out until every line fits (and the footnote says so, naming
+    `show_every_column`, as it names `show_every_node` where nodes are left out)."""
     columns = table_columns(summary)
     kept = fitting(columns, width)
     last = len(kept) - 1
@@ -227,12 +229,13 @@ def format_table(summary: dict[str, Any], width: int | None = None,
     if len(shown) < len(summary["nodes"]):
         notes.append(f"Shown: {len(shown)} of {len(summary['nodes'])} nodes, the "
                      f"{EXTREMES} best and {EXTREMES} worst by global F1 and any that did not "
-                     "finish; the totals are over all of them (--all shows every node).")
+                     f"finish; the totals are over all of them ({show_every_node} shows every "
+                     "node).")
     notes += describe(summary)
     left_out = [c.header for c in columns if c not in kept]
     if left_out:
-        notes.append(f"Not shown at this width: {', '.join(left_out)} (--wide shows every "
-                     "column).")
+        notes.append(f"Not shown at this width: {', '.join(left_out)} ({show_every_column} "
+                     "shows every column).")
     return "\n".join([line([c.header for c in kept]), separator, *rows, separator,
                       line([c.total for c in kept]), *_wrapped(notes, width)])
 
