@@ -28,7 +28,7 @@ from experiments.robustness import DEFENCES
 
 OUT = Path(__file__).resolve().parent / "reports" / "robustness"
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "quick.toml"
-MEASURED = ("mean", "validated", "distance2", "influence", "clipped2", "guarded")
+MEASURED = ("mean", "validated", "distance2", "influence", "clipped2", "guarded_wide")
 
 
 def overrides(nodes: int, rounds: int, defence: str, results: str) -> list[str]:

@@ -61,19 +61,17 @@ DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
                           "influence": 1.5},
             "clipped2": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
                          "distance_refuse": 1.5},
-            "protoval": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
-                         "distance_refuse": 1.5, "prototype_validation": True},
             "guarded": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
                         "distance_refuse": 1.5, "prototype_validation": True,
                         "influence": 1.5},
-            "guarded3": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
-                         "distance_refuse": 1.5, "prototype_validation": True,
-                         "influence": 3.0}}
+            "guarded_wide": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
+                             "distance_refuse": 5.0, "prototype_validation": True,
+                             "influence": 1.5}}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
 # The defences the default is chosen among on every split, with and without the plan (the
 # rules alone were ruled out on Dirichlet 0.5: the earlier choice below).
-CANDIDATES = ("validated", "clipped2", "guarded")
+CANDIDATES = ("validated", "clipped2", "guarded", "guarded_wide")
 SPLITS = {"dirichlet": {"partition": "dirichlet", "alpha": 0.5},
           "iid": {"partition": "iid"},
           "classes20": {"partition": "classes", "classes_fraction": 0.2}}
@@ -451,9 +449,12 @@ def render(results: dict, command: str) -> str:
              "`validated_clipped` (validation 0.5, then `clipped_mean`), `distance2` and "
              "`distance3` (validation 0.5 and the per-layer distance screen refusing beyond "
              "aggregation.distance 2 or 3, then `mean`), `influence` (`distance2` and the "
-             "influence screen, aggregation.influence 1.5) and `clipped2` (validation 0.5, "
+             "influence screen, aggregation.influence 1.5), `clipped2` (validation 0.5, "
              "each layer's pull clipped at 2 times the median in-neighbour's and the peer "
-             "refused beyond 3: aggregation.distance 2, distance_refuse 1.5). Sections marked \"no plan\" ran "
+             "refused beyond 3: aggregation.distance 2, distance_refuse 1.5), `guarded` "
+             "(`clipped2` with prototype validation and the influence screen at 1.5) and "
+             "`guarded_wide` (`guarded` refusing beyond 10 times the median: distance_refuse "
+             "5; today's default). Sections marked \"no plan\" ran "
              "with aggregation.use_plan = false: every node weighs its peers by their "
              "bounded claims. "
              "With one attacker node 0 holds a "

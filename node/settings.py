@@ -205,7 +205,7 @@ class AggregationConfig:
     """Per layer, a peer's pull beyond this many times the median in-neighbour's distance
     from this node's model (this node's own, 0, among them) is clipped to it (0: never;
     else > 1)."""
-    distance_refuse: float = 1.5
+    distance_refuse: float = 5.0
     """A peer beyond distance_refuse x distance times that median in some layer is refused
     with its prototypes that round; in [1, 10] (1: every peer beyond the bound refused,
     none clipped)."""
