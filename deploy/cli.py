@@ -227,11 +227,20 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def _run_of(run: str, results_dir: str) -> tuple[Path, str]:
     """(results folder, run id) of a run given as its folder or as an id under
-    `results_dir`, as `report` and `monitor` take it."""
-    folder = Path(run)
-    if folder.is_dir() and (os.sep in run or not (Path(results_dir) / run).is_dir()):
+    `results_dir` (`_located`); an id alone where no folder exists yet (a container's run)."""
+    folder = _located(run, results_dir)
+    if folder is not None:
         return folder.resolve().parent, folder.resolve().name
     return Path(results_dir), checked_run_id(run)
+
+
+def _located(run: str, results_dir: str) -> Path | None:
+    """A run's folder, given as a path or as an id under `results_dir` (the path first);
+    None where neither is a folder. Every command that names a run reads it so."""
+    for folder in (Path(run), Path(results_dir) / run):
+        if folder.is_dir():
+            return folder
+    return None
 
 
 def cmd_compose(args: argparse.Namespace) -> int:
@@ -263,10 +272,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def _run_folder(run: str, results_dir: str) -> Path:
     """A run's folder, given as a path or as an id under `results_dir`, with node results."""
-    run_dir = Path(run)
-    if not run_dir.is_dir() and (Path(results_dir) / run).is_dir():
-        run_dir = Path(results_dir) / run
-    if not run_dir.is_dir():
+    run_dir = _located(run, results_dir)
+    if run_dir is None:
         tried = sorted({str(Path(run)), str(Path(results_dir) / run)})
         raise ConfigError(f"{run}: no such run folder (looked for {' and '.join(tried)})")
     if not any(run_dir.glob("node-*.json")):
@@ -287,9 +294,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run)
-    if not run_dir.exists() and (Path(args.results_dir) / args.run).is_dir():
-        run_dir = Path(args.results_dir) / args.run
+    run_dir = _located(args.run, args.results_dir) or Path(args.run)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"protofed: warning: the page listens on {args.host}: anyone who reaches that "
               "address can read this run (the page has no login); an SSH port forward to "

@@ -90,8 +90,7 @@ def run(config: Config, *, overrides: Sequence[str] = (), backend: str | None = 
     in a notebook, `up`'s lines on stderr elsewhere. A bad config raises ConfigError before
     anything starts; a run that cannot start raises DeployError with `up`'s words; Ctrl-C
     stops every node, keeps what they recorded and raises KeyboardInterrupt."""
-    overrides = _strings("overrides", overrides) + (
-        (f"deploy.backend={backend}",) if backend else ())
+    overrides = _strings("overrides", overrides) + _backend_override(backend)
     loaded, _ = load_config(config, overrides)  # every mistake named before anything starts
     run_id = checked_run_id(run_id) if run_id else new_run_id(loaded)
     folder = Path(loaded.deploy.results_dir) / run_id
@@ -184,7 +183,7 @@ def sweep(config: Config, *, grid: Mapping[str, Iterable[Any]] | None = None,
                         for chosen in settings]
     for chosen, every in zip(settings, chosen_overrides, strict=True):
         try:  # every combination checked before the first runs
-            load_config(config, every + ((f"deploy.backend={backend}",) if backend else ()))
+            load_config(config, every + _backend_override(backend))
         except ConfigError as exc:
             raise ConfigError(f"sweep {chosen}: {exc}") from None
     frames = []
@@ -197,6 +196,11 @@ def sweep(config: Config, *, grid: Mapping[str, Iterable[Any]] | None = None,
             frame.insert(index, key, [value] * len(frame))
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _backend_override(backend: str | None) -> tuple[str, ...]:
+    """The --set that picks `backend` (none: the config's deploy.backend)."""
+    return (f"deploy.backend={backend}",) if backend else ()
 
 
 def _listed(what: str, values: Any) -> list[Any]:

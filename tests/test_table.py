@@ -156,11 +156,13 @@ def test_report_into_a_pipe_closed_early_stops_quietly(tmp_path):
     # `protofed report RUN | head -1`: a table far larger than the pipe's buffer
     import subprocess
     import sys
-    for node in range(800):
+    # about 100 KB of table against a 64 KiB pipe, read unbuffered one line at a time: the
+    # writer is still writing when the pipe closes
+    for node in range(1200):
         write_node(tmp_path, node, 0.5)
     with subprocess.Popen([sys.executable, "-m", "deploy.cli", "report", str(tmp_path),
                            "--all", "--wide"], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE) as reader:
+                          stderr=subprocess.PIPE, bufsize=0) as reader:
         assert reader.stdout.readline().startswith(b"node")
         reader.stdout.close()
         err = reader.stderr.read().decode()

@@ -97,10 +97,11 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     scores = class_excess_scores(rows)
     log.debug("node %d: influence scores %s", algorithm.node_id,
               dict(zip(update.peers, scores, strict=True)))
-    log.debug("node %d: influence rows %s held %s", algorithm.node_id,
-              {p: [None if v is None else round(v, 2) for v in row]
-               for p, row in zip(update.peers, rows, strict=True)},
-              [int(c) for c in torch.bincount(y.cpu(), minlength=data.num_classes)])
+    if log.isEnabledFor(logging.DEBUG):  # the rows are built only for a reader
+        log.debug("node %d: influence rows %s held %s", algorithm.node_id,
+                  {p: [None if v is None else round(v, 2) for v in row]
+                   for p, row in zip(update.peers, rows, strict=True)},
+                  [int(c) for c in torch.bincount(y.cpu(), minlength=data.num_classes)])
     refused = {}
     for peer, score in zip(update.peers, scores, strict=True):
         if score is not None and score > margin:
