@@ -19,6 +19,7 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -174,7 +175,7 @@ def run_cell(cell: Cell, data_dir: str) -> dict:
             "status": [n["status"] for n in nodes],
             **refusal_counts(nodes, attackers),
             "kept_own_models": sum(n.get("kept_own_models", 0) for n in nodes),
-            "seconds": round(time.monotonic() - started, 1)}
+            "machine": machine(), "seconds": round(time.monotonic() - started, 1)}
 
 
 def read_results(path: Path) -> dict[str, dict]:
@@ -505,12 +506,39 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--plans", nargs="+", default=["plan"], choices=["plan", "noplan"],
                         help="with the data plan, or every node ignoring it "
                         "(aggregation.use_plan = false)")
+    parser.add_argument("--keys", default="", help="a file of cell keys, one a line, run "
+                        "in its order instead of the product of the options above")
     parser.add_argument("--workers", type=int, default=1, help="cells run at once")
     parser.add_argument("--data-dir", default="", help="dataset folder (default: "
                         "$PROTOFED_DATA_DIR or ./data)")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild robustness.md from results.jsonl, run nothing")
     return parser
+
+
+def _listed_cells(path: Path) -> list[Cell]:
+    """The cells named one key a line in `path`, in its order (blank lines and # skipped)."""
+    cells = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip() and not line.startswith("#"):
+            try:
+                cell = Cell.parse(line.strip())
+                cell.config("")  # an unknown split, topology or rule fails here
+            except (ValueError, KeyError) as exc:
+                raise SystemExit(f"{path}:{number}: not a cell key: {line.strip()!r} ({exc})")
+            if cell.attack not in ATTACKS:
+                raise SystemExit(f"{path}:{number}: unknown attack {cell.attack!r} in "
+                                 f"{line.strip()!r}")
+            cells.append(cell)
+    return cells
+
+
+def machine() -> str:
+    """What ran a cell, so rows from different machines are never paired unknowingly."""
+    import platform
+
+    import torch
+    return f"{platform.machine()}, {os.cpu_count()} cpus, torch {torch.__version__}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -523,11 +551,12 @@ def main(argv: list[str] | None = None) -> int:
         from node.data import default_data_dir
         data_dir = args.data_dir or str(default_data_dir())
         done = read_results(store)
-        cells = [Cell(split, n, topology, rule, attack, seed, plan=plan == "plan")
-                 for seed in args.seeds for plan in args.plans
-                 for split in args.splits for n in args.attackers
-                 for topology in args.topologies for rule in args.rules
-                 for attack in args.attacks if not (attack == "none" and n > 1)]
+        cells = (_listed_cells(Path(args.keys)) if args.keys else
+                 [Cell(split, n, topology, rule, attack, seed, plan=plan == "plan")
+                  for seed in args.seeds for plan in args.plans
+                  for split in args.splits for n in args.attackers
+                  for topology in args.topologies for rule in args.rules
+                  for attack in args.attacks if not (attack == "none" and n > 1)])
         todo = [c for c in cells if c.key not in done]
         print(f"{len(cells) - len(todo)} of {len(cells)} cells done; running {len(todo)}",
               file=sys.stderr)

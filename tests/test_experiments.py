@@ -697,3 +697,16 @@ def test_the_archive_leaves_out_the_model_sketches_and_keeps_the_rest(fixture_re
     assert "model_sketch" not in archived["rounds"][1]
     del record["rounds"][1]["model_sketch"]
     assert archived == record
+
+
+def test_robustness_runs_the_cells_a_key_file_lists_in_order_and_names_a_bad_line(tmp_path):
+    from experiments import robustness
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# first the ceiling\niid/1x/ring/guarded_wide/withheld/s2/noplan\n\n"
+                    "classes20/1x/6-regular/mean/none/s1\n")
+    assert [c.key for c in robustness._listed_cells(keys)] == [
+        "iid/1x/ring/guarded_wide/withheld/s2/noplan", "classes20/1x/6-regular/mean/none/s1"]
+    for bad in ("iid/1x/ring/medain/none/s1", "iid/1x/ring/mean/nosuch/s1", "iid/ring"):
+        keys.write_text(f"iid/1x/ring/mean/none/s1\n{bad}\n")
+        with pytest.raises(SystemExit, match=f"keys.txt:2: .*{bad}"):
+            robustness._listed_cells(keys)
