@@ -14,6 +14,7 @@ from deploy.backends import compose as compose_file
 from deploy.backends import swarm_backend as swarm
 from deploy.backends.launchers import fleets
 from deploy.backends.plan import checked_run_id, new_run_id
+from deploy.ending import finish_without_launcher, still_running
 from deploy.run_folder import FEDERATION_FILE, read_node_results
 from deploy.terminal import say_files, table_width, warn_if_insecure
 from deploy.up import up
@@ -283,6 +284,17 @@ def _run_folder(run: str, results_dir: str) -> Path:
 
 def cmd_report(args: argparse.Namespace) -> int:
     run_dir = _run_folder(args.run, args.results_dir)
+    ended = finish_without_launcher(run_dir, "protofed report")
+    if ended is not None:
+        summary, files = ended
+        print(f"protofed: run {run_dir.name}: its launcher was gone; wrote "
+              f"{run_dir / 'summary.json'} from the nodes' records", file=sys.stderr)
+        print(format_table(summary, table_width(args.wide), args.every))
+        say_files(files)
+        return 0
+    if not (run_dir / "summary.json").is_file() and (why := still_running(run_dir)):
+        print(f"protofed: run {run_dir.name} has not ended: {why}. The table is as of now.",
+              file=sys.stderr)
     records = read_node_results(run_dir, len(list(run_dir.glob("node-*.json"))))
     target = 0.0
     if (run_dir / FEDERATION_FILE).is_file():

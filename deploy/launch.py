@@ -6,7 +6,6 @@ terminal."""
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import subprocess
@@ -27,12 +26,11 @@ from deploy.backends.plan import (
     write_plan,
 )
 from deploy.backends.runner import watch
+from deploy.ending import write_summary
 from deploy.run_folder import mark_dead, read_node_results
-from deploy.views.dynamics import dynamics
 from deploy.views.monitor import check_installed, check_port
 from deploy.views.pictures import RunFiles, write_run_files
 from deploy.views.pictures import preload as preload_pictures
-from deploy.views.report import summarize_records
 from deploy.views.tensorboard import TensorBoardExport
 from node.config import from_dict, load
 from node.data.custom import add_search_path
@@ -149,7 +147,8 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
         if live is not None:
             live.close(records)
             say(f"TensorBoard runs: {live.folder} (tensorboard --logdir {live.folder})")
-        summary = _write_summary(plan, config, run, records)
+        summary = write_summary(plan.results_dir, plan.federation, records,
+                                dict(run.exit_codes))
         if on_summary is not None:
             on_summary(summary)
         files = write_run_files(plan.results_dir, records)
@@ -226,17 +225,6 @@ def _preloading(show):
             preload_pictures()
 
     return show_and_preload
-
-
-def _write_summary(plan: Plan, config: FederationConfig, run, records) -> dict:
-    summary = summarize_records(records, plan.run_id, {
-        "config_digest": plan.federation.config.digest(), "algorithm": config.algorithm,
-        "topology": config.topology.kind, "rounds": config.rounds,
-        "exit_codes": {str(k): v for k, v in sorted(run.exit_codes.items())},
-        **dynamics(records, config.report.target_f1)},
-        exit_codes=dict(run.exit_codes))
-    (plan.results_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    return summary
 
 
 def _start_monitor(run_dir: Path, port: int, say: Callable[[str], None]) -> subprocess.Popen:

@@ -50,16 +50,21 @@ class RecordReader:
         return record
 
 
+UNKNOWN_EXIT = None  # a node that ended while nobody waited for it (its launcher was gone)
+
+
 def mark_dead(results_dir: Path, records: list[NodeRecord],
-              exit_codes: dict[int, int]) -> list[NodeRecord]:
+              exit_codes: dict[int, int | None]) -> list[NodeRecord]:
     """The records again, where a node's process ended while its own record still says it
-    was working (killed: SIGKILL, out of memory) rewritten as "dead" with its exit code, in
-    its file too: the record is the node's account, and it can no longer give one."""
+    was working (killed: SIGKILL, out of memory) rewritten as "dead" with its exit code
+    (UNKNOWN_EXIT: ended, code unknown), in its file too: the record is the node's
+    account, and it can no longer give one."""
     marked = []
     for record in records:
-        code = exit_codes.get(record.node)
-        if code is not None and record.status in ("starting", "running"):
-            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        if record.node in exit_codes and record.status in ("starting", "running"):
+            code = exit_codes[record.node]
+            how = ("exit code unknown: its launcher was gone" if code is UNKNOWN_EXIT else
+                   f"killed by signal {-code}" if code < 0 else f"exit code {code}")
             record = dataclasses.replace(record, status="dead", error=record.error or (
                 f"its process ended ({how}) without recording an end"))
             write_json_atomically(results_dir / f"node-{record.node}.json", record.to_dict())

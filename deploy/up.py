@@ -11,7 +11,7 @@ from pathlib import Path
 
 from deploy.launch import Outcome, launch, load_config
 from deploy.run_folder import log_tail
-from deploy.terminal import say_files, table_width, warn_if_insecure
+from deploy.terminal import outlive_the_terminal, say_files, table_width, warn_if_insecure
 from deploy.views.progress import progress_for
 from deploy.views.report import format_table
 
@@ -19,6 +19,7 @@ from deploy.views.report import format_table
 def up(args: argparse.Namespace) -> int:
     """`protofed up` with its parsed arguments; the exit code."""
     _stop_on_signals()
+    outlive_the_terminal()
     overrides = tuple(args.set) + ((f"deploy.backend={args.backend}",) if args.backend else ())
     config, source = load_config(args.config, overrides)
     _say_what_the_config_means(config)

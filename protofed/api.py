@@ -20,8 +20,9 @@ from typing import Any
 import pandas as pd
 
 from deploy.backends.plan import checked_run_id, new_run_id
+from deploy.ending import finish_without_launcher, still_running
 from deploy.launch import load_config
-from deploy.run_folder import FEDERATION_FILE, RecordReader, read_node_results
+from deploy.run_folder import FEDERATION_FILE, RUN_FILE, RecordReader, read_node_results
 from deploy.views.progress import NotebookProgress, in_notebook
 from deploy.views.report import format_table
 from node.errors import ConfigError, DeployError
@@ -158,11 +159,16 @@ def load(folder: str | Path) -> Run:
     folder = Path(folder)
     if not folder.is_dir():
         raise ConfigError(f"{folder}: no such folder")
+    if finish_without_launcher(folder, "protofed.load") is not None:
+        log.warning("run %s: its launcher was gone; wrote its summary from the nodes' "
+                    "records", folder.name)
     try:
         summary = json.loads((folder / "summary.json").read_text())
     except FileNotFoundError:
-        why = "the run has not ended" if (folder / FEDERATION_FILE).is_file() else \
-            "not a protofed results folder"
+        why = ("not a protofed results folder" if not (folder / FEDERATION_FILE).is_file()
+               else "no node of it started: it has no run.json"
+               if not (folder / RUN_FILE).is_file() else
+               f"the run has not ended: {still_running(folder) or 'unknown why'}")
         raise ConfigError(f"{folder}: no summary.json ({why})") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{folder}/summary.json: cannot read: {exc}") from None

@@ -290,6 +290,16 @@ def protofed_up(config, name, *options):
         kill_leftover_nodes([int(pid) for pid in pids.values()])
 
 
+def close_output_after(process, lines, timeout):
+    """`protofed up ... 2>&1 | head -LINES`: read that many lines of what the launcher
+    says, close both its pipes, and wait for it to end."""
+    for _ in range(lines):
+        assert process.stderr.readline()
+    process.stderr.close()
+    process.stdout.close()
+    process.wait(timeout=timeout)
+
+
 def alive(pid):
     """The process exists and is not a zombie."""
     try:

@@ -1,6 +1,8 @@
 """The Python API (protofed): its tables by hand, and real federations run from Python outside
 the checkout, in a sweep and in the example notebook."""
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +56,13 @@ def test_load_says_what_a_folder_lacks(tmp_path):
     with pytest.raises(ConfigError, match="no summary.json \\(not a protofed results folder\\)"):
         protofed.load(tmp_path)
     (tmp_path / "federation.json").write_text("{}")
-    with pytest.raises(ConfigError, match="no summary.json \\(the run has not ended\\)"):
+    with pytest.raises(ConfigError, match="no summary.json \\(no node of it started: it has "
+                       "no run.json\\)"):
+        protofed.load(tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps({
+        "backend": "local", "pids": {"0": os.getpid()}, "launcher": {}}))
+    with pytest.raises(ConfigError, match="no summary.json \\(the run has not ended: node 0 "
+                       "is still running and its launcher is gone; `protofed down"):
         protofed.load(tmp_path)
 
 

@@ -40,11 +40,12 @@ def two_runs(monkeypatch):
     """One local run and one Docker run are running; records what gets stopped."""
     stopped = []
     monkeypatch.setattr(local, "running_runs", lambda root: [
-        {"run_id": "mine", "alive": {"0": 1}, "start_times": {}}])
+        {"run_id": "mine", "alive": {"0": 1}, "start_times": {}, "dir": "/nonexistent"}])
     monkeypatch.setattr(local, "stop_pids", lambda pids, starts: stopped.append("mine"))
     monkeypatch.setattr(launchers.docker, "connect", lambda: object())
     monkeypatch.setattr(launchers.swarm, "connect", no_swarm)
     monkeypatch.setattr(launchers.docker, "running_runs", lambda client: {"theirs": [("0", "up")]})
+    monkeypatch.setattr(launchers.docker, "run_folder_of", lambda client, run_id: None)
     monkeypatch.setattr(launchers.docker, "down_run", lambda client, run_id: (
         stopped.append(run_id) or (1, 1)) if run_id == "theirs" else (0, 0))
     return stopped

@@ -21,7 +21,13 @@ import pytest
 
 from deploy.backends import docker_backend, image
 from tests import helpers
-from tests.helpers import protofed_up, read_json, wait_for_rounds, wait_until
+from tests.helpers import (
+    close_output_after,
+    protofed_up,
+    read_json,
+    wait_for_rounds,
+    wait_until,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -249,6 +255,48 @@ def test_down_stops_the_nodes_gracefully_keeps_their_logs_and_up_reports_them_st
     assert out.count(" stopped") >= 3  # the table says so too
     for i in range(3):
         assert "stopped by signal" in (run_dir / "logs" / f"node-{i}.log").read_text()
+
+
+def test_a_closed_output_pipe_leaves_the_launcher_watching_its_containers_to_the_end(
+        client, node_image, workdir, data_dir):
+    import protofed as api
+    name = "dk-closed-pipe"
+    config = write_config(workdir, data_dir, name, rounds=2)
+    with protofed_up(config, name) as (process, run_dir):
+        close_output_after(process, lines=3, timeout=600)
+    assert process.returncode == 0
+    assert not leftovers(client, name)
+    run = api.load(run_dir)
+    assert run.ok and [n["status"] for n in run.summary["nodes"]] == ["finished"] * 3
+    assert all((run_dir / "logs" / f"node-{i}.log").is_file() for i in range(3))
+
+
+def test_a_killed_launchers_containers_run_on_and_down_stops_them_and_writes_the_summary(
+        client, node_image, workdir, data_dir):
+    import protofed as api
+    name = "dk-orphaned"
+    config = write_config(workdir, data_dir, name, rounds=1000)  # outlasts the test
+    try:
+        with protofed_up(config, name) as (process, run_dir):
+            for i in range(3):
+                wait_for_rounds(run_dir / f"node-{i}.json", 1, timeout=300)
+            process.kill()
+            process.wait(timeout=60)
+            assert f"{name}  docker  0: running" in protofed("status").stdout
+            with pytest.raises(api.ConfigError, match="has not ended: nodes 0, 1, 2 are "
+                               "still running and its launcher is gone"):
+                api.load(run_dir)
+            down = protofed("down", name)
+            assert down.returncode == 0, down.stderr
+            assert f"its launcher was gone: wrote {run_dir / 'summary.json'}" in down.stdout
+    finally:
+        docker_backend.remove_run(client, name)
+    assert not leftovers(client, name)
+    run = api.load(run_dir)
+    assert [n["status"] for n in run.summary["nodes"]] == ["stopped"] * 3
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
+    assert all("stopped by signal" in (run_dir / "logs" / f"node-{i}.log").read_text()
+               for i in range(3))
 
 
 def test_ctrl_c_stops_every_container_at_once_and_prints_the_table(client, node_image,

@@ -2,6 +2,7 @@
 no missing anchor and no page left out of its navigation."""
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -97,3 +98,38 @@ def test_the_site_builds_strictly(tmp_path):
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_the_readme_example_is_the_kept_run_of_quick_toml_as_protofed_printed_it():
+    from deploy.views.report import format_table
+    from experiments import readme_example
+    kept = REPO / "experiments" / "reports" / "readme-example"
+    output = (kept / "output.txt").read_text()
+    assert readme_example.readme_block(output) in README.read_text()
+    summary = json.loads((kept / "summary.json").read_text())
+    table = output.split("\n\n")[0]
+    assert table == format_table(summary, None)
+
+
+@pytest.mark.integration
+def test_quick_toml_still_trains_to_the_readme_examples_bytes_and_f1(tmp_path, data_dir):
+    """A change of default (or of training) that moves quick.toml's figures must regenerate
+    the README's example: `python -m experiments.readme_example`."""
+
+    import protofed
+    kept = json.loads((REPO / "experiments" / "reports" / "readme-example" /
+                       "summary.json").read_text())
+    run = protofed.run(REPO / "examples" / "quick.toml", backend="sim", progress=False,
+                       overrides=[f"data.dir={data_dir}", f"deploy.results_dir={tmp_path}"])
+
+    def figures(summary):
+        return [(n["bytes_sent"], n["bytes_received"], round(n["global_f1"], 4),
+                 round(n["local_f1"], 4)) for n in summary["nodes"]]
+    assert figures(run.summary) == figures(kept), \
+        "quick.toml's figures moved: run `python -m experiments.readme_example`"
+
+
+def test_the_cli_page_names_every_column_of_rounds_csv():
+    from deploy.views.pictures import CSV_COLUMNS
+    page = (DOCS / "cli.md").read_text()
+    assert f"`{', '.join(CSV_COLUMNS)}`" in page

@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers import (
     alive,
+    close_output_after,
     protofed,
     protofed_up,
     run_federation,
@@ -138,6 +139,66 @@ def test_status_then_down_stops_a_running_federation(workdir, data_dir):
         assert not any(alive(pid) for pid in pids)
         # (the suite runs in two workers: the other's Docker runs may be listed)
         assert "to-stop" not in protofed("status", "--results-dir", results).stdout
+
+
+def test_a_closed_output_pipe_leaves_the_launcher_watching_to_the_end(workdir, data_dir):
+    """`protofed up ... 2>&1 | head -3`: the launcher goes quiet, not away; its run ends
+    with its summary, CSV and pictures, and no node is left."""
+    import protofed as api
+    name = "closed-pipe"
+    config = write_config(workdir, data_dir, name, rounds=2)
+    with protofed_up(config, name) as (process, run_dir):
+        close_output_after(process, lines=3, timeout=300)
+        pids = [int(pid) for pid in json.loads((run_dir / "run.json").read_text())["pids"]
+                .values()]
+    assert process.returncode == 0
+    assert not any(alive(pid) for pid in pids)
+    assert (run_dir / "rounds.csv").is_file()
+    run = api.load(run_dir)
+    assert run.ok and [n["status"] for n in run.summary["nodes"]] == ["finished"] * 3
+
+
+def test_a_killed_launchers_nodes_run_on_and_down_stops_them_and_writes_the_summary(
+        workdir, data_dir):
+    import protofed as api
+    results = workdir / "results"
+    with long_federation(workdir, data_dir, "orphaned") as (process, pids, run_dir):
+        process.kill()  # SIGKILL: the launcher cannot say or do anything more
+        process.wait(timeout=60)
+        assert all(alive(pid) for pid in pids)  # the federation outlives its launcher
+        status = protofed("status", "--results-dir", results).stdout
+        assert "orphaned  local  nodes alive: 0, 1, 2  (its launcher is gone" in status
+        with pytest.raises(api.ConfigError, match="has not ended: nodes 0, 1, 2 are still "
+                           "running and its launcher is gone; `protofed down orphaned`"):
+            api.load(run_dir)
+        down = protofed("down", "orphaned", "--results-dir", results)
+        assert down.returncode == 0, down.stderr
+        assert f"its launcher was gone: wrote {run_dir / 'summary.json'}" in down.stdout
+        assert not any(alive(pid) for pid in pids)
+    run = api.load(run_dir)
+    assert [n["status"] for n in run.summary["nodes"]] == ["stopped"] * 3
+    assert run.summary["written_by"] == "protofed down (its launcher was gone)"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
+    assert (run_dir / "rounds.csv").is_file()
+
+
+def test_a_killed_launchers_run_that_ends_by_itself_is_summarised_by_report(workdir,
+                                                                              data_dir):
+    import protofed as api
+    name = "ends-alone"
+    config = write_config(workdir, data_dir, name, rounds=3)
+    with protofed_up(config, name) as (process, run_dir):
+        pids = wait_for_training_nodes(run_dir, 3)
+        process.kill()
+        wait_until(lambda: not any(alive(pid) for pid in pids), "the nodes finishing")
+    assert not (run_dir / "summary.json").exists()
+    report = protofed("report", run_dir)
+    assert report.returncode == 0, report.stderr
+    assert "its launcher was gone; wrote" in report.stderr
+    assert "bytes sent" in report.stdout
+    run = api.load(run_dir)
+    assert run.ok and [n["status"] for n in run.summary["nodes"]] == ["finished"] * 3
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
 
 
 def test_ctrl_c_stops_every_child(workdir, data_dir):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.backends import capacity, shaping
+from deploy.backends.local import launcher_entry
 from deploy.backends.plan import Plan, keys_dir, node_arguments
 from deploy.backends.runner import run_status
 from deploy.run_folder import FEDERATION_FILE, RUN_FILE
@@ -160,7 +161,8 @@ def write_run_file(run: DockerRun, status: str) -> None:
     document = {"run_id": run.plan.run_id, "backend": "docker", "status": status,
                 "containers": {str(i): c.name for i, c in run.containers.items()},
                 "exit_codes": {str(i): c for i, c in run.exit_codes.items()},
-                "out_of_memory": sorted(run.oom_killed), "nodes": len(run.plan.nodes)}
+                "out_of_memory": sorted(run.oom_killed), "nodes": len(run.plan.nodes),
+                "launcher": launcher_entry()}
     (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
 
 
@@ -368,6 +370,12 @@ def run_containers(client, run_id: str) -> list:
     return [c for c in client.containers.list(all=True, ignore_removed=True,
                                               filters={"label": f"{LABEL}={run_id}"})
             if SWARM_TASK not in c.labels]
+
+
+def run_folder_of(client, run_id: str) -> Path | None:
+    """The results folder of a run's containers on this engine, None if none has one."""
+    return next((f for f in map(results_folder, run_containers(client, run_id))
+                 if f is not None and f.is_dir()), None)
 
 
 def down_run(client, run_id: str, grace: float = 5.0) -> tuple[int, int]:

@@ -20,6 +20,7 @@ from deploy.backends import image as docker_image
 from deploy.backends import swarm_backend as swarm
 from deploy.backends.plan import Plan, host_data_dir, plan_local, reserve_listeners
 from deploy.backends.runner import Run
+from deploy.ending import finish_without_launcher
 from deploy.run_folder import log_tail
 from node.config import user_code
 from node.errors import ConfigError, ProtofedError
@@ -247,10 +248,13 @@ class LocalFleet(Fleet):
         return [run["run_id"] for run in self._running()]
 
     def describe(self) -> list[str]:
-        return [f"{run['run_id']}  sim  {run['nodes']} nodes in process {run['alive']['sim']}"
-                if run["backend"] == "sim" else
-                f"{run['run_id']}  local  nodes alive: "
-                f"{', '.join(sorted(run['alive'], key=int))}" for run in self._running()]
+        return [(f"{run['run_id']}  sim  {run['nodes']} nodes in process {run['alive']['sim']}"
+                 if run["backend"] == "sim" else
+                 f"{run['run_id']}  local  nodes alive: "
+                 f"{', '.join(sorted(run['alive'], key=int))}")
+                + ("" if local.launcher_alive(run) else
+                   f"  (its launcher is gone: `protofed down {run['run_id']}` stops it)")
+                for run in self._running()]
 
     def stop(self, run_id: str) -> str | None:
         for run in self._running():
@@ -258,7 +262,8 @@ class LocalFleet(Fleet):
                 local.stop_pids(run["alive"], run.get("start_times"))
                 if run.get("shaped_device"):  # the launcher did not live to remove it
                     shaping.clear(run["shaped_device"])
-                return f"stopped {run_id} ({len(run['alive'])} node processes)"
+                return (f"stopped {run_id} ({len(run['alive'])} node processes)"
+                        + _finished_here(Path(run["dir"])))
         return None
 
     def logs(self, run_id: str, node: int, tail: int, follow: bool, out: TextIO) -> bool:
@@ -305,11 +310,13 @@ class DockerFleet(Fleet):
     def stop(self, run_id: str) -> str | None:
         if self.client is None:
             return None
+        folder = docker.run_folder_of(self.client, run_id)
         containers, networks = docker.down_run(self.client, run_id)
         if not (containers or networks):
             return None
         return (f"stopped and removed {run_id} ({containers} containers, {networks} "
-                "networks; their logs are in its results folder)")
+                "networks; their logs are in its results folder)"
+                + (_finished_here(folder) if folder is not None else ""))
 
     def logs(self, run_id: str, node: int, tail: int, follow: bool, out: TextIO) -> bool:
         if not self._running().get(run_id):
@@ -357,6 +364,13 @@ class SwarmFleet(Fleet):
             out.write(line)
             out.flush()
         return True
+
+
+def _finished_here(run_dir: Path) -> str:
+    """Words for `down` when its launcher was gone and `down` wrote the run's summary."""
+    if finish_without_launcher(run_dir, "protofed down") is None:
+        return ""
+    return f"; its launcher was gone: wrote {run_dir / 'summary.json'}"
 
 
 def fleets(results_root: Path) -> list[Fleet]:

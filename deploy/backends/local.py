@@ -337,7 +337,8 @@ def write_run_file(run: LocalRun, status: str) -> None:
                 "start_times": {str(i): t for i, t in run.start_times.items()},
                 "exit_codes": {str(i): c for i, c in run.exit_codes.items()},
                 "restarts": {str(i): n for i, n in run.restarts.items()},
-                "nodes": len(run.plan.nodes), "shaped_device": run.shaped_device}
+                "nodes": len(run.plan.nodes), "shaped_device": run.shaped_device,
+                "launcher": launcher_entry()}
     (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
 
 
@@ -446,6 +447,24 @@ def _alive(pid: int, started: int | None) -> bool:
     if fields[:1] == ["Z"]:
         return False
     return started is None or _started(fields) in (started, None)
+
+
+def launcher_entry() -> dict:
+    """Who watches a run, for its run.json: this process's pid, start time and host, so
+    that `down`, `report` and `load` can tell whether the launcher still lives."""
+    return {"pid": os.getpid(), "start_time": start_time(os.getpid()),
+            "host": socket.gethostname()}
+
+
+def launcher_alive(document: dict) -> bool:
+    """Whether the launcher a run.json names still runs: a run.json of another host's
+    launcher counts as alive (nothing here can tell); one that names none, as gone."""
+    entry = document.get("launcher") or {}
+    if "pid" not in entry:
+        return False
+    if entry.get("host") != socket.gethostname():
+        return True
+    return _alive(entry["pid"], entry.get("start_time"))
 
 
 def stop_pids(pids: dict[str, int], start_times: dict[str, int] | None = None,

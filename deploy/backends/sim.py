@@ -15,6 +15,8 @@ from pathlib import Path
 from deploy.backends.local import (
     STOP_SIGNALS,
     ForkedNode,
+    launcher_entry,
+    start_time,
     stop_signals_held,
     terminate_groups,
     wait_for_exit,
@@ -84,7 +86,9 @@ class SimRun:
 def write_run_file(run: SimRun, status: str) -> None:
     """How `protofed status`, `down` and `logs` find the run: its one process."""
     document = {"run_id": run.plan.run_id, "backend": "sim", "status": status,
-                "pids": {"sim": run.process.pid}, "nodes": len(run.plan.nodes),
+                "pids": {"sim": run.process.pid},
+                "start_times": {"sim": start_time(run.process.pid)},
+                "nodes": len(run.plan.nodes), "launcher": launcher_entry(),
                 "exit_codes": {str(i): c for i, c in run.exit_codes.items()}}
     (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
 
