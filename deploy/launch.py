@@ -19,6 +19,7 @@ from typing import Any
 from deploy.backends.launchers import launcher_for
 from deploy.backends.plan import (
     Plan,
+    check_split,
     checked_run_id,
     ensure_results_dir,
     new_run_id,
@@ -122,6 +123,8 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     say(f"preparing run {run_id}: the {config.data.dataset} dataset, then what one node "
         "needs in memory")
     cache_dir = prepare_data(config)  # once per federation, before any node exists
+    for note in check_split(config):
+        say(f"warning: {note}")
     plan = launcher.prepare(source, overrides, run_id, cache_dir)
     # the tensorboard package is looked for before anything is written or started
     live = TensorBoardExport(tensorboard / run_id, config.to_dict()) if tensorboard else None

@@ -32,6 +32,7 @@ from node.settings import (
 )
 from node.topology_settings import scenario_events
 from quant.names import CODECS
+from topology.graphs import edge_count
 from topology.links import PROFILES as LINK_PROFILES
 from topology.links import parse_condition
 from topology.schedule import PER_ROUND_KINDS, RESAMPLED_KINDS, ScenarioError, presence
@@ -312,11 +313,20 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
 # The most rounds a federation may run: every node keeps each round's record and its
 # schedule holds each round's presence, so the bound keeps both within memory.
 MAX_ROUNDS = 10_000
+# The most nodes: each is a process or thread with its record, data share and plan row;
+# 10,000 is the most measured (the sim backend, 6.7 GiB: experiments/reports/scale).
+MAX_NODES = 10_000
+# The most directed edges of a graph: the launcher builds it and writes every edge into
+# federation.json before the capacity check can speak; 1,000,000 (1,000 nodes fully
+# connected) took 4 s and 0.45 GB, 4,000,000 took 18 s and 1.7 GB.
+MAX_EDGES = 1_000_000
 
 
 def _check_federation(c: FederationConfig, source: str) -> None:
     """The top-level keys."""
-    _check(c.nodes >= 1, source, "nodes", f"must be at least 1, got {c.nodes}")
+    _check(1 <= c.nodes <= MAX_NODES, source, "nodes",
+           f"must be in 1..{MAX_NODES:,} (each node is a process or thread with its own "
+           f"record and data), got {c.nodes:,}")
     _check(1 <= c.rounds <= MAX_ROUNDS, source, "rounds",
            f"must be in 1..{MAX_ROUNDS:,} (each round is kept in every node's record and "
            f"schedule), got {c.rounds:,}")
@@ -332,6 +342,11 @@ def _check_topology(c: FederationConfig, source: str) -> None:
     _one_of(c.topology.kind, TOPOLOGY_KINDS, source, "topology.kind")
     _check(0.0 <= c.topology.p <= 1.0, source, "topology.p", f"must be in [0, 1], got {c.topology.p}")
     _check(c.topology.k >= 1, source, "topology.k", f"must be at least 1, got {c.topology.k}")
+    edges = edge_count(c.topology.kind, c.nodes, k=c.topology.k, p=c.topology.p)
+    _check(edges is None or edges <= MAX_EDGES, source, "topology.kind",
+           f"{c.topology.kind} on {c.nodes:,} nodes has {edges or 0:,} directed edges, more "
+           f"than {MAX_EDGES:,} (the launcher builds every edge into federation.json "
+           "before anything starts): use fewer nodes or a sparser graph")
     _check(c.topology.kind != "file" or bool(c.topology.path), source, "topology.path",
            "must name a graph file when topology.kind = \"file\"")
     every = c.topology.resample_every

@@ -28,7 +28,7 @@ from node.algorithms.common import weightless
 from node.clock import SYSTEM, Clock
 from node.consensus import flat_parameters, sketch, to_text
 from node.data import Dataset, default_data_dir, load_dataset
-from node.data.partition import FederatedSplit, federated_split
+from node.data.partition import FederatedSplit, split_of
 from node.federation import Federation
 from node.metrics import prediction_metrics
 from node.net.peers import RECEIVED, SENT, Peers
@@ -94,12 +94,7 @@ def _split_and_plan(config: FederationConfig, dataset: Dataset,
            len(dataset.labels))
     with _GLOBAL_TEST_LOCK:
         if key not in _SPLITS:
-            split = federated_split(dataset.labels, config.nodes, scheme=d.partition,
-                                    num_classes=dataset.num_classes, seed=config.seed,
-                                    classes_fraction=d.classes_fraction, alpha=d.alpha,
-                                    global_test_fraction=d.global_test_fraction,
-                                    local_train_fraction=d.local_train_fraction,
-                                    subset=d.subset)
+            split = split_of(config, dataset.labels, dataset.num_classes)
             _SPLITS.clear()  # one federation per process at a time: keep only its split
             _SPLITS[key] = (split, data_plan(dataset.labels, split, dataset.num_classes))
         return _SPLITS[key]

@@ -217,7 +217,7 @@ def test_bad_algorithm_settings_are_named(tmp_path, text, key):
     ("fedhp.wieght=1", r"--set fedhp.wieght: unknown key 'wieght' \(known keys in \[fedhp\]"),
     ("nodes.count=3", r"--set nodes.count: 'nodes' is a value, not a table"),
     # a bad value, not only an unknown key
-    ("nodes=0", r"^--set nodes=0: nodes must be at least 1, got 0$"),
+    ("nodes=0", r"^--set nodes=0: nodes must be in 1\.\.10,000 \(each node .*\), got 0$"),
     ("rounds=abc", r"^--set rounds=abc: rounds must be an integer, got 'abc'$"),
     ("algorithm=foo", r"^--set algorithm=foo: algorithm must be one of .*got 'foo'$"),
     ("profe.order=up", r"^--set profe.order=up: profe.order must be one of"),
@@ -274,8 +274,26 @@ def test_a_path_given_with_set_is_relative_to_the_current_directory(tmp_path, mo
     assert config.topology.path == str(tmp_path / "graphs" / "pair.edgelist")
 
 
-def test_a_huge_round_count_is_refused_in_one_line_without_building_anything(tmp_path):
+@pytest.mark.parametrize(("settings", "said"), [
     # the check once built a set per round: 23.6 GB for 100,000,000 rounds
+    (["rounds=100000000"], ("--set rounds=100000000: rounds must be in 1..10,000 (each "
+                            "round is kept in every node's record and schedule), got "
+                            "100,000,000")),
+    (["nodes=100000", "deploy.backend=\"sim\""], ("--set nodes=100000: nodes must be in "
+                                                  "1..10,000 (each node is a process or "
+                                                  "thread with its own record and data), "
+                                                  "got 100,000")),
+    # building this graph once took 84 s and 6 GB before a MemoryError
+    (["nodes=5000"], ("--set nodes=5000: topology.kind fully_connected on 5,000 nodes has "
+                      "24,995,000 directed edges, more than 1,000,000 (the launcher builds "
+                      "every edge into federation.json before anything starts): use fewer "
+                      "nodes or a sparser graph")),
+    (["nodes=3000", "topology.kind=\"epidemic\""], ("--set nodes=3000: topology.kind "
+                                                    "epidemic on 3,000 nodes has 8,997,000 "
+                                                    "directed edges, more than 1,000,000")),
+])
+def test_a_setting_that_would_exhaust_the_machine_is_refused_in_one_line_building_nothing(
+        tmp_path, settings, said):
     import subprocess
     import sys
     # the peak of this process's own memory (VmHWM; ru_maxrss would carry pytest's across
@@ -284,13 +302,23 @@ def test_a_huge_round_count_is_refused_in_one_line_without_building_anything(tmp
                "print(next(line.split()[1] for line in open('/proc/self/status') "
                "if line.startswith('VmHWM'))); sys.exit(code)")
     done = subprocess.run([sys.executable, "-c", measure, "up", "-c",
-                           str(REPO / "examples" / "quick.toml"), "--set", "rounds=100000000"],
+                           str(REPO / "examples" / "quick.toml"),
+                           *[part for s in settings for part in ("--set", s)]],
                           capture_output=True, text=True, cwd=tmp_path, check=False)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [(
-        "protofed: --set rounds=100000000: rounds must be in 1..10,000 (each round is kept in "
-        "every node's record and schedule), got 100,000,000")]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"protofed: {said}"), lines
     assert int(done.stdout) < 200 * 1024  # KiB: the process, torch imported, nothing built
+
+
+def test_edge_counts_are_those_the_builders_make():
+    from topology.graphs import build, edge_count
+    for kind, n, k in [("fully_connected", 7, 2), ("ring", 7, 2), ("ring", 2, 2),
+                       ("line", 7, 2), ("star", 7, 2), ("k_regular", 8, 3),
+                       ("small_world", 9, 4), ("epidemic", 5, 2)]:
+        assert edge_count(kind, n, k=k) == build(kind, n, k=k).number_of_edges(), kind
+    assert edge_count("random", 100, p=0.1) == 990  # its expectation
+    assert edge_count("file", 10) is None
 
 
 def test_the_scenario_check_costs_what_its_events_do_not_the_round_count():

@@ -19,6 +19,7 @@ from node.data.partition import (
     holdout,
     iid,
     split_local,
+    split_warnings,
     subsample,
 )
 from node.errors import ConfigError, DataError
@@ -115,6 +116,8 @@ def test_subset_then_holdout() -> None:
     ({"scheme": "classes", "classes_fraction": 0.0}, ConfigError, "data.classes_fraction"),
     ({"scheme": "dirichlet", "alpha": 0.0}, ConfigError, "data.alpha"),
     ({"num_classes": 3}, DataError, "labels must lie in 0..2"),
+    ({"subset": 41}, DataError, ("data.subset = 41 is more than the dataset's 40 "
+                                 "samples; use at most 40")),
 ])
 def test_federated_split_errors(kwargs: dict, error: type[Exception], key: str) -> None:
     args = {"n_nodes": 2, "scheme": "iid", "num_classes": 4, "seed": 0} | kwargs
@@ -127,6 +130,26 @@ def test_node_without_train_samples_is_data_error() -> None:
     labels = _balanced(9, 20)
     with pytest.raises(DataError, match="no training samples"):
         federated_split(labels, 10, scheme="classes", num_classes=10, seed=0, classes_fraction=0.1)
+
+
+def test_a_split_that_measures_little_is_named_and_one_that_measures_enough_is_not() -> None:
+    labels = _balanced(10, 20)  # 200 samples
+    fine = federated_split(labels, 2, scheme="iid", num_classes=10, seed=0,
+                           global_test_fraction=0.5)  # 100 test images: 10 per class
+    assert split_warnings(fine, 10, 0.8) == []
+    none = federated_split(labels, 2, scheme="iid", num_classes=10, seed=0,
+                           global_test_fraction=0.0)
+    assert split_warnings(none, 10, 0.8) == [(
+        "data.global_test_fraction = 0: there is no global test set; F1 global is not "
+        "measured (the table shows -), only each node's local test split")]
+    small = federated_split(labels, 2, scheme="iid", num_classes=10, seed=0, subset=30)
+    assert split_warnings(small, 10, 0.8)[0].startswith(
+        "the global test set has 3 images for 10 classes (under 100): its F1 is noise")
+    tiny = federated_split(labels, 5, scheme="iid", num_classes=10, seed=0, subset=10,
+                           global_test_fraction=0.5)  # 5 nodes, one image each: all train
+    notes = split_warnings(tiny, 10, 0.8)
+    assert notes[-1].startswith("5 of 5 nodes have no local test images (nodes 0, 1, 2, 3, 4)")
+    assert len(split_warnings(tiny, 10, 1.0)) == 1  # no local test set was asked for
 
 
 # ---------------------------------------------------------------- building blocks

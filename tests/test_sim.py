@@ -251,3 +251,16 @@ def test_status_lists_a_sim_run_and_down_stops_every_node_of_it(tmp_path, data_d
         record = read_json(run_dir / f"node-{i}.json")
         assert record["status"] == "stopped", record["status"]
         assert record["rounds_done"] < 200
+
+
+@pytest.mark.integration
+def test_a_run_without_a_global_test_set_is_warned_of_and_its_table_shows_no_global_f1(
+        tmp_path, data_dir):
+    done, summary, _ = run_federation(tmp_path, data_dir, "no-global", nodes=3, rounds=1,
+                                      options=("--backend", "sim", "--set",
+                                               "data.global_test_fraction=0"))
+    assert done.returncode == 0, done.stderr
+    assert "warning: data.global_test_fraction = 0: there is no global test set" in done.stderr
+    assert [n["global_f1"] for n in summary["nodes"]] == [None] * 3
+    assert all(n["local_f1"] > 0 for n in summary["nodes"])
+    assert "No global test set" in done.stdout and "mean F1 -" in done.stderr

@@ -168,3 +168,18 @@ def test_report_into_a_pipe_closed_early_stops_quietly(tmp_path):
         err = reader.stderr.read().decode()
         assert reader.wait() == 141
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_a_run_without_a_global_test_set_shows_no_global_f1_and_says_why(tmp_path):
+    for node in (0, 1):
+        write_node(tmp_path, node, 0.5)
+        record = json.loads((tmp_path / f"node-{node}.json").read_text())
+        record["rounds"][0]["global_test"] = {"rule": "argmax"}  # nothing to measure on
+        (tmp_path / f"node-{node}.json").write_text(json.dumps(record))
+    summary = summarize(tmp_path, "r", 2)
+    assert [n["global_f1"] for n in summary["nodes"]] == [None, None]
+    assert [n["local_f1"] for n in summary["nodes"]] == [0.5, 0.5]
+    assert summary["no_global_test"] and summary["mean_global_f1"] is None
+    table = format_table(summary)
+    assert "No global test set (data.global_test_fraction = 0)" in table
+    assert "0.0000" not in table

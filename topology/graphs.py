@@ -317,6 +317,20 @@ BUILDERS: dict[str, Callable[..., nx.DiGraph]] = {
 """Topology kinds by name; each takes n and the keyword options of `build`."""
 
 
+def edge_count(kind: str, n: int, *, k: int = 2, p: float = 0.5) -> int | None:
+    """How many directed edges `build` makes for a kind (its expectation for `random`),
+    known before any is built; None for a graph file (its size bounds it)."""
+    if kind in ("fully_connected", "epidemic", "one_peer_exponential"):
+        return n * (n - 1)  # the last two draw each round's edges among every pair
+    if kind in ("ring", "line", "star"):
+        return 2 * max(n - 1, 0) + (2 if kind == "ring" and n > 2 else 0)
+    if kind == "random":
+        return round(p * n * (n - 1))
+    if kind in ("small_world", "k_regular"):
+        return n * min(k, max(n - 1, 0))
+    return None
+
+
 def build(
     kind: str,
     n: int,

@@ -90,6 +90,16 @@ def prepare_data(config: FederationConfig) -> Path | None:
     return ensure_dataset(config.data.dataset, host_data_dir(config), config.data.download)
 
 
+def check_split(config: FederationConfig) -> list[str]:
+    """The federation's split made here, once, before any node starts: what cannot be split
+    stops the run in one line (DataError), what measures little is returned to be said."""
+    from node.data import load_dataset
+    from node.data.partition import split_of, split_warnings
+    dataset = load_dataset(config.data.dataset, host_data_dir(config), download=False)
+    split = split_of(config, dataset.labels, dataset.num_classes)
+    return split_warnings(split, dataset.num_classes, config.data.local_train_fraction)
+
+
 def node_arguments(federation_file: str, node_id: int, results: str, keys: str | None,
                    listen_fd: int | None = None) -> list[str]:
     """The arguments of `python -m node` for one node, on every backend."""

@@ -60,8 +60,10 @@ def round_rows(records: list[NodeRecord]) -> list[dict]:
     distances = node_distances(records)
     for node in records:
         for record in node.rounds:
-            common = {"node": node.node, "round": record.round, "f1": record.global_test.f1,
-                      "accuracy": record.global_test.accuracy,
+            measured = bool(record.global_test.by_rule)  # no global test set: blank
+            common = {"node": node.node, "round": record.round,
+                      "f1": record.global_test.f1 if measured else "",
+                      "accuracy": record.global_test.accuracy if measured else "",
                       "seconds": round(round_seconds(record), 6),
                       "consensus_distance": _blank(consensus.get(record.round)),
                       "distance_from_mean": _blank(distances.get((node.node, record.round)))}

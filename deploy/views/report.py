@@ -48,10 +48,11 @@ def summarize_records(records: list[NodeRecord], run_id: str,
             "in_neighbours": result.in_neighbours, "out_neighbours": result.out_neighbours,
             "rounds_done": result.rounds_done,
             "bytes_sent": result.bytes_sent, "bytes_received": result.bytes_received,
-            "global_f1": global_.f1 if measured else None,
-            "global_accuracy": global_.accuracy if measured else None,
-            "local_f1": local.f1 if measured else None,
-            "local_accuracy": local.accuracy if measured else None,
+            # a test set with no image (none held out) measures nothing: no figure
+            "global_f1": global_.f1 if measured and global_.by_rule else None,
+            "global_accuracy": global_.accuracy if measured and global_.by_rule else None,
+            "local_f1": local.f1 if measured and local.by_rule else None,
+            "local_accuracy": local.accuracy if measured and local.by_rule else None,
             "elapsed_seconds": result.elapsed_seconds,
             "dropped_messages": result.dropped_count or len(result.dropped_messages),
             "interface_bytes": result.interface_bytes,
@@ -67,6 +68,8 @@ def summarize_records(records: list[NodeRecord], run_id: str,
         "mean_global_f1": _mean([r["global_f1"] for r in finished]),
         "mean_global_accuracy": _mean([r["global_accuracy"] for r in finished]),
         "failed_nodes": [r["node"] for r in rows if r["status"] not in ("finished", "left")],
+        "no_global_test": any(r.rounds for r in records) and not any(
+            r.rounds[-1].global_test.by_rule for r in records if r.rounds),
     }
     summary.update(extra or {})
     return summary
@@ -226,6 +229,9 @@ def format_table(summary: dict[str, Any], width: int | None = None,
              + "; in the total row, the mean over the finished nodes"
              + (" and those stopped" if any(r["status"] == "stopped" for r in summary["nodes"])
                 else "") + "."]
+    if summary.get("no_global_test"):
+        notes = [("No global test set (data.global_test_fraction = 0): F1 global is not "
+                  "measured; F1 local is each node's own test split.")]
     if len(shown) < len(summary["nodes"]):
         notes.append(f"Shown: {len(shown)} of {len(summary['nodes'])} nodes, the "
                      f"{EXTREMES} best and {EXTREMES} worst by global F1 and any that did not "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from node.errors import ConfigError, DataError
+from node.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,9 @@ def federated_split(labels: np.ndarray, n_nodes: int, *, scheme: str, num_classe
     if not isinstance(seed, int | np.integer) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     labels = _checked_labels(labels, num_classes)
+    if subset > len(labels):
+        raise DataError(f"data.subset = {subset:,} is more than the dataset's {len(labels):,} "
+                        f"samples; use at most {len(labels):,} (0: all of them)")
     subset_rng, test_rng, part_rng, local_rng = (
         np.random.default_rng(child) for child in np.random.SeedSequence(int(seed)).spawn(4))
     pool = subsample(labels, subset, subset_rng)
@@ -170,6 +174,42 @@ def federated_split(labels: np.ndarray, n_nodes: int, *, scheme: str, num_classe
              len(pool), len(global_test), n_nodes, min(len(s.train) for s in nodes),
              max(len(s.train) for s in nodes))
     return FederatedSplit(global_test=global_test, nodes=nodes)
+
+
+def split_of(config, labels: np.ndarray, num_classes: int) -> FederatedSplit:
+    """The split a federation config (node.settings.FederationConfig) asks for: the one
+    call every process makes, so the launcher's check and the nodes split alike."""
+    d = config.data
+    return federated_split(labels, config.nodes, scheme=d.partition, num_classes=num_classes,
+                           seed=config.seed, classes_fraction=d.classes_fraction,
+                           alpha=d.alpha, global_test_fraction=d.global_test_fraction,
+                           local_train_fraction=d.local_train_fraction, subset=d.subset)
+
+
+SMALL_TEST_PER_CLASS = 10  # below this many images per class, a test set's F1 is noise
+
+
+def split_warnings(split: FederatedSplit, num_classes: int,
+                   local_train_fraction: float) -> list[str]:
+    """What the user must hear about a split that runs but measures little: no global
+    test set, one too small for its F1 to mean much, nodes without a local test set."""
+    notes = []
+    smallest = SMALL_TEST_PER_CLASS * num_classes
+    if len(split.global_test) == 0:
+        notes.append("data.global_test_fraction = 0: there is no global test set; F1 "
+                     "global is not measured (the table shows -), only each node's local "
+                     "test split")
+    elif len(split.global_test) < smallest:
+        notes.append(f"the global test set has {counted(len(split.global_test), 'image')} for "
+                     f"{num_classes} classes (under {smallest}): its F1 is noise; use a larger "
+                     "data.subset or data.global_test_fraction")
+    empty = [i for i, share in enumerate(split.nodes) if len(share.test) == 0]
+    if empty and local_train_fraction < 1:  # at 1, no local test set is what was asked
+        listed = ", ".join(map(str, empty[:10])) + (" ..." if len(empty) > 10 else "")
+        notes.append(f"{len(empty)} of {len(split.nodes)} nodes have no local test images "
+                     f"(nodes {listed}): their local F1 is not measured; use a larger "
+                     "data.subset or a smaller data.local_train_fraction")
+    return notes
 
 
 def _partition(scheme: str, indices: np.ndarray, labels: np.ndarray, n_nodes: int, *,
