@@ -17,7 +17,9 @@ from node.record import Evaluation, NodeRecord, RoundRecord
 
 def _round(number, f1, sent=None, received=None, seconds=(1.0, 0.5, 0.25, 0.25)):
     train, communication, aggregation, evaluation = seconds
-    return RoundRecord(round=number, global_test=Evaluation(accuracy=f1 + 0.01, f1=f1),
+    measured = {"argmax": {"accuracy": f1 + 0.01, "f1": f1}}  # as a measured test set has
+    return RoundRecord(round=number, global_test=Evaluation(accuracy=f1 + 0.01, f1=f1,
+                                                            rule="argmax", by_rule=measured),
                        train_seconds=train, communication_seconds=communication,
                        aggregation_seconds=aggregation, evaluation_seconds=evaluation,
                        bytes_sent=sum(sum(k.values()) for k in (sent or {}).values()),
@@ -195,17 +197,29 @@ def test_plain_progress_is_one_line_per_federation_round_and_per_failure():
 
 def test_plain_progress_says_every_round_even_when_several_ended_between_two_looks():
     progress = LineProgress(rounds=2, stream=io.StringIO(), clock=Clock())
-    lines = progress.lines(_states(("finished", [0.1, 0.5, 0.9]), ("running", [0.2, 0.6, 0.8])))
+    lines = progress.lines(_states(("finished", [0.1, 0.5, 0.9]), ("finished", [0.2, 0.6, 0.8])))
     assert [line.split(", ")[:3] for line in lines] == [
         ["every node started (round 0): 2 nodes", "mean F1 0.1500", "0 bytes sent"],
         ["round 1/2: 2 nodes", "mean F1 0.5500", "2,000 bytes sent"],
         ["round 2/2: 2 nodes", "mean F1 0.8500", "4,000 bytes sent"]]
 
 
+def test_the_last_progress_line_waits_for_every_end_and_says_the_tables_total():
+    """Goodbyes go out after the last round: the last line once read 172 bytes below the
+    table's total."""
+    progress = LineProgress(rounds=2, stream=io.StringIO(), clock=Clock())
+    states = _states(("running", [0.1, 0.5, 0.9]), ("running", [0.2, 0.6, 0.8]))
+    assert [line.split(":")[0] for line in progress.lines(states)] == [
+        "every node started (round 0)", "round 1/2"]
+    for record in states:
+        record.status, record.bytes_sent = "finished", record.bytes_sent + 86  # goodbyes
+    assert [line.split(", ")[2] for line in progress.lines(states)] == ["4,172 bytes sent"]
+
+
 def test_a_node_that_left_after_a_round_counts_in_that_rounds_line():
     progress = LineProgress(rounds=2, stream=io.StringIO(), clock=Clock())
     # node 0 left (churn) after round 1; node 1 goes on to round 2
-    lines = progress.lines(_states(("left", [0.1, 0.5]), ("running", [0.1, 0.7, 0.9])))
+    lines = progress.lines(_states(("left", [0.1, 0.5]), ("finished", [0.1, 0.7, 0.9])))
     assert [line.split(", ")[:2] for line in lines] == [
         ["node 0 left after 1/2 rounds"],
         ["every node started (round 0): 2 nodes", "mean F1 0.1000"],

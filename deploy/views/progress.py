@@ -140,6 +140,10 @@ class LineProgress:
             return out
         self.timing.look(working)
         done = min(r.rounds_done for r in working)
+        if done >= self.rounds and not all(r.status in ENDED for r in working):
+            # the last line waits for every node's end: its goodbyes are sent after its
+            # last round, and the line's bytes must be the table's total
+            done = self.rounds - 1
         # Every round completed since the last look gets its line, even when the nodes
         # finished several between two looks.
         for k in range(self.federation_round + 1, done + 1):
@@ -155,7 +159,8 @@ class LineProgress:
                   if rr.round == k and rr.global_test.by_rule]  # empty: no test set
         present = sum(1 for r in results if any(rr.round == k for rr in r.rounds))
         mean = f"{sum(scores) / len(scores):.4f}" if scores else "-"
-        sent = sum(rr.bytes_sent for r in results for rr in r.rounds if rr.round <= k)
+        sent = (sum(r.bytes_sent for r in results) if k == self.rounds else  # with goodbyes
+                sum(rr.bytes_sent for r in results for rr in r.rounds if rr.round <= k))
         what = "every node started (round 0)" if k == 0 else f"round {k}/{self.rounds}"
         return f"{what}: {counted(present, 'node')}, mean F1 {mean}, {sent:,} bytes sent, " \
                f"{self.timing.text(k)}"
