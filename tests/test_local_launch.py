@@ -1,6 +1,7 @@
 """Local launch: a federation that does not fit this machine's memory is refused up front;
 how a run ends is recorded; a Ctrl-C while nodes start leaves none running."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -46,9 +47,14 @@ def test_sim_capacity_counts_the_runtime_once_each_node_by_its_pages_and_each_wo
     assert capacity.sim_need(config, footprint, [6], workers=2)[0] == (340 + 3.5) * MiB
     note = capacity.check_sim_memory(config, footprint, [6] * 1000, 20 * 1024**3, workers=2)
     assert note.startswith("memory: about 11.56 GiB for 1,000 sim nodes (measured 300 MiB "
-                           "shared, 8.0 MiB per node, 0.50 MiB of its messages, 0.50 MiB per "
+                           "shared, 8 MiB per node, 0.5 MiB of its messages, 0.5 MiB per "
                            "in-neighbour, 10 MiB per node computing at once); this machine: "
                            "20.0 GiB available")
+    # a part that measured nothing is left out rather than said as "0.00 MiB"
+    quiet = dataclasses.replace(footprint, decoded_per_neighbour=0, transient=0,
+                                next_node=48_000)
+    assert "(measured 300 MiB shared, 0.046 MiB per node, 1 MiB of its messages); " in \
+        capacity.check_sim_memory(config, quiet, [6] * 10, 20 * 1024**3, workers=2)
     with pytest.raises(DeployError, match=r"^1,000 sim nodes would need about 11.6 GiB .* but "
                                           r"this machine has 8.0 GiB available: use fewer "
                                           r"nodes, a smaller model, or a larger host$"):

@@ -159,12 +159,21 @@ def sim_need(config: FederationConfig, footprint: NodeFootprint | None,
     # pages, and each further node computing at once a transient
     needed = (footprint.peak - footprint.next_node + sum(map(footprint.thread_node, in_degrees))
               + max(0, min(workers, len(in_degrees)) - 1) * footprint.transient)
-    return needed, (f"measured {footprint.shared / MiB:.0f} MiB shared, "
-                    f"{footprint.next_node / MiB:.1f} MiB per node, "
-                    f"{footprint.wire_per_neighbour / MiB:.2f} MiB of "
-                    f"its messages, {footprint.decoded_per_neighbour / MiB:.2f} MiB per "
-                    f"in-neighbour, {footprint.transient / MiB:.0f} MiB per node computing "
-                    "at once")
+    parts = [f"{mib(footprint.shared)} shared", f"{mib(footprint.next_node)} per node",
+             f"{mib(footprint.wire_per_neighbour)} of its messages"]
+    if footprint.decoded_per_neighbour:  # only a robust rule decodes what it receives
+        parts.append(f"{mib(footprint.decoded_per_neighbour)} per in-neighbour")
+    if footprint.transient:
+        parts.append(f"{mib(footprint.transient)} per node computing at once")
+    return needed, "measured " + ", ".join(parts)
+
+
+def mib(size: int) -> str:
+    """A size in MiB with two significant digits below 10 ("0.047 MiB", "4.7 MiB")."""
+    value = size / MiB
+    if value >= 10 or value == 0:
+        return f"{value:.0f} MiB"
+    return f"{value:.2g} MiB"
 
 
 def check_sim_memory(config: FederationConfig, footprint: NodeFootprint | None,
