@@ -181,7 +181,9 @@ def test_protofed_up_on_the_sim_backend_writes_what_a_local_run_writes(tmp_path,
     for name in ("summary.json", "rounds.csv", "f1_per_round.png", "federation.json",
                  "logs/node-0.log"):
         assert (run_dir / name).is_file(), name
-    assert json.loads((run_dir / "run.json").read_text())["backend"] == "sim"
+    run_file = json.loads((run_dir / "run.json").read_text())
+    assert run_file["backend"] == "sim"
+    assert isinstance(run_file["start_times"]["sim"], int)  # kept after the process ended
     target = summary["to_target"]
     assert target["round"] is not None and target["seconds"] > 0  # virtual seconds
     # stamped transfers on the 5 Mbit/s links: a model message's size over the rate at least

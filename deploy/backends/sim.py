@@ -51,6 +51,7 @@ class SimRun:
     process: ForkedNode
     exit_codes: dict[int, int] = field(default_factory=dict)
     stopping: bool = False
+    start_time: int | None = None  # the process's identity with its pid (read at start)
 
     def poll_exits(self) -> dict[int, int]:
         code = self.process.poll()
@@ -87,7 +88,7 @@ def write_run_file(run: SimRun, status: str) -> None:
     """How `protofed status`, `down` and `logs` find the run: its one process."""
     document = {"run_id": run.plan.run_id, "backend": "sim", "status": status,
                 "pids": {"sim": run.process.pid},
-                "start_times": {"sim": start_time(run.process.pid)},
+                "start_times": {"sim": run.start_time},
                 "nodes": len(run.plan.nodes), "launcher": launcher_entry(),
                 "exit_codes": {str(i): c for i, c in run.exit_codes.items()}}
     (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
@@ -101,7 +102,7 @@ def start(plan: Plan) -> SimRun:
     with stop_signals_held():
         pid = os.fork()
         if pid:
-            run = SimRun(plan, ForkedNode(pid))
+            run = SimRun(plan, ForkedNode(pid), start_time=start_time(pid))
             write_run_file(run, "running")
             return run
     code = 1

@@ -300,6 +300,8 @@ def _draw_logged(run_dir: Path, name: str, painter, records: list[NodeRecord]) -
 
 
 # Up to this many edges, each gets its byte count written on it.
+ARROWS_UP_TO = 2_000  # directed edges drawn as arrows; beyond, as lines
+RASTER_FROM = 20_000  # edges drawn as one raster image (in the SVG too) beyond this
 EDGE_LABELS_UP_TO = 12
 # Up to this many nodes each is a 500 pt² disc with its id in it; about 40 such discs fit
 # side by side around the circle of a 6.4 x 4.8 inch picture, beyond that they overlap.
@@ -389,14 +391,18 @@ def _topology(figure, records: list[NodeRecord]) -> None:
                                     font_color=label_colour(colour))
     widths = [0.25 * style.widest + 0.75 * style.widest * edges[e] / (largest or 1)
               for e in edges]
-    if symmetric:
-        nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
-                               alpha=style.alpha)
-    else:
+    # an arrow is a patch of its own (1.5 ms each: 17,000 took 25 s); beyond ARROWS_UP_TO
+    # the directions are left out, and beyond RASTER_FROM lines the edges are one raster
+    arrows = not symmetric and len(edges) <= ARROWS_UP_TO
+    if arrows:
         nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
                                arrows=True, arrowsize=style.arrow_size,
                                connectionstyle="arc3,rad=0.08", node_size=style.node_size,
                                alpha=style.alpha)
+    else:
+        lines = nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges),
+                                       width=widths, arrows=False, alpha=style.alpha)
+        lines.set_rasterized(len(edges) > RASTER_FROM)
     limits = link_labels(records, symmetric) if style.labels else {}
     if style.labels and edges and len(edges) <= EDGE_LABELS_UP_TO:
         nx.draw_networkx_edge_labels(
@@ -412,6 +418,8 @@ def _topology(figure, records: list[NodeRecord]) -> None:
                     + (f" ({rule} rule)" if rule else "")
                     + f"\nscaled to this run's range: {f1_range_text(list(scores.values()))}")
     title = topology_title(edges, symmetric)
+    if not symmetric and not arrows:
+        title += f"\n{len(edges):,} directed edges: drawn without their directions"
     if not style.labels:
         title += f"\n{len(nodes)} nodes: ids and edge labels left out"
     axes.set_title(title)
