@@ -284,3 +284,24 @@ def test_without_a_plan_a_model_is_validated_on_the_classes_its_last_prototypes_
                                      "counts": torch.tensor([5, 7])})}
     screened(node, None, gather(protos, {3: protos}, 0, num_classes=3, dim=2))
     assert peer_class_weights(node, model_step, 0) == [0.0, 5.0, 7.0]
+
+
+def test_without_a_plan_a_peer_is_judged_on_its_classes_as_it_claims_them_not_as_bounded():
+    """Bounded counts weigh a peer; the classes it is judged on are its own: bounded, a
+    Dirichlet node's 900 images of one class weighed as 20 against its 2 of another, and
+    its model was judged mostly on the class it barely holds (no plan, ring: 4 points of
+    clean F1 lost to honest refusals)."""
+    from node.intake.validation import peer_class_weights
+
+    def protos(counts):
+        return {"prototypes": Payload({"prototypes": torch.ones(2, 2),
+                                       "classes": torch.tensor([0, 1]),
+                                       "counts": torch.tensor(counts)})}
+    own = protos([10, 10])
+    received = {1: protos([10, 10]), 2: protos([10, 10]), 3: protos([900, 2])}
+    update = gather(own, received, 0, num_classes=3, dim=2)
+    assert update.prototypes[3][1].tolist() == [20, 2, 0]  # weighed: 2 x median{10, 10, 10, 900}
+    node = _node(use_plan=False)
+    assert peer_class_weights(node, update, 2) == [900.0, 2.0, 0.0]
+    screened(node, None, update)  # remembered for the next round's model step as claimed
+    assert node.claimed_classes[3] == [900, 2, 0]

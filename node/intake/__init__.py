@@ -78,7 +78,10 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
 
     refusals: list[Refusal] = []
     checked = dict(each_or_refused(received, check, node_id, refusals))
+    claims = {}
     if plan is None:
+        claims = {peer: update[1][1].tolist() for peer, update in checked.items()
+                  if update[1] is not None}
         checked = claimed(states[0][1] if with_model else None,
                           prototypes[0][1] if with_prototypes else None, checked)
     kept = dict(each_or_refused(checked, models_within_bound(state_norm(reference), checked,
@@ -96,7 +99,7 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
         log.warning("node %d: %s of peer %d refused (%s): %s", node_id, refusal.what,
                     refusal.peer, refusal.rule, refusal.reason)
     return Contributions(states, prototypes, sorted(refusals, key=lambda r: r.peer),
-                         list(kept))
+                         list(kept), {peer: claims[peer] for peer in kept if peer in claims})
 
 
 def screened(algorithm: Algorithm, model: nn.Module | None,
@@ -125,11 +128,12 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
 
 
 def remember_claims(algorithm: Algorithm, update: Contributions) -> None:
-    """Each kept peer's class counts as its prototypes claim them (bounded): without a plan,
-    what the next round's model step validates the peer on."""
+    """Each kept peer's class counts as its prototypes claim them: without a plan, what the
+    next round's model step validates the peer on."""
     if update.prototypes:
         for index, peer in enumerate(update.peers):
-            algorithm.claimed_classes[peer] = update.prototypes[index + 1][1].tolist()
+            algorithm.claimed_classes[peer] = update.claims.get(
+                peer, update.prototypes[index + 1][1].tolist())
 
 
 def combined_state(algorithm: Algorithm, update: Contributions) -> dict[str, torch.Tensor]:

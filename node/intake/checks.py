@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -108,6 +108,10 @@ class Contributions:
     prototypes: list[tuple[torch.Tensor, torch.Tensor]]
     refusals: list[Refusal]
     peers: list[int]  # whose states follow this node's own, in order
+    # without a plan, each peer's class counts as it claimed them, before they were bounded
+    # for weighing: which of its classes it is judged on is its to say, not how much it
+    # counts (a liar gains nothing: it could claim only the classes it fits either way)
+    claims: Mapping[int, list[int]] = field(default_factory=dict)
 
     @property
     def rejected(self) -> list[int]:
@@ -123,7 +127,8 @@ def without_peers(update: Contributions, refused: Mapping[int, Refusal]) -> Cont
         prototypes=(update.prototypes[:1] + [update.prototypes[i + 1] for i in keep]
                     if update.prototypes else []),
         refusals=sorted([*update.refusals, *refused.values()], key=lambda r: r.peer),
-        peers=[update.peers[i] for i in keep])
+        peers=[update.peers[i] for i in keep],
+        claims={p: c for p, c in update.claims.items() if p not in refused})
 
 
 def each_or_refused(updates: Mapping[int, Any], check: Callable[[int, Any], tuple],

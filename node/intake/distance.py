@@ -83,4 +83,4 @@ def clipped(algorithm: Algorithm, model: nn.Module, update: Contributions) -> Co
                              + f" ({bound:g} times the median in-neighbour's)"))
     return Contributions(states, update.prototypes,
                          sorted([*update.refusals, *notes], key=lambda r: r.peer),
-                         update.peers)
+                         update.peers, update.claims)

@@ -40,8 +40,9 @@ def _class_weights(algorithm: Algorithm, update: Contributions,
     plan = algorithm.data.plan if algorithm.config.aggregation.use_plan else None
     if plan is not None and plan.counts_of(peer) is not None:
         return [float(n) for n in plan.counts_of(peer).tolist()]
-    if update.prototypes:
-        return [float(n) for n in update.prototypes[index + 1][1].tolist()]
+    if update.prototypes:  # as claimed: bounded counts would tilt it to its rarest classes
+        claimed = update.claims.get(peer, update.prototypes[index + 1][1].tolist())
+        return [float(n) for n in claimed]
     claimed = getattr(algorithm, "claimed_classes", {}).get(peer)
     return None if claimed is None else [float(n) for n in claimed]
 
