@@ -210,3 +210,16 @@ def test_down_of_an_unknown_run_says_why_docker_was_not_asked(tmp_path):
     assert done.stderr.strip().splitlines() == [(
         "protofed: no running federation found named nothing-here (not asked: docker, which "
         "has no engine here)")]
+
+
+def test_a_model_too_large_for_memory_is_named_with_the_settings_that_shrink_it(tmp_path):
+    from deploy.backends.capacity import probe_failure
+    assert "set deploy.memory" in str(probe_failure("ValueError: x"))
+    done = protofed("up", "-c", REPO / "examples" / "quick.toml", "--set",
+                    "model.embedding_dim=100000000", "--set",
+                    f"deploy.results_dir={tmp_path}")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("protofed: one node does not fit in this machine's memory (")
+    assert last.endswith("use smaller model widths (model.teacher_channels, "
+                         "model.student_channels, model.embedding_dim) or a smaller data.subset")

@@ -211,9 +211,25 @@ def probe(config: FederationConfig) -> NodeFootprint:
         raise DeployError(f"measuring one node's memory took over {PROBE_TIMEOUT:.0f} s "
                           "(set deploy.memory to skip the measurement)") from None
     if done.returncode != 0:
-        raise DeployError("measuring one node's memory failed (set deploy.memory to skip "
-                          f"the measurement):\n{done.stderr[-2000:]}")
+        raise probe_failure(done.stderr[-2000:])
     return NodeFootprint(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+OUT_OF_MEMORY = ("MemoryError", "can't allocate memory", "Cannot allocate memory",
+                 "out of memory")
+
+
+def probe_failure(error: str) -> DeployError:
+    """What to tell the user when measuring one node failed: a node that cannot even be
+    built in memory needs a smaller model or dataset, not a skipped measurement."""
+    if any(sign in error for sign in OUT_OF_MEMORY):
+        last = error.strip().splitlines()[-1] if error.strip() else error
+        return DeployError(f"one node does not fit in this machine's memory ({last[:300]}): "
+                           "use smaller model widths (model.teacher_channels, "
+                           "model.student_channels, model.embedding_dim) or a smaller "
+                           "data.subset")
+    return DeployError("measuring one node's memory failed (set deploy.memory to skip the "
+                       f"measurement): {error}")
 
 
 def measure_footprint(config: FederationConfig, forked: bool = False,

@@ -24,7 +24,6 @@ from deploy.backends.runner import run_status
 from deploy.run_folder import RUN_FILE
 from node.config import FederationConfig, user_code
 from node.data.custom import check_models
-from node.errors import DeployError
 from node.lifecycle import MISSED_EXIT, exit_now
 
 if TYPE_CHECKING:
@@ -205,7 +204,7 @@ def warm_up(config: FederationConfig) -> None:
 def probe_footprint(config: FederationConfig, threads: bool = False) -> NodeFootprint:
     """Measure node 0 of `config` in a process forked from this warm one, as nodes are
     (with `threads`, more nodes on threads beside it, as the sim backend runs them)."""
-    from deploy.backends.capacity import NodeFootprint, measure_footprint
+    from deploy.backends.capacity import NodeFootprint, measure_footprint, probe_failure
 
     readable, writable = os.pipe()
     sys.stdout.flush()
@@ -226,8 +225,7 @@ def probe_footprint(config: FederationConfig, threads: bool = False) -> NodeFoot
         answer = json.loads(pipe.read() or b'{"error": "the probe ended without a word"}')
     os.waitpid(pid, 0)
     if "error" in answer:
-        raise DeployError(f"measuring one node's memory failed (set deploy.memory to skip "
-                          f"the measurement): {answer['error']}")
+        raise probe_failure(answer["error"])
     return NodeFootprint(**answer)
 
 
