@@ -492,7 +492,9 @@ def test_a_shaped_edge_between_containers_carries_its_bandwidth(client, node_ima
                        for r in nodes[1]["rounds"][1:]
                        if "model" in r["transfer_seconds_by_peer"].get(peer, {})]
     assert rates["0"] and all(4.5e6 <= rate <= 5.5e6 for rate in rates["0"]), rates
-    assert rates["2"] and all(rate > 50e6 for rate in rates["2"]), rates
+    # unshaped: well above the shaped link's bound (its own rate is the loaded CPU's: one
+    # transfer read 35 Mbit/s while the suite ran beside two experiments)
+    assert rates["2"] and all(rate > 2 * 5.5e6 for rate in rates["2"]), rates
     # the rules lived in the containers' namespaces: no interface of the host has any
     host = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True, check=True)
     assert "htb" not in host.stdout, host.stdout

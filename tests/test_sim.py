@@ -266,3 +266,13 @@ def test_a_run_without_a_global_test_set_is_warned_of_and_its_table_shows_no_glo
     assert [n["global_f1"] for n in summary["nodes"]] == [None] * 3
     assert all(n["local_f1"] > 0 for n in summary["nodes"])
     assert "No global test set" in done.stdout and "mean F1 -" in done.stderr
+
+
+@pytest.mark.integration
+def test_a_sim_of_fewer_nodes_than_start_the_arenas_still_counts_what_a_node_adds(tmp_path,
+                                                                                 data_dir):
+    done, _, _ = run_federation(tmp_path, data_dir, "three", nodes=3, rounds=1,
+                                options=("--backend", "sim", "--set", "deploy.cores=2"))
+    assert done.returncode == 0, done.stderr
+    per_node = re.search(r"shared, ([0-9.]+) MiB per node", done.stderr)
+    assert per_node and float(per_node.group(1)) > 0, done.stderr  # it once said 0 MiB

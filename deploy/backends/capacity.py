@@ -295,14 +295,21 @@ def thread_node_bytes(config: FederationConfig, device: object,
         return 0
     workers = config.deploy.usable_cores()
     share_arenas(workers)  # as the simulation does
+    starters = range(1, min(config.nodes, 1 + workers))
+    ids = range(1 + workers, min(config.nodes, 1 + workers + THREAD_PROBE_NODES))
     with _NodeThreads(config, device) as others:
-        for node_id in range(1, min(config.nodes, 1 + workers)):
+        if not ids:  # no node beyond those that start the arenas (it once said 0 MiB per
+            # node at 3 nodes): they are measured, their arenas' start counted in
+            held = own_bytes()
+            for node_id in starters:
+                others.add(node_id)
+            return max(0, own_bytes() - held) // len(starters)
+        for node_id in starters:
             others.add(node_id)  # every arena in use
         held = own_bytes()
-        ids = range(1 + workers, min(config.nodes, 1 + workers + THREAD_PROBE_NODES))
         for node_id in ids:
             others.add(node_id)
-        return max(0, own_bytes() - held) // max(1, len(ids))
+        return max(0, own_bytes() - held) // len(ids)
 
 
 class _NodeThreads:

@@ -359,6 +359,27 @@ def f1_range_text(scores: list[float | None]) -> str:
     return f"all {low:.3f}" if high - low < 5e-4 else f"from {low:.3f} to {high:.3f}"
 
 
+def _draw_edges(axes, graph, layout, edges: dict, widths: list[float], symmetric: bool,
+                style) -> bool:
+    """The graph's edges, as arrows where the exchange is one-sided; whether arrows were
+    drawn. An arrow is a patch of its own (1.5 ms each: 17,000 took 25 s): beyond
+    ARROWS_UP_TO the directions are left out, and beyond RASTER_FROM the lines are one
+    raster image."""
+    import networkx as nx
+
+    arrows = not symmetric and len(edges) <= ARROWS_UP_TO
+    if arrows:
+        nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
+                               arrows=True, arrowsize=style.arrow_size,
+                               connectionstyle="arc3,rad=0.08", node_size=style.node_size,
+                               alpha=style.alpha)
+    else:
+        lines = nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges),
+                                       width=widths, arrows=False, alpha=style.alpha)
+        lines.set_rasterized(len(edges) > RASTER_FROM)
+    return arrows
+
+
 def _topology(figure, records: list[NodeRecord]) -> None:
     import matplotlib
     import networkx as nx
@@ -391,18 +412,7 @@ def _topology(figure, records: list[NodeRecord]) -> None:
                                     font_color=label_colour(colour))
     widths = [0.25 * style.widest + 0.75 * style.widest * edges[e] / (largest or 1)
               for e in edges]
-    # an arrow is a patch of its own (1.5 ms each: 17,000 took 25 s); beyond ARROWS_UP_TO
-    # the directions are left out, and beyond RASTER_FROM lines the edges are one raster
-    arrows = not symmetric and len(edges) <= ARROWS_UP_TO
-    if arrows:
-        nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges), width=widths,
-                               arrows=True, arrowsize=style.arrow_size,
-                               connectionstyle="arc3,rad=0.08", node_size=style.node_size,
-                               alpha=style.alpha)
-    else:
-        lines = nx.draw_networkx_edges(graph, layout, ax=axes, edgelist=list(edges),
-                                       width=widths, arrows=False, alpha=style.alpha)
-        lines.set_rasterized(len(edges) > RASTER_FROM)
+    arrows = _draw_edges(axes, graph, layout, edges, widths, symmetric, style)
     limits = link_labels(records, symmetric) if style.labels else {}
     if style.labels and edges and len(edges) <= EDGE_LABELS_UP_TO:
         nx.draw_networkx_edge_labels(
