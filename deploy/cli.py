@@ -15,6 +15,7 @@ from deploy.backends import swarm_backend as swarm
 from deploy.backends.launchers import fleets
 from deploy.backends.plan import checked_run_id, new_run_id
 from deploy.ending import finish_without_launcher, still_running
+from deploy.partition import partition
 from deploy.run_folder import FEDERATION_FILE, read_node_results
 from deploy.terminal import say_files, table_width, warn_if_insecure
 from deploy.up import up
@@ -107,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--wide", action="store_true", help=WIDE_HELP)
     collect.add_argument("--all", action="store_true", dest="every", help=ALL_HELP)
 
+    split = commands.add_parser("partition", help="write a config's split as one folder "
+                                "per node (its training and local test samples) and a "
+                                "manifest; again with the same config and folder: nothing")
+    split.add_argument("-c", "--config", required=True, help="federation TOML file")
+    split.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key")
+    split.add_argument("--out", required=True, help="the folder to write")
+
     _add_run_views(commands)
     return parser
 
@@ -152,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         code = {"up": up, "down": cmd_down, "status": cmd_status, "logs": cmd_logs,
                 "compose": cmd_compose, "collect": cmd_collect,
                 "report": cmd_report, "tensorboard": cmd_tensorboard,
+                "partition": cmd_partition,
                 "monitor": cmd_monitor}[args.command](args)
         sys.stdout.flush()  # a reader gone away shows here, not at exit
         return code
@@ -242,6 +252,17 @@ def _located(run: str, results_dir: str) -> Path | None:
         if folder.is_dir():
             return folder
     return None
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    config = load(args.config, tuple(args.set))
+    out = Path(args.out)
+    if partition(config, out, lambda line: print(f"protofed: {line}", file=sys.stderr)):
+        print(f"protofed: wrote {counted(config.nodes, 'node folder')} and "
+              f"{out / 'manifest.json'}", file=sys.stderr)
+    else:
+        print(f"protofed: {out} already holds this split: nothing written", file=sys.stderr)
+    return 0
 
 
 def cmd_compose(args: argparse.Namespace) -> int:

@@ -1,0 +1,73 @@
+"""`protofed partition`: a config's split as one folder per node, checked against the split
+every node computes, written once."""
+
+import json
+
+import numpy as np
+import pytest
+
+from deploy.partition import partition
+from node.config import from_dict, load
+from node.data import load_dataset
+from node.data.folders import file_sha256, read_split
+from node.data.partition import split_of
+from node.errors import DataError
+from tests.helpers import protofed, write_config
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory, data_dir):
+    root = tmp_path_factory.mktemp("partition")
+    config_file = write_config(root, data_dir, "parts", nodes=3)
+    done = protofed("partition", "-c", config_file, "--out", root / "P")
+    assert done.returncode == 0, done.stderr
+    return load(config_file), root / "P", done.stderr
+
+
+def test_each_node_folder_holds_its_share_of_the_split_and_the_manifest_counts_it(written):
+    config, out, said = written
+    assert "partition: 3 of 3 nodes written" in said and "wrote 3 node folders" in said
+    dataset = load_dataset("mnist", config.data.dir, download=False)
+    split = split_of(config, dataset.labels, dataset.num_classes)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["complete"] and manifest["num_classes"] == 10
+    for node, share in enumerate(split.nodes):
+        path = out / f"node-{node}" / "data.npz"
+        images, labels = read_split(path, "train", 10, (1, 28, 28))
+        assert np.array_equal(images, dataset.images[share.train])
+        assert np.array_equal(labels, dataset.labels[share.train])
+        test_images, _ = read_split(path, "test", 10, (1, 28, 28))
+        assert np.array_equal(test_images, dataset.images[share.test])
+        entry = manifest["nodes"][node]
+        assert entry["train_per_class"] == np.bincount(dataset.labels[share.train],
+                                                       minlength=10).tolist()
+        assert entry["sha256"] == file_sha256(path)
+    images, _ = read_split(out / "global-test" / "data.npz", "", 10, (1, 28, 28))
+    assert np.array_equal(images, dataset.images[split.global_test])
+
+
+def test_the_same_split_again_writes_nothing_and_another_is_refused_naming_what_differs(
+        written):
+    config, out, _ = written
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*.npz")}
+    said = []
+    assert partition(config, out, said.append) is False and said == []
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.npz")} == before
+    reseeded = from_dict({**config.to_dict(), "seed": 8})
+    with pytest.raises(DataError, match="holds another split \\(seed 7 there, 8 asked\\)"):
+        partition(reseeded, out, said.append)
+
+
+def test_a_bad_node_file_is_named_with_its_field(tmp_path):
+    path = tmp_path / "data.npz"
+    np.savez(path, train_images=np.zeros((2, 28, 28), np.uint8),
+             train_labels=np.array([0, 12]))
+    with pytest.raises(DataError, match=r"data.npz: train_labels must lie in 0..9, found "
+                                        r"0..12"):
+        read_split(path, "train", 10, (1, 28, 28))
+    with pytest.raises(DataError, match=r"data.npz: no array 'test_images'"):
+        read_split(path, "test", 10, (1, 28, 28))
+    np.savez(path, images=np.zeros((2, 28, 28), np.float32), labels=np.array([0, 1]))
+    with pytest.raises(DataError, match=r"images must be uint8 of shape \[n, 1, 28, 28\], got "
+                                        r"float32 \[2, 1, 28, 28\]"):
+        read_split(path, "", 10, (1, 28, 28))
