@@ -19,6 +19,7 @@ from typing import Any
 from deploy.backends.launchers import launcher_for
 from deploy.backends.plan import (
     Plan,
+    check_node_folders,
     check_split,
     checked_run_id,
     ensure_results_dir,
@@ -122,8 +123,12 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     began = time.monotonic()
     say(f"preparing run {run_id}: the {config.data.dataset} dataset, then what one node "
         "needs in memory")
-    cache_dir = prepare_data(config)  # once per federation, before any node exists
-    for note in check_split(config):
+    if config.data.layout == "per-node":  # each node's own folder; no pooled dataset
+        cache_dir, notes = None, check_node_folders(config)
+    else:
+        cache_dir = prepare_data(config)  # once per federation, before any node exists
+        notes = check_split(config)
+    for note in notes:
         say(f"warning: {note}")
     plan = launcher.prepare(source, overrides, run_id, cache_dir)
     # the tensorboard package is looked for before anything is written or started

@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from deploy.backends.plan import host_data_dir, prepare_data
 from node.data import load_dataset
 from node.data.folders import (
@@ -56,7 +58,8 @@ def partition(config: FederationConfig, out: Path, say: Callable[[str], None]) -
                               train_images=dataset.images[share.train],
                               train_labels=dataset.labels[share.train],
                               test_images=dataset.images[share.test],
-                              test_labels=dataset.labels[share.test])
+                              test_labels=dataset.labels[share.test],
+                              num_classes=np.array(classes))
         nodes.append({"node": node, "train_per_class": per_class(
             dataset.labels[share.train], classes), "test_per_class": per_class(
             dataset.labels[share.test], classes), "sha256": digest})
@@ -69,7 +72,8 @@ def partition(config: FederationConfig, out: Path, say: Callable[[str], None]) -
         manifest["global_test"] = {
             "per_class": per_class(dataset.labels[index], classes),
             "sha256": write_arrays(out / GLOBAL_TEST, images=dataset.images[index],
-                                   labels=dataset.labels[index])}
+                                   labels=dataset.labels[index],
+                                   num_classes=np.array(classes))}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return True
 

@@ -313,6 +313,7 @@ def validate(config: FederationConfig, source: str = "<config>") -> None:
 # The most rounds a federation may run: every node keeps each round's record and its
 # schedule holds each round's presence, so the bound keeps both within memory.
 MAX_ROUNDS = 10_000
+DATA_LAYOUTS = ("pooled", "per-node")
 # The most nodes: each is a process or thread with its record, data share and plan row;
 # 10,000 is the most measured (the sim backend, 6.7 GiB: experiments/reports/scale).
 MAX_NODES = 10_000
@@ -398,6 +399,11 @@ def _check_data(c: FederationConfig, source: str) -> None:
            f"must be in [0, 1), got {d.global_test_fraction}")
     _check(0.0 < d.local_train_fraction <= 1.0, source, "data.local_train_fraction",
            f"must be in (0, 1], got {d.local_train_fraction}")
+    _one_of(d.layout, DATA_LAYOUTS, source, "data.layout")
+    _check(d.layout == "pooled" or c.deploy.backend in ("local", "sim"), source,
+           "data.layout", f'"per-node" runs on the local and sim backends so far, not on '
+           f"{c.deploy.backend} (a container mounting only its node's folder is not built "
+           "yet)")
 
 
 def _check_model(c: FederationConfig, source: str) -> None:

@@ -67,6 +67,12 @@ class DataConfig:
     ./data."""
     download: bool = True
     """The launcher tries the public download when files are missing (nodes never download)."""
+    layout: str = "pooled"
+    """"pooled": every node splits the pooled dataset in `dir` by the settings below (a
+    simulation). "per-node": node i reads only `dir`/node-<i>/data.npz and, when present,
+    `dir`/global-test/ (written by `protofed partition` or by you; see the command line
+    page), knows no other node's data and weighs peers by their bounded claims; the local
+    and sim backends so far."""
     partition: str = "iid"
     """How the training samples are split among the nodes."""
     classes_fraction: float = 0.6

@@ -11,7 +11,7 @@ from node.config import from_dict, load
 from node.data import load_dataset
 from node.data.folders import file_sha256, read_split
 from node.data.partition import split_of
-from node.errors import DataError
+from node.errors import ConfigError, DataError
 from tests.helpers import protofed, write_config
 
 
@@ -71,3 +71,60 @@ def test_a_bad_node_file_is_named_with_its_field(tmp_path):
     with pytest.raises(DataError, match=r"images must be uint8 of shape \[n, 1, 28, 28\], got "
                                         r"float32 \[2, 1, 28, 28\]"):
         read_split(path, "", 10, (1, 28, 28))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("backend", ["local", "sim"])
+def test_nodes_reading_only_their_own_folders_train_to_the_pooled_runs_bytes_and_f1(
+        written, tmp_path, backend):
+    """data.layout = "per-node" with PROTOFED_DATA_DIR an empty folder: every node reads
+    its own folder and nothing else, and the run is the pooled one, byte for byte and F1
+    for F1 (4 decimals)."""
+    import os
+
+    _, out, _ = written
+    source = out.parent / "parts.toml"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {**os.environ, "PROTOFED_DATA_DIR": str(empty)}
+    results = {}
+    for layout, extra in (("pooled", []), ("per-node", ["--set", 'data.layout="per-node"',
+                                                       "--set", f'data.dir="{out}"'])):
+        done = protofed("up", "-c", source, "--backend", backend, "--run-id",
+                        f"{layout}-{backend}", "--set", f"deploy.results_dir={tmp_path}",
+                        *extra, env=env if layout == "per-node" else None)
+        assert done.returncode == 0, done.stderr[-2000:]
+        summary = json.loads((tmp_path / f"{layout}-{backend}" / "summary.json").read_text())
+        results[layout] = [(n["bytes_sent"], n["bytes_received"], round(n["global_f1"], 4),
+                            round(n["local_f1"], 4)) for n in summary["nodes"]]
+    assert results["per-node"] == results["pooled"]
+
+
+def test_a_missing_or_bad_node_folder_stops_the_run_before_anything_starts(written, tmp_path):
+    import shutil
+    _, out, _ = written
+    source = out.parent / "parts.toml"
+    broken = tmp_path / "P"
+    shutil.copytree(out, broken)
+    (broken / "node-2" / "data.npz").unlink()
+    per_node = ("--set", 'data.layout="per-node"', "--set", f'data.dir="{broken}"',
+                "--set", f"deploy.results_dir={tmp_path}")
+    done = protofed("up", "-c", source, *per_node)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"protofed: {broken / 'node-2' / 'data.npz'}: missing (write the node folders with "
+        "`protofed partition`, or as the command line page describes)")
+    with np.load(out / "node-1" / "data.npz") as stored:
+        arrays = {key: stored[key] for key in stored.files}
+    arrays["train_labels"][0] = 10
+    np.savez(broken / "node-1" / "data.npz", **arrays)
+    done = protofed("up", "-c", source, *per_node)
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "node-1/data.npz: train_labels must lie in 0..9, found 0..10")
+    assert not list(tmp_path.glob("parts-*"))  # no run folder: nothing started
+
+
+def test_per_node_data_is_refused_on_the_backends_that_cannot_mount_one_folder_each():
+    with pytest.raises(ConfigError, match='data.layout "per-node" runs on the local and sim '
+                                          "backends so far, not on docker"):
+        from_dict({"data": {"layout": "per-node"}, "deploy": {"backend": "docker"}})

@@ -100,6 +100,48 @@ def check_split(config: FederationConfig) -> list[str]:
     return split_warnings(split, dataset.num_classes, config.data.local_train_fraction)
 
 
+def check_node_folders(config: FederationConfig) -> list[str]:
+    """data.layout "per-node": every node's folder read once here, before any node starts:
+    a missing or bad file, or counts that disagree with the folder's manifest, stop the run
+    in one line naming the node and the file; what measures little is returned to be said."""
+    from node.data.folders import (
+        DATA_FILE,
+        GLOBAL_TEST,
+        image_shape,
+        node_folder,
+        per_class,
+        read_manifest,
+        read_split,
+        stored_classes,
+    )
+    from node.errors import DataError
+    root = host_data_dir(config)
+    manifest = read_manifest(root) or {}
+    listed = {n.get("node"): n for n in manifest.get("nodes", []) if isinstance(n, dict)}
+    notes, no_test = [], []
+    for node in range(config.nodes):
+        path = node_folder(root, node) / DATA_FILE
+        classes = stored_classes(path)
+        shape = image_shape(path)
+        train = read_split(path, "train", classes, shape)
+        test = read_split(path, "test", classes, shape)
+        if not len(train[1]):
+            raise DataError(f"node {node}: {path} holds no training sample")
+        expected = listed.get(node, {}).get("train_per_class")
+        if expected is not None and per_class(train[1], classes) != expected:
+            raise DataError(f"node {node}: {path} holds {per_class(train[1], classes)} "
+                            f"training samples per class, its manifest says {expected}")
+        if not len(test[1]):
+            no_test.append(node)
+    if not (root / GLOBAL_TEST / DATA_FILE).is_file():
+        notes.append(f"no global test set ({root / GLOBAL_TEST} is absent): F1 global is "
+                     "not measured, only each node's local test split")
+    if no_test:
+        notes.append(f"{len(no_test)} of {config.nodes} nodes have no local test images: "
+                     "their local F1 is not measured")
+    return notes
+
+
 def node_arguments(federation_file: str, node_id: int, results: str, keys: str | None,
                    listen_fd: int | None = None) -> list[str]:
     """The arguments of `python -m node` for one node, on every backend."""

@@ -3,9 +3,10 @@ write from their own arrays. One folder per node, `node-<i>/data.npz`, holding
 
 - `train_images`, `test_images`: uint8, [n, C, H, W] (or [n, H, W] for one channel),
 - `train_labels`, `test_labels`: integers in 0..num_classes-1, one per image,
+- `num_classes`: one integer, the classes of the whole task (a node may hold fewer),
 
-an optional `global-test/data.npz` (`images`, `labels`: a public evaluation set every node
-may hold), and `manifest.json`: the dataset's name, class count and image shape, and per
+an optional `global-test/data.npz` (`images`, `labels`, `num_classes`: a public evaluation
+set every node may hold), and `manifest.json`: the dataset's name, class count and image shape, and per
 node its samples per class and the file's SHA-256.
 """
 
@@ -98,3 +99,29 @@ def read_split(path: Path, prefix: str, num_classes: int,
         raise DataError(f"{path}: {name('labels')} must lie in 0..{num_classes - 1}, found "
                         f"{int(labels.min())}..{int(labels.max())}")
     return images, labels.astype(np.int64)
+
+
+def stored_classes(path: Path) -> int:
+    """The `num_classes` a node's file declares (a node knows its task from its own file)."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            if "num_classes" not in stored.files:
+                raise DataError(f"{path}: no array 'num_classes' (the task's class count)")
+            value = stored["num_classes"]
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing (write the node folders with `protofed partition`, "
+                        "or as the command line page describes)") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable .npz file ({exc})") from None
+    if value.shape != () or not np.issubdtype(value.dtype, np.integer) or int(value) < 2:
+        raise DataError(f"{path}: num_classes must be one integer of at least 2, got "
+                        f"{value.dtype} {value.tolist()}")
+    return int(value)
+
+
+def image_shape(path: Path) -> tuple[int, ...]:
+    """[C, H, W] of the training images a node's file holds ([H, W] is one channel)."""
+    with np.load(path, allow_pickle=False) as stored:
+        shape = tuple(stored["train_images"].shape[1:]) if "train_images" in stored.files \
+            else ()
+    return shape if len(shape) == 3 else (1, *shape)
