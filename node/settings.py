@@ -71,8 +71,8 @@ class DataConfig:
     """"pooled": every node splits the pooled dataset in `dir` by the settings below (a
     simulation). "per-node": node i reads only `dir`/node-<i>/data.npz and, when present,
     `dir`/global-test/ (written by `protofed partition` or by you; see the command line
-    page), knows no other node's data and weighs peers by their bounded claims; the local
-    and sim backends so far."""
+    page), knows no other node's data and weighs peers by their bounded claims; the local,
+    sim and docker backends so far (each container mounts its own folder)."""
     partition: str = "iid"
     """How the training samples are split among the nodes."""
     classes_fraction: float = 0.6

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from deploy.backends import docker_backend, image
+from node.config import load
 from tests import helpers
 from tests.helpers import (
     close_output_after,
@@ -498,3 +499,35 @@ def test_a_shaped_edge_between_containers_carries_its_bandwidth(client, node_ima
     # the rules lived in the containers' namespaces: no interface of the host has any
     host = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True, check=True)
     assert "htb" not in host.stdout, host.stdout
+
+
+def test_per_node_data_mounts_each_container_its_own_folder_and_trains_as_pooled(
+        client, node_image, workdir, data_dir, tmp_path):
+    """data.layout = "per-node" in containers: each mounts its node's folder alone (and the
+    global test set), PROTOFED_DATA_DIR empty, and the run is the pooled one, byte for byte
+    and F1 for F1."""
+    import protofed as api
+    config = write_config(workdir, data_dir, "dk-own", rounds=2)
+    parts = tmp_path / "P"
+    assert protofed("partition", "-c", config, "--out", parts).returncode == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pooled = protofed("up", "-c", config, "--run-id", "dk-pooled")
+    own = protofed("up", "-c", config, "--run-id", "dk-own", "--set",
+                   'data.layout="per-node"', "--set", f'data.dir="{parts}"',
+                   env={**os.environ, "PROTOFED_DATA_DIR": str(empty)})
+    assert pooled.returncode == 0 and own.returncode == 0, own.stderr[-2000:]
+
+    def figures(run_id):
+        run = api.load(workdir / "results" / run_id)
+        return [(n["bytes_sent"], n["bytes_received"], round(n["global_f1"], 4),
+                 round(n["local_f1"], 4)) for n in run.summary["nodes"]]
+    assert figures("dk-own") == figures("dk-pooled")
+    plan = docker_backend.plan_docker(load(config, ('data.layout="per-node"',
+                                                            f'data.dir="{parts}"')),
+                                      config, (), "dk-mounts")
+    mounts = {target: source for source, target, _ in
+              docker_backend.container_mounts(plan, 1, parts)}
+    assert mounts["/data/node-1"] == str(parts / "node-1")
+    assert mounts["/data/global-test"] == str(parts / "global-test")
+    assert "/data" not in mounts and "/data/node-0" not in mounts

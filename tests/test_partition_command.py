@@ -124,7 +124,12 @@ def test_a_missing_or_bad_node_folder_stops_the_run_before_anything_starts(writt
     assert not list(tmp_path.glob("parts-*"))  # no run folder: nothing started
 
 
-def test_per_node_data_is_refused_on_the_backends_that_cannot_mount_one_folder_each():
-    with pytest.raises(ConfigError, match='data.layout "per-node" runs on the local and sim '
-                                          "backends so far, not on docker"):
-        from_dict({"data": {"layout": "per-node"}, "deploy": {"backend": "docker"}})
+def test_per_node_data_is_refused_where_no_service_is_placed_by_its_folder(tmp_path):
+    with pytest.raises(ConfigError, match='data.layout "per-node" runs on the local, sim and '
+                                          "docker backends so far, not on swarm"):
+        from_dict({"data": {"layout": "per-node"}, "deploy": {"backend": "swarm"}})
+    from deploy.backends.compose import compose_run
+    config = from_dict({"data": {"layout": "per-node"}})
+    with pytest.raises(ConfigError, match='data.layout = "per-node" is not written into '
+                                          "Compose files"):
+        compose_run(config, tmp_path / "c.toml", (), "r")

@@ -195,6 +195,10 @@ def compose_run(config: FederationConfig, source: Path, overrides: tuple[str, ..
     memory measured (unless deploy.memory), the node image built (unless `image`) and, with
     deploy.registry, pushed with the dataset for any swarm."""
     refuse_user_code(config)
+    if config.data.layout == "per-node":
+        raise ConfigError('data.layout = "per-node" is not written into Compose files or Swarm '
+                          "stacks yet (a stack's service must run on the engine holding its "
+                          "node's folder); run it with --backend docker, local or sim")
     if config.deploy.security == "none" and not config.deploy.allow_insecure:
         raise ConfigError('deploy.security = "none" in a Compose file or a Swarm stack lets '
                           'anything on their network pose as a node: use "curve", or also '

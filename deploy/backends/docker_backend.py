@@ -22,6 +22,7 @@ from deploy.backends.plan import Plan, keys_dir, node_arguments
 from deploy.backends.runner import run_status
 from deploy.run_folder import FEDERATION_FILE, RUN_FILE
 from node.config import FederationConfig
+from node.data import folders as data_folders
 from node.data.cache import CACHE_ENV
 from node.errors import DeployError
 from node.federation import resolve
@@ -181,8 +182,15 @@ def container_mounts(plan: Plan, node_id: int, data_dir: Path,
     dataset cache outside the data folder (`cache_mount`) is mounted read-only at /cache.
     """
     mounts = [(str(plan.federation_file.resolve()), f"{CONFIG_MOUNT}/{FEDERATION_FILE}", True),
-              (str(node_folder(plan, node_id).resolve()), RESULTS_MOUNT, False),
-              (str(data_dir.resolve()), DATA_MOUNT, True)]
+              (str(node_folder(plan, node_id).resolve()), RESULTS_MOUNT, False)]
+    if plan.federation.config.data.layout == "per-node":  # its own data and nothing else
+        own = data_folders.node_folder(data_dir, node_id)
+        mounts.append((str(own.resolve()), f"{DATA_MOUNT}/{own.name}", True))
+        if (data_dir / data_folders.GLOBAL_TEST).is_dir():
+            mounts.append((str((data_dir / data_folders.GLOBAL_TEST).resolve()),
+                           f"{DATA_MOUNT}/{data_folders.GLOBAL_TEST}", True))
+    else:
+        mounts.append((str(data_dir.resolve()), DATA_MOUNT, True))
     cache_home = cache_mount(data_dir, cache_dir)
     if cache_home is not None:
         mounts.append((str(cache_home), CACHE_MOUNT, True))
