@@ -90,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="keep printing new lines until the node ends (Ctrl-C leaves)")
     logs.add_argument("--results-dir", default="results", help="where runs are recorded")
 
+    _add_deployment_files(commands)
+    _add_run_views(commands)
+    return parser
+
+
+def _add_deployment_files(commands) -> None:
+    """The commands that write what a deployment runs from: Compose files, a split on
+    disk, and a composed run's folder filled from its swarm."""
     compose = commands.add_parser("compose", help="write a Compose file for the federation "
                                   "(docker compose up, or docker stack deploy on a Swarm)")
     compose.add_argument("-c", "--config", required=True, help="federation TOML file")
@@ -115,9 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key")
     split.add_argument("--out", required=True, help="the folder to write")
-
-    _add_run_views(commands)
-    return parser
 
 
 def _add_run_views(commands) -> None:

@@ -123,13 +123,7 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     began = time.monotonic()
     say(f"preparing run {run_id}: the {config.data.dataset} dataset, then what one node "
         "needs in memory")
-    if config.data.layout == "per-node":  # each node's own folder; no pooled dataset
-        cache_dir, notes = None, check_node_folders(config)
-    else:
-        cache_dir = prepare_data(config)  # once per federation, before any node exists
-        notes = check_split(config)
-    for note in notes:
-        say(f"warning: {note}")
+    cache_dir = _prepared_data(config, say)
     plan = launcher.prepare(source, overrides, run_id, cache_dir)
     # the tensorboard package is looked for before anything is written or started
     live = TensorBoardExport(tensorboard / run_id, config.to_dict()) if tensorboard else None
@@ -166,6 +160,19 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
             page.wait()
     return Outcome(plan, records, summary, files, interrupted, out_of_time,
                    dict(run.exit_codes), frozenset(getattr(run, "oom_killed", ())))
+
+
+def _prepared_data(config: FederationConfig, say: Callable[[str], None]) -> Path | None:
+    """The data checked once, before any node exists: the pooled dataset fetched and split
+    (its cache folder returned), or every node's own folder read (data.layout "per-node");
+    what measures little said as a warning."""
+    if config.data.layout == "per-node":  # each node's own folder; no pooled dataset
+        cache_dir, notes = None, check_node_folders(config)
+    else:
+        cache_dir, notes = prepare_data(config), check_split(config)
+    for note in notes:
+        say(f"warning: {note}")
+    return cache_dir
 
 
 def _write_or_release(plan: Plan, launcher) -> None:
