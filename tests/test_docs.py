@@ -133,3 +133,29 @@ def test_the_cli_page_names_every_column_of_rounds_csv():
     from deploy.views.pictures import CSV_COLUMNS
     page = (DOCS / "cli.md").read_text()
     assert f"`{', '.join(CSV_COLUMNS)}`" in page
+
+
+def test_the_own_data_pages_example_writes_folders_the_launcher_accepts(tmp_path):
+    """The page's function, run on synthetic arrays for three nodes, then the launcher's
+    check of every folder, and a node's data read as the node reads it."""
+    import numpy as np
+    import torch
+
+    from deploy.backends.plan import check_node_folders
+    from node.config import from_dict
+    from node.runtime import load_node_data
+    page = (DOCS / "own-data.md").read_text()
+    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    namespace: dict = {}
+    exec(code, namespace)  # noqa: S102 - the page's own example
+    rng = np.random.default_rng(1)
+    for node in range(3):
+        images = rng.integers(0, 256, (20, 28, 28), dtype=np.uint8)
+        namespace["write_node_folder"](tmp_path, node, images, np.arange(20) % 4, 4)
+    config = from_dict({"nodes": 3, "data": {"layout": "per-node", "dir": str(tmp_path),
+                                             "dataset": "mnist"}})
+    notes = check_node_folders(config)
+    assert notes[0].startswith("no global test set")
+    data = load_node_data(config, 2, torch.device("cpu"))
+    assert data.num_classes == 4 and len(data.train_y) == 16 and len(data.test_y) == 4
+    assert data.plan is None and len(data.global_y) == 0
