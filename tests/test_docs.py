@@ -145,7 +145,7 @@ def test_the_own_data_pages_example_writes_folders_the_launcher_accepts(tmp_path
     from node.config import from_dict
     from node.runtime import load_node_data
     page = (DOCS / "own-data.md").read_text()
-    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", page, re.DOTALL).group(1)
     namespace: dict = {}
     exec(code, namespace)  # noqa: S102 - the page's own example
     rng = np.random.default_rng(1)
