@@ -72,7 +72,8 @@ class DataConfig:
     simulation). "per-node": node i reads only `dir`/node-<i>/data.npz and, when present,
     `dir`/global-test/ (written by `protofed partition` or by you; see the command line
     page), knows no other node's data and weighs peers by their bounded claims; the local,
-    sim and docker backends so far (each container mounts its own folder)."""
+    sim and docker backends and `protofed compose` for one host so far (each container
+    mounts its own folder)."""
     partition: str = "iid"
     """How the training samples are split among the nodes."""
     classes_fraction: float = 0.6

@@ -129,7 +129,25 @@ def test_per_node_data_is_refused_where_no_service_is_placed_by_its_folder(tmp_p
                                           "docker backends so far, not on swarm"):
         from_dict({"data": {"layout": "per-node"}, "deploy": {"backend": "swarm"}})
     from deploy.backends.compose import compose_run
-    config = from_dict({"data": {"layout": "per-node"}})
-    with pytest.raises(ConfigError, match='data.layout = "per-node" is not written into '
-                                          "Compose files"):
+    config = from_dict({"data": {"layout": "per-node"},
+                        "deploy": {"registry": "127.0.0.1:5000"}})
+    with pytest.raises(ConfigError, match='data.layout = "per-node" with deploy.registry: a '
+                                          "stack for any swarm"):
         compose_run(config, tmp_path / "c.toml", (), "r")
+
+
+def test_a_composed_per_node_service_mounts_its_own_folder_alone(written, tmp_path):
+    from deploy.backends.compose import compose_document
+    from deploy.backends.docker_backend import plan_docker
+    config, out, _ = written
+    raw = config.to_dict()
+    config = from_dict({**raw, "data": {**raw["data"], "layout": "per-node", "dir": str(out)},
+                        "deploy": {**raw["deploy"], "memory": "512m"}})
+    plan = plan_docker(config, tmp_path / "c.toml", (), "r")
+    for swarm in (False, True):  # compose.yaml, and the one-machine stack.yaml
+        document = compose_document(config, plan, "img", out, swarm=swarm)
+        for node, service in enumerate(document["services"].values()):
+            data = {v["target"]: v["source"] for v in service["volumes"]
+                    if v["target"].startswith("/data")}
+            assert data == {f"/data/node-{node}": str(out / f"node-{node}"),
+                            "/data/global-test": str(out / "global-test")}

@@ -27,6 +27,7 @@ from deploy.backends.docker_backend import connect as connect_engine
 from deploy.backends.launchers import refuse_user_code
 from deploy.backends.plan import (
     Plan,
+    check_node_folders,
     ensure_results_dir,
     host_data_dir,
     keys_dir,
@@ -195,16 +196,20 @@ def compose_run(config: FederationConfig, source: Path, overrides: tuple[str, ..
     memory measured (unless deploy.memory), the node image built (unless `image`) and, with
     deploy.registry, pushed with the dataset for any swarm."""
     refuse_user_code(config)
-    if config.data.layout == "per-node":
-        raise ConfigError('data.layout = "per-node" is not written into Compose files or Swarm '
-                          "stacks yet (a stack's service must run on the engine holding its "
-                          "node's folder); run it with --backend docker, local or sim")
+    per_node = config.data.layout == "per-node"
+    if per_node and config.deploy.registry:
+        raise ConfigError('data.layout = "per-node" with deploy.registry: a stack for any '
+                          "swarm would have to place each service on the engine holding its "
+                          "node's folder, which is not built yet; leave deploy.registry "
+                          "unset for one host (each service mounts its own folder)")
     if config.deploy.security == "none" and not config.deploy.allow_insecure:
         raise ConfigError('deploy.security = "none" in a Compose file or a Swarm stack lets '
                           'anything on their network pose as a node: use "curve", or also '
                           "set deploy.allow_insecure = true")
     ensure_results_dir(config, source, overrides)
-    cache_dir = prepare_data(config)
+    if per_node:  # each service mounts its node's folder: no pooled dataset, none cached
+        check_node_folders(config)
+    cache_dir = None if per_node else prepare_data(config)
     data_dir = host_data_dir(config).resolve()
     plan = plan_docker(config, source, overrides, run_id)
     footprint = None if config.deploy.memory else capacity.probe(config)
