@@ -151,3 +151,21 @@ def test_a_composed_per_node_service_mounts_its_own_folder_alone(written, tmp_pa
                     if v["target"].startswith("/data")}
             assert data == {f"/data/node-{node}": str(out / f"node-{node}"),
                             "/data/global-test": str(out / "global-test")}
+
+
+def test_a_node_whose_counts_disagree_with_the_manifest_is_named(written, tmp_path):
+    import shutil
+
+    from deploy.backends.plan import check_node_folders
+    config, out, _ = written
+    copy = tmp_path / "P"
+    shutil.copytree(out, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["nodes"][1]["train_per_class"][0] += 1
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    raw = config.to_dict()
+    per_node = from_dict({**raw, "data": {**raw["data"], "layout": "per-node",
+                                          "dir": str(copy)}})
+    with pytest.raises(DataError, match=r"^node 1: .*node-1/data.npz holds \[.*\] training "
+                                        r"samples per class, its manifest says \["):
+        check_node_folders(per_node)
