@@ -82,7 +82,15 @@ def _nodes_alive(run_dir: Path, document: dict) -> str:
         return _are(sorted(alive, key=int))
     if document.get("backend") == "docker":
         return _containers_alive(run_dir, document)
-    return ""
+    # a backend whose nodes this machine cannot ask (a swarm's services): the records say
+    return _recorded_working(run_dir, document)
+
+
+def _recorded_working(run_dir: Path, document: dict) -> str:
+    """The nodes whose records say they still work, as words ("" for none)."""
+    working = [r.node for r in read_node_results(run_dir, int(document.get("nodes", 0)))
+               if r.status not in ENDED]
+    return _are([str(n) for n in working], verb="may be")
 
 
 def _containers_alive(run_dir: Path, document: dict) -> str:
@@ -92,11 +100,8 @@ def _containers_alive(run_dir: Path, document: dict) -> str:
     from node.errors import ProtofedError
     try:
         client = docker.connect()
-    except ProtofedError:
-        working = [r.node for r in read_node_results(run_dir, int(document.get("nodes", 0)))
-                   if r.status not in ENDED]
-        # no engine answers here to ask: the records say who may still work
-        return _are([str(n) for n in working], verb="may be")
+    except ProtofedError:  # no engine answers here to ask: the records say
+        return _recorded_working(run_dir, document)
     states = docker.running_runs(client).get(document.get("run_id", run_dir.name), [])
     return _are([node for node, state in states if not docker.ended([(node, state)])])
 

@@ -139,3 +139,15 @@ def test_a_python_runs_narrow_table_names_the_python_way_to_every_column(tmp_pat
     assert "table() without a width shows every column" in narrow
     assert "table(every=True) shows every node" in narrow
     assert "--wide" not in narrow and "--all" not in narrow
+
+
+def test_a_run_whose_nodes_this_machine_cannot_ask_is_judged_by_their_records(tmp_path):
+    """A swarm's services cannot be asked from here: a launcher-less run whose records
+    still say running is not summarised over its running nodes' heads."""
+    from deploy.ending import still_running
+    (tmp_path / "run.json").write_text(json.dumps({"backend": "swarm", "nodes": 2}))
+    for node, status in ((0, "finished"), (1, "running")):
+        (tmp_path / f"node-{node}.json").write_text(json.dumps(
+            {"node": node, "status": status, "rounds": []}))
+    assert still_running(tmp_path) == ("node 1 may be still running and its launcher is "
+                                       "gone; `protofed down " + tmp_path.name + "` stops them")

@@ -39,6 +39,7 @@ from deploy.backends.docker_backend import (
     network_name,
 )
 from deploy.backends.image import IMAGE_NAME
+from deploy.backends.local import launcher_entry
 from deploy.backends.plan import Plan, keys_dir
 from deploy.backends.runner import run_status
 from deploy.run_folder import FEDERATION_FILE, RUN_FILE
@@ -355,7 +356,7 @@ def write_run_file(run: SwarmRun, status: str) -> None:
                 "machines": {str(i): hostnames.get(m, m) for i, m in run.machines.items()},
                 "exit_codes": {str(i): c for i, c in sorted(run.exit_codes.items())},
                 "errors": {str(i): e for i, e in sorted(run.errors.items())},
-                "nodes": len(run.plan.nodes)}
+                "nodes": len(run.plan.nodes), "launcher": launcher_entry()}
     (run.plan.results_dir / RUN_FILE).write_text(json.dumps(document, indent=1))
 
 
