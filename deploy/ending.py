@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,11 @@ from deploy.views.pictures import RunFiles, write_run_files
 from deploy.views.report import summarize_records
 from node.federation import Federation
 from node.federation import read as read_federation
-from node.record import NodeRecord
+from node.record import ENDED_STATUSES, NodeRecord
 
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
-ENDED = ("finished", "stopped", "left", "failed", "dead", "missing")
 
 
 def write_summary(run_dir: Path, federation: Federation, records: list[NodeRecord],
@@ -61,7 +61,7 @@ def still_running(run_dir: Path) -> str | None:
     document = read_run_file(run_dir)
     entry = document.get("launcher") or {}
     if local.launcher_alive(document):
-        where = "" if entry.get("host") == local.socket.gethostname() else \
+        where = "" if entry.get("host") == socket.gethostname() else \
             f" on {entry.get('host')}"
         return f"its launcher (pid {entry.get('pid')}{where}) still watches it"
     alive = _nodes_alive(run_dir, document)
@@ -74,9 +74,7 @@ def still_running(run_dir: Path) -> str | None:
 def _nodes_alive(run_dir: Path, document: dict) -> str:
     """Which of the run's nodes still run ("" for none), as words."""
     if document.get("backend") in ("local", "sim"):
-        starts = document.get("start_times", {})
-        alive = sorted(key for key, pid in document.get("pids", {}).items()
-                       if local._alive(pid, starts.get(key)))
+        alive = local.live_pids(document)
         if "sim" in alive:
             return "its simulation is"
         return _are(sorted(alive, key=int))
@@ -89,7 +87,7 @@ def _nodes_alive(run_dir: Path, document: dict) -> str:
 def _recorded_working(run_dir: Path, document: dict) -> str:
     """The nodes whose records say they still work, as words ("" for none)."""
     working = [r.node for r in read_node_results(run_dir, int(document.get("nodes", 0)))
-               if r.status not in ENDED]
+               if r.status not in ENDED_STATUSES]
     return _are([str(n) for n in working], verb="may be")
 
 

@@ -54,6 +54,10 @@ class RoundRecord:
     model_sketch: str | None = None
 
 
+# The statuses a node's record ends in (a "missing" record has not started).
+ENDED_STATUSES = ("finished", "failed", "stopped", "dead", "missed", "left")
+
+
 @dataclass
 class NodeRecord:
     """A node's whole run. Optional parts (None) are left out of the file."""

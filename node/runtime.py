@@ -28,14 +28,7 @@ from node.algorithms.common import weightless
 from node.clock import SYSTEM, Clock
 from node.consensus import flat_parameters, sketch, to_text
 from node.data import Dataset, default_data_dir, load_dataset
-from node.data.folders import (
-    DATA_FILE,
-    GLOBAL_TEST,
-    image_shape,
-    node_folder,
-    read_split,
-    stored_classes,
-)
+from node.data.folders import DATA_FILE, GLOBAL_TEST, node_folder, read_node, read_split
 from node.data.partition import FederatedSplit, split_of
 from node.federation import Federation
 from node.metrics import prediction_metrics
@@ -99,10 +92,9 @@ def own_node_data(config: FederationConfig, node_id: int, device: torch.device) 
     data.dir/global-test/data.npz, never the pooled dataset nor another node's folder;
     no data plan (it knows no other node's data)."""
     root = Path(config.data.dir or default_data_dir())
-    path = node_folder(root, node_id) / DATA_FILE
-    classes, shape = stored_classes(path), image_shape(path)
-    train = read_split(path, "train", classes, shape)
-    test = read_split(path, "test", classes, shape)
+    own = read_node(node_folder(root, node_id) / DATA_FILE)
+    classes, train, test = own.num_classes, own.train, own.test
+    shape = tuple(train[0].shape[1:])
     # a built-in's published pixel statistics, else this node's own (it has nothing else)
     mean, std = NORMALIZATION.get(config.data.dataset) or _pixel_stats(train[0])
     global_path = root / GLOBAL_TEST / DATA_FILE

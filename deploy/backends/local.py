@@ -406,12 +406,17 @@ def running_runs(results_root: Path) -> list[dict]:
             continue
         if document.get("backend") not in ("local", "sim"):  # sim: one process, every node
             continue
-        starts = document.get("start_times", {})
-        alive = {i: pid for i, pid in document.get("pids", {}).items()
-                 if _alive(pid, starts.get(i))}
+        alive = live_pids(document)
         if alive:
             found.append({**document, "alive": alive, "dir": str(run_file.parent)})
     return found
+
+
+def live_pids(document: dict) -> dict[str, int]:
+    """The processes a run.json lists ({node or "sim": pid}) that still run."""
+    starts = document.get("start_times", {})
+    return {key: pid for key, pid in document.get("pids", {}).items()
+            if _alive(pid, starts.get(key))}
 
 
 def _stat(pid: int) -> list[str]:

@@ -107,12 +107,10 @@ def check_node_folders(config: FederationConfig) -> list[str]:
     from node.data.folders import (
         DATA_FILE,
         GLOBAL_TEST,
-        image_shape,
         node_folder,
         per_class,
         read_manifest,
-        read_split,
-        stored_classes,
+        read_node,
     )
     from node.errors import DataError
     root = host_data_dir(config)
@@ -121,10 +119,8 @@ def check_node_folders(config: FederationConfig) -> list[str]:
     notes, no_test = [], []
     for node in range(config.nodes):
         path = node_folder(root, node) / DATA_FILE
-        classes = stored_classes(path)
-        shape = image_shape(path)
-        train = read_split(path, "train", classes, shape)
-        test = read_split(path, "test", classes, shape)
+        own = read_node(path)
+        classes, train, test = own.num_classes, own.train, own.test
         if not len(train[1]):
             raise DataError(f"node {node}: {path} holds no training sample")
         expected = listed.get(node, {}).get("train_per_class")

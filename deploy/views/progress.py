@@ -15,10 +15,10 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from node.record import NodeRecord, final_evaluation
+from node.record import ENDED_STATUSES, NodeRecord, final_evaluation
 from node.wording import counted
 
-ENDED = ("finished", "failed", "stopped", "dead", "missed", "left")
+ENDED = ENDED_STATUSES
 
 
 def clock_text(seconds: float) -> str:

@@ -39,7 +39,9 @@ def summarize_records(records: list[NodeRecord], run_id: str,
     for result in records:
         global_ = final_evaluation(result, "global_test") or Evaluation()
         local = final_evaluation(result, "local_test") or Evaluation()
-        measured = bool(result.rounds)
+        # a test set with no image (none held out) measures nothing: no figure
+        has_global, has_local = (bool(result.rounds) and bool(e.by_rule)
+                                 for e in (global_, local))
         rows.append({
             "node": result.node,
             "status": node_status(result, (exit_codes or {}).get(result.node)),
@@ -48,11 +50,10 @@ def summarize_records(records: list[NodeRecord], run_id: str,
             "in_neighbours": result.in_neighbours, "out_neighbours": result.out_neighbours,
             "rounds_done": result.rounds_done,
             "bytes_sent": result.bytes_sent, "bytes_received": result.bytes_received,
-            # a test set with no image (none held out) measures nothing: no figure
-            "global_f1": global_.f1 if measured and global_.by_rule else None,
-            "global_accuracy": global_.accuracy if measured and global_.by_rule else None,
-            "local_f1": local.f1 if measured and local.by_rule else None,
-            "local_accuracy": local.accuracy if measured and local.by_rule else None,
+            "global_f1": global_.f1 if has_global else None,
+            "global_accuracy": global_.accuracy if has_global else None,
+            "local_f1": local.f1 if has_local else None,
+            "local_accuracy": local.accuracy if has_local else None,
             "elapsed_seconds": result.elapsed_seconds,
             "dropped_messages": result.dropped_count or len(result.dropped_messages),
             "interface_bytes": result.interface_bytes,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,22 +70,66 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
     return manifest
 
 
+@dataclass(frozen=True)
+class NodeArrays:
+    """A node's file, checked: the task's class count, (images uint8 [n, C, H, W], labels
+    int64) of its training and of its local test samples."""
+
+    num_classes: int
+    train: tuple[np.ndarray, np.ndarray]
+    test: tuple[np.ndarray, np.ndarray]
+
+
+def read_node(path: Path) -> NodeArrays:
+    """A node's data.npz, opened once and checked field by field."""
+    arrays = _stored(path)
+    classes = _classes(path, arrays)
+    train_images = arrays.get("train_images")
+    shape = () if train_images is None else tuple(train_images.shape[1:])
+    shape = shape if len(shape) == 3 else (1, *shape)  # [H, W] is one channel
+    return NodeArrays(classes, _checked(path, arrays, "train", classes, shape),
+                      _checked(path, arrays, "test", classes, shape))
+
+
 def read_split(path: Path, prefix: str, num_classes: int,
                image_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(images uint8 [n, C, H, W], labels int64) stored under `prefix` ("train", "test",
     or "" for a global test set's `images`, `labels`) in `path`, checked: one line naming
     the file and the field for a bad one."""
-    name = (lambda field: f"{prefix}_{field}") if prefix else (lambda field: field)
+    return _checked(path, _stored(path), prefix, num_classes, image_shape)
+
+
+def _stored(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz file (no pickled objects), or one line saying why not."""
     try:
         with np.load(path, allow_pickle=False) as stored:
-            for key in (name("images"), name("labels")):
-                if key not in stored.files:
-                    raise DataError(f"{path}: no array {key!r}")
-            images, labels = stored[name("images")], stored[name("labels")]
+            return {key: stored[key] for key in stored.files}
     except FileNotFoundError:
-        raise DataError(f"{path}: missing") from None
+        raise DataError(f"{path}: missing (write the node folders with `protofed partition`, "
+                        "or as the command line page describes)") from None
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: not a readable .npz file ({exc})") from None
+
+
+def _classes(path: Path, arrays: dict[str, np.ndarray]) -> int:
+    """The `num_classes` a node's file declares (a node knows its task from its own file)."""
+    if "num_classes" not in arrays:
+        raise DataError(f"{path}: no array 'num_classes' (the task's class count)")
+    value = arrays["num_classes"]
+    if value.shape != () or not np.issubdtype(value.dtype, np.integer) or int(value) < 2:
+        raise DataError(f"{path}: num_classes must be one integer of at least 2, got "
+                        f"{value.dtype} {value.tolist()}")
+    return int(value)
+
+
+def _checked(path: Path, arrays: dict[str, np.ndarray], prefix: str, num_classes: int,
+             image_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The images and labels under `prefix` in `arrays`, checked (see read_split)."""
+    name = (lambda field: f"{prefix}_{field}") if prefix else (lambda field: field)
+    for key in (name("images"), name("labels")):
+        if key not in arrays:
+            raise DataError(f"{path}: no array {key!r}")
+    images, labels = arrays[name("images")], arrays[name("labels")]
     if images.ndim == 3:
         images = images[:, None]
     if images.dtype != np.uint8 or images.shape[1:] != tuple(image_shape):
@@ -99,29 +144,3 @@ def read_split(path: Path, prefix: str, num_classes: int,
         raise DataError(f"{path}: {name('labels')} must lie in 0..{num_classes - 1}, found "
                         f"{int(labels.min())}..{int(labels.max())}")
     return images, labels.astype(np.int64)
-
-
-def stored_classes(path: Path) -> int:
-    """The `num_classes` a node's file declares (a node knows its task from its own file)."""
-    try:
-        with np.load(path, allow_pickle=False) as stored:
-            if "num_classes" not in stored.files:
-                raise DataError(f"{path}: no array 'num_classes' (the task's class count)")
-            value = stored["num_classes"]
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing (write the node folders with `protofed partition`, "
-                        "or as the command line page describes)") from None
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable .npz file ({exc})") from None
-    if value.shape != () or not np.issubdtype(value.dtype, np.integer) or int(value) < 2:
-        raise DataError(f"{path}: num_classes must be one integer of at least 2, got "
-                        f"{value.dtype} {value.tolist()}")
-    return int(value)
-
-
-def image_shape(path: Path) -> tuple[int, ...]:
-    """[C, H, W] of the training images a node's file holds ([H, W] is one channel)."""
-    with np.load(path, allow_pickle=False) as stored:
-        shape = tuple(stored["train_images"].shape[1:]) if "train_images" in stored.files \
-            else ()
-    return shape if len(shape) == 3 else (1, *shape)
