@@ -123,8 +123,10 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
     began = time.monotonic()
     say(f"preparing run {run_id}: the {config.data.dataset} dataset, then what one node "
         "needs in memory")
-    cache_dir = _prepared_data(config, say)
+    cache_dir = None if launcher.checks_node_folders else _prepared_data(config, say)
     plan = launcher.prepare(source, overrides, run_id, cache_dir)
+    for note in launcher.notes:
+        say(f"warning: {note}")
     # the tensorboard package is looked for before anything is written or started
     live = TensorBoardExport(tensorboard / run_id, config.to_dict()) if tensorboard else None
     _write_or_release(plan, launcher)

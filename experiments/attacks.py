@@ -376,7 +376,12 @@ def inflated(payloads: dict[str, Payload]) -> dict[str, Payload]:
     out = dict(payloads)
     if "model" in out:
         meta = dict(out["model"].meta)
-        meta["samples"] = min(meta["samples"] * LIE, MAX_SAMPLES)
+        if "classes" in meta:  # a lie the model's own checks cannot see: its counts agree
+            meta["classes"] = [min(n * LIE, MAX_SAMPLES // len(meta["classes"]))
+                               for n in meta["classes"]]
+            meta["samples"] = sum(meta["classes"])
+        else:
+            meta["samples"] = min(meta["samples"] * LIE, MAX_SAMPLES)
         out["model"] = Payload(out["model"].tensors, meta)
     if "prototypes" in out:
         tensors = dict(out["prototypes"].tensors)
@@ -403,8 +408,12 @@ def _poisoned(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, P
                    for k, v in payload.tensors.items()}
         if "counts" in tensors:
             tensors["counts"] = torch.full_like(tensors["counts"], MAX_SAMPLES)
-        meta = {**payload.meta, **({"samples": MAX_SAMPLES} if "samples" in payload.meta
-                                   else {})}
+        meta = dict(payload.meta)
+        if "samples" in meta:
+            meta["samples"] = MAX_SAMPLES
+        if "classes" in meta:  # the most each class may claim with the total in bounds
+            meta["classes"] = [MAX_SAMPLES // len(meta["classes"])] * len(meta["classes"])
+            meta["samples"] = sum(meta["classes"])
         out[kind] = Payload(tensors, meta)
     return out
 

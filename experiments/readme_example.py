@@ -1,11 +1,12 @@
 """The README's example output, from a run rather than typed: `make run`'s federation
 (`protofed up -c examples/quick.toml`) run once, its summary and what it printed kept in
-experiments/reports/readme-example/, and the README's block written from them.
+experiments/reports/readme-example/, and the example blocks of the README and of the docs'
+front page (docs/index.md) written from them.
 
-    python -m experiments.readme_example          # run quick.toml, keep it, rewrite README
-    python -m experiments.readme_example --write  # rewrite README from the kept run alone
+    python -m experiments.readme_example          # run quick.toml, keep it, rewrite both
+    python -m experiments.readme_example --write  # rewrite both from the kept run alone
 
-tests/test_docs.py checks that the README's block is the kept output, that the output's
+tests/test_docs.py checks that each page's block is the kept output, that the output's
 table is the kept summary's, and (integration) that quick.toml still trains to the kept
 bytes and F1, so a change of default cannot leave the README stale.
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "experiments" / "reports" / "readme-example"
 README = REPO / "README.md"
+PAGES = (README, REPO / "docs" / "index.md")  # each holds the block between BEGIN and END
 CONFIG = REPO / "examples" / "quick.toml"
 RUN_ID = "quick-..."  # the README names no real run id
 BEGIN = "<!-- readme-example: written by python -m experiments.readme_example -->"
@@ -52,7 +54,7 @@ def readme_block(output: str) -> str:
 
 
 def write_readme(output: str, readme: Path = README) -> None:
-    """Replace the README's block between BEGIN and END with `output`."""
+    """Replace the block between BEGIN and END of `readme` (a page) with `output`."""
     text = readme.read_text()
     pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
     if not pattern.search(text):
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.readme_example",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true",
-                        help="rewrite the README from the kept run, run nothing")
+                        help="rewrite the pages from the kept run, run nothing")
     args = parser.parse_args(argv)
     if not args.write:
         with tempfile.TemporaryDirectory() as results:
@@ -72,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         OUT.mkdir(parents=True, exist_ok=True)
         (OUT / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         (OUT / "output.txt").write_text(output)
-    write_readme((OUT / "output.txt").read_text())
-    print(f"README.md: the example block written from {OUT / 'output.txt'}", file=sys.stderr)
+    for page in PAGES:
+        write_readme((OUT / "output.txt").read_text(), page)
+        print(f"{page.relative_to(REPO)}: the example block written from "
+              f"{OUT.relative_to(REPO) / 'output.txt'}", file=sys.stderr)
     return 0
 
 

@@ -400,10 +400,6 @@ def _check_data(c: FederationConfig, source: str) -> None:
     _check(0.0 < d.local_train_fraction <= 1.0, source, "data.local_train_fraction",
            f"must be in (0, 1], got {d.local_train_fraction}")
     _one_of(d.layout, DATA_LAYOUTS, source, "data.layout")
-    _check(d.layout == "pooled" or c.deploy.backend in ("local", "sim", "docker"), source,
-           "data.layout", f'"per-node" runs on the local, sim and docker backends so far, '
-           f"not on {c.deploy.backend} (a service placed on the engine that holds its "
-           "node's folder is not built yet)")
 
 
 def _check_model(c: FederationConfig, source: str) -> None:

@@ -71,9 +71,9 @@ class DataConfig:
     """"pooled": every node splits the pooled dataset in `dir` by the settings below (a
     simulation). "per-node": node i reads only `dir`/node-<i>/data.npz and, when present,
     `dir`/global-test/ (written by `protofed partition` or by you; see the command line
-    page), knows no other node's data and weighs peers by their bounded claims; the local,
-    sim and docker backends and `protofed compose` for one host so far (each container
-    mounts its own folder)."""
+    page), knows no other node's data and weighs peers by their bounded claims. On every
+    backend: each container mounts its own folder; on the swarm, `dir` is the folders' path
+    on each machine and deploy.pin names each node's machine (see "Your own data")."""
     partition: str = "iid"
     """How the training samples are split among the nodes."""
     classes_fraction: float = 0.6
@@ -311,7 +311,8 @@ class DeployConfig:
     """swarm: "spread" (node i on the i-th machine in turn) or "swarm" (wherever the scheduler
     puts it)."""
     pin: list[str] = field(default_factory=list)
-    """swarm: `pin[i]` a machine's hostname for node i ("": by placement)."""
+    """swarm: `pin[i]` a machine's hostname for node i ("": by placement); with data.layout
+    "per-node", every node's: the machine that holds its folder."""
 
     def usable_cores(self) -> int:
         """`cores`, else every core this process may run on."""

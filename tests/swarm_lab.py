@@ -1,7 +1,10 @@
 """A three-engine Docker Swarm and an image registry on this one machine, for integration tests.
 
 Engine i is its own `dockerd` in network namespace pflab<i> (address 10.199.<i>.2, hostname
-pflab<i>), linked to the host by a veth pair whose host side pflabh<i> is 10.199.<i>.1.
+pflab<i>), linked to the host by a veth pair whose host side pflabh<i> is 10.199.<i>.1, and
+in a mount namespace of its own where /srv/protofed-lab-data is that machine's data folder
+(`machine_data(i)` on the host): a bind mount from it sees what that machine holds and
+nothing another holds (`place_folders` puts each node's folder on one machine).
 Engine 0 is the swarm's manager, engines 1 and 2 its workers; a registry from Debian's
 `docker-registry` listens on the host at 10.199.0.1:5000. Needs root.
 
@@ -45,6 +48,8 @@ RUN = Path("/run/protofed-lab")
 DATA = Path("/var/lib/protofed-lab")
 STATE = RUN / "state.json"
 REGISTRY_STORAGE = DATA / "registry"
+# Where each engine sees its own machine's data folder (its mount namespace's bind mount).
+SHARED_DATA = Path("/srv/protofed-lab-data")
 REGISTRY_PID = RUN / "registry.pid"
 REGISTRY_LOG = Path("/var/log/protofed-lab-registry.log")
 REGISTRY_HOST = "10.199.0.1"
@@ -119,6 +124,11 @@ def pidfile(i: int) -> Path:
 
 def data_root(i: int) -> Path:
     return DATA / f"engine{i}"
+
+
+def machine_data(i: int) -> Path:
+    """Engine i's data folder on the host; the engine sees it, alone, at SHARED_DATA."""
+    return DATA / f"machine{i}-data"
 
 
 def engine_log(i: int) -> Path:
@@ -388,9 +398,13 @@ def lab_rules(state: dict) -> list[list[str]]:
 
 
 def engine_command(i: int) -> list[str]:
-    """dockerd in the engine's network namespace and its own UTS namespace (hostname
-    pflab<i>, so swarm nodes differ by hostname); its config file is the lab's own."""
-    return ["nsenter", f"--net=/var/run/netns/{namespace(i)}", f"--uts={RUN / f'uts{i}'}",
+    """dockerd in the engine's network namespace, its own UTS namespace (hostname pflab<i>,
+    so swarm nodes differ by hostname) and its own mount namespace (its machine's data
+    folder at SHARED_DATA); its config file is the lab's own."""
+    mount = f"mount --bind {shlex.quote(str(machine_data(i)))} {shlex.quote(str(SHARED_DATA))}"
+    return ["unshare", "--mount", "--propagation", "slave", "sh", "-c",
+            f'{mount} && exec "$@"', "engine",
+            "nsenter", f"--net=/var/run/netns/{namespace(i)}", f"--uts={RUN / f'uts{i}'}",
             "dockerd", "--data-root", str(data_root(i)), "--exec-root", str(RUN / f"exec{i}"),
             "-H", base_url(i), "--pidfile", str(pidfile(i)), "--bridge", "none",
             "--iptables=false", "--insecure-registry", REGISTRY,
@@ -400,9 +414,11 @@ def engine_command(i: int) -> list[str]:
 def start_engine(i: int) -> int:
     """Start engine i (unless it answers already); its PID."""
     pid = read_pid(pidfile(i))
-    if alive(pid) and answers(base_url(i)):
+    if alive(pid) and answers(base_url(i)) and sees_own_data(pid, i):
         return pid
     data_root(i).mkdir(parents=True, exist_ok=True)
+    machine_data(i).mkdir(parents=True, exist_ok=True)
+    SHARED_DATA.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(data_root(i) / "swarm", ignore_errors=True)  # a stale swarm: start afresh
     (RUN / f"daemon{i}.json").write_text("{}\n")
     uts = RUN / f"uts{i}"
@@ -411,6 +427,35 @@ def start_engine(i: int) -> int:
         sh("unshare", f"--uts={uts}", "hostname", namespace(i))
     log.info("starting engine %d in %s (%s)", i, namespace(i), address(i))
     return spawn(engine_command(i), engine_log(i))
+
+
+def sees_own_data(pid: int, i: int) -> bool:
+    """Whether engine i (process `pid`) sees its machine's data folder at SHARED_DATA."""
+    try:
+        seen, own = os.stat(f"/proc/{pid}/root{SHARED_DATA}"), os.stat(machine_data(i))
+    except OSError:
+        return False
+    return (seen.st_dev, seen.st_ino) == (own.st_dev, own.st_ino)
+
+
+def place_folders(name: str, source: Path, machine_of: dict[int, int]) -> Path:
+    """A partition's folders (`protofed partition` output in `source`) laid out as machines
+    that own their data: node k's folder on machine `machine_of[k]` only, the manifest and
+    the global test set (public) on every machine, under SHARED_DATA/`name` as each engine
+    sees it; that path (the config's data.dir)."""
+    for i in range(ENGINES):
+        folder = machine_data(i) / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for entry in sorted(source.iterdir()):
+            node = entry.name.removeprefix("node-")
+            if node.isdigit() and machine_of.get(int(node)) != i:
+                continue  # another machine's node
+            copy = shutil.copytree if entry.is_dir() else shutil.copy2
+            copy(entry, folder / entry.name)
+        for path in [folder, *folder.rglob("*")]:  # the node user reads them
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    return SHARED_DATA / name
 
 
 def wait_engine(i: int, pid: int) -> None:
@@ -610,6 +655,7 @@ def lab_status() -> dict:
         swarm = swarm_state(base_url(i))
         engines.append({"url": base_url(i), "pid": read_pid(pidfile(i)),
                         "namespace": netns[i], "answers": bool(swarm),
+                        "own_data": sees_own_data(read_pid(pidfile(i)), i),
                         "swarm": swarm.get("LocalNodeState", ""),
                         "manager": bool(swarm.get("ControlAvailable")),
                         "node_id": swarm.get("NodeID", "")})
@@ -622,7 +668,8 @@ def lab_status() -> dict:
             log.debug("listing the swarm's nodes: %s", exc)
     registry = {"address": REGISTRY, "pid": read_pid(REGISTRY_PID),
                 "answers": registry_answers()}
-    healthy = (all(e["answers"] and e["swarm"] == "active" for e in engines)
+    healthy = (all(e["answers"] and e["swarm"] == "active" and e["own_data"]
+                   for e in engines)
                and engines[0]["manager"] and ready == ENGINES and registry["answers"])
     return {"healthy": healthy, "engines": engines, "nodes_ready": ready, "registry": registry,
             "forward_rules": [shlex.join(r) for r in lab_rules(load_state())]}

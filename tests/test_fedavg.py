@@ -55,7 +55,8 @@ def test_payload_is_the_model_and_nothing_else():
     payload = algorithm.payload()
     assert FedAvg.kinds == ("model",) and set(payload) == {"model"}
     assert set(payload["model"].tensors) == set(algorithm.model.state_dict())
-    assert payload["model"].meta == {"samples": 20}
+    counts = data.train_y.bincount(minlength=data.num_classes).tolist()
+    assert payload["model"].meta == {"samples": 20, "classes": counts} and sum(counts) == 20
     assert all(not t.requires_grad and t.device.type == "cpu"
                for t in payload["model"].tensors.values())
 

@@ -75,7 +75,8 @@ def test_model_and_prototypes_travel():
     payload = algorithm.payload()
     assert FedPR.kinds == ("model", "prototypes") and set(payload) == {"model", "prototypes"}
     assert set(payload["model"].tensors) == set(algorithm.model.state_dict())
-    assert payload["model"].meta == {"samples": 20}
+    counts = data.train_y.bincount(minlength=data.num_classes).tolist()
+    assert payload["model"].meta == {"samples": 20, "classes": counts}
     sent = payload["prototypes"]
     assert set(sent.tensors) == {"prototypes", "classes", "counts"} and sent.meta == {}
     assert sent.tensors["classes"].tolist() == [0, 1, 2]

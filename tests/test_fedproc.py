@@ -104,7 +104,8 @@ def test_payload_is_the_whole_network_and_projection_prototypes():
     assert set(sent) == {"model", "prototypes"} == set(node.kinds)
     assert set(sent["model"].tensors) == set(node.net.state_dict())
     assert any(name.startswith("head.") for name in sent["model"].tensors)
-    assert sent["model"].meta == {"samples": 20}
+    counts = node.data.train_y.bincount(minlength=node.data.num_classes).tolist()
+    assert sent["model"].meta == {"samples": 20, "classes": counts}
     protos = sent["prototypes"]
     assert set(protos.tensors) == {"prototypes", "classes", "counts"} and protos.meta == {}
     assert protos.tensors["classes"].tolist() == [0, 1, 2]

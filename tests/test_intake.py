@@ -98,12 +98,14 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 
                                      train=types.SimpleNamespace(eval_batch_size=2)),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x, test_y=y, num_classes=3,
                                    plan=plan),
-        node_id=0, distrusted={}, claimed_classes={}, start_state=None,
+        node_id=0, distrusted={}, start_state=None,
         global_prototypes=torch.eye(3), known=torch.tensor(known))
 
 
-def _sent(weight, samples=4):
-    return {"model": Payload({"classifier.weight": weight}, {"samples": samples})}
+def _sent(weight, samples=4, classes=None):
+    meta = {"samples": samples} if classes is None else {"samples": sum(classes),
+                                                         "classes": classes}
+    return {"model": Payload({"classifier.weight": weight}, meta)}
 
 
 def test_influence_refuses_a_mix_that_raises_a_lacking_class_beyond_the_others_mixes():
@@ -154,13 +156,14 @@ def test_a_prototype_loss_is_the_peers_classes_mean_weighed_by_its_counts():
 
 def test_prototype_validation_refuses_a_peer_whose_classifier_unlearns_its_own_classes():
     # this node holds class 0 only and knows every global prototype (e0, e1, e2); without a
-    # plan peer 1 and peer 3 claim class 1 (their last prototypes), peer 2 class 0
-    own = _sent(3 * torch.eye(3))
+    # plan peer 1 and peer 3 claim class 1 (their models' class counts), peer 2 class 0
+    own = _sent(3 * torch.eye(3), classes=[4, 0, 0])
     flipped = 3 * torch.eye(3)[[0, 2, 1]]  # trained on class 1 labelled 2, and back
-    received = {1: _sent(3.6 * torch.eye(3)), 2: _sent(-3 * torch.eye(3)), 3: _sent(flipped)}
+    received = {1: _sent(3.6 * torch.eye(3), classes=[0, 4, 0]),
+                2: _sent(-3 * torch.eye(3), classes=[4, 0, 0]),
+                3: _sent(flipped, classes=[0, 4, 0])}
     node = _node(use_plan=False, held=(0, 0), known=(True, True, True),
                  prototype_validation=True)
-    node.claimed_classes = {1: [0, 4, 0], 2: [4, 0, 0], 3: [0, 4, 0]}
     # on e1 the start of round (3I) gives log(e^3 + 2) - 3 = 0.0949; the bar is a uniform
     # guess's ln 3 = 1.0986, higher; peer 1: log(e^3.6 + 2) - 3.6 = 0.0539, kept; peer 3:
     # logits [0, 0, 3], log(2 + e^3) = 3.0949, refused. Peer 2 claims
@@ -176,18 +179,17 @@ def test_prototype_validation_refuses_a_peer_whose_classifier_unlearns_its_own_c
     assert screened(node, Head(3 * torch.eye(3)), gather(own, received, 0)).peers == [1, 2, 3]
     quiet = _node(use_plan=False, held=(0, 0), known=(False, False, False),
                   prototype_validation=True)
-    quiet.claimed_classes = node.claimed_classes
     assert screened(quiet, Head(3 * torch.eye(3)), gather(own, received, 0)).peers == [1, 2, 3]
 
 
-def test_a_peer_that_claims_no_class_is_judged_on_every_class():
-    # peer 3's flipped classifier, claiming nothing: judged on classes 1 and 2 (class 0 is
-    # held here), mean loss (3.0949 + 3.0949) / 2, above the bar ln 3
-    own = _sent(3 * torch.eye(3))
-    received = {1: _sent(3.6 * torch.eye(3)), 3: _sent(3 * torch.eye(3)[[0, 2, 1]])}
+def test_a_peer_that_says_nothing_of_its_classes_is_judged_on_every_class():
+    # peer 3's flipped classifier, its model claiming no class counts: judged on classes 1
+    # and 2 (class 0 is held here), mean loss (3.0949 + 3.0949) / 2, above the bar ln 3
+    own = _sent(3 * torch.eye(3), classes=[4, 0, 0])
+    received = {1: _sent(3.6 * torch.eye(3), classes=[0, 4, 0]),
+                3: _sent(3 * torch.eye(3)[[0, 2, 1]])}
     node = _node(use_plan=False, held=(0, 0), known=(True, True, True),
                  prototype_validation=True)
-    node.claimed_classes = {1: [0, 4, 0], 3: [0, 0, 0]}
     update = screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
     assert update.peers == [1]
     assert [r.rule for r in update.refusals] == ["prototype_validation"]
@@ -270,20 +272,33 @@ def test_a_targeted_flip_goes_only_to_recipients_sharing_no_class():
     assert attacks.shares_a_class(types.SimpleNamespace(plan=None), 0, 2)
 
 
-def test_without_a_plan_a_model_is_validated_on_the_classes_its_last_prototypes_claimed():
+def test_without_a_plan_a_model_is_validated_on_the_classes_it_claims_from_its_first_round():
+    """The class counts travel with the model: a node's first model step (before any
+    prototype of the peer) and the round after its prototypes were refused judge it on
+    them, where nothing was judged before (no plan, Dirichlet ring: a sign-flipped model
+    kept in round 1 cost 6.5 points)."""
     from node.intake.validation import peer_class_weights
 
-    node = _node()
-    own = _sent(torch.eye(3))
-    model_step = gather(own, {3: _sent(torch.eye(3))}, 0)
-    # nothing known of peer 3 yet: not judged on guesses
-    assert peer_class_weights(node, model_step, 0) is None
-    # its prototypes (classes 1 and 2) kept in a prototype step are remembered
-    protos = {"prototypes": Payload({"prototypes": torch.ones(2, 2),
-                                     "classes": torch.tensor([1, 2]),
-                                     "counts": torch.tensor([5, 7])})}
-    screened(node, None, gather(protos, {3: protos}, 0, num_classes=3, dim=2))
+    node = _node(use_plan=False)
+    own = _sent(torch.eye(3), classes=[2, 2, 0])
+    model_step = gather(own, {3: _sent(torch.eye(3), classes=[0, 5, 7]),
+                              4: _sent(torch.eye(3))}, 0)
     assert peer_class_weights(node, model_step, 0) == [0.0, 5.0, 7.0]
+    assert peer_class_weights(node, model_step, 1) == [1.0, 1.0, 1.0]  # says nothing: all
+    # a claim that does not add up to the model's sample count, or has the wrong length,
+    # is refused at the checks, named
+    bad = gather(own, {3: {"model": Payload({"classifier.weight": torch.eye(3)},
+                                            {"samples": 4, "classes": [1, 1, 1]})},
+                       4: {"model": Payload({"classifier.weight": torch.eye(3)},
+                                            {"samples": 2, "classes": [1, 1]})}}, 0)
+    assert bad.peers == []
+    assert [("sum to 3" in r.reason, r.rule) for r in bad.refusals] == [
+        (True, "checks"), (False, "checks")]
+    assert "must be 3 counts" in bad.refusals[1].reason
+    # with the plan, the plan's counts, whatever the model claims
+    planned_node = _node(plan=DataPlan(samples=(4,) * 5, class_counts=torch.tensor(
+        [[2, 2, 0]] * 3 + [[4, 0, 0]] * 2)))
+    assert peer_class_weights(planned_node, model_step, 0) == [4.0, 0.0, 0.0]
 
 
 def test_without_a_plan_a_peer_is_judged_on_its_classes_as_it_claims_them_not_as_bounded():
@@ -303,5 +318,3 @@ def test_without_a_plan_a_peer_is_judged_on_its_classes_as_it_claims_them_not_as
     assert update.prototypes[3][1].tolist() == [20, 2, 0]  # weighed: 2 x median{10, 10, 10, 900}
     node = _node(use_plan=False)
     assert peer_class_weights(node, update, 2) == [900.0, 2.0, 0.0]
-    screened(node, None, update)  # remembered for the next round's model step as claimed
-    assert node.claimed_classes[3] == [900, 2, 0]

@@ -33,6 +33,19 @@ def test_round_trip_with_every_codec_and_an_int_tensor():
         assert torch.equal(message.tensors["counts"], tensors["counts"])
 
 
+def test_a_meta_entry_may_be_a_list_of_integers_up_to_the_tensor_cap():
+    from node.net.message import MAX_META_LIST
+    frames = encode_message(4, 2, "model", {"w": torch.ones(2)}, "fp32",
+                            {"samples": 3, "classes": [1, 0, 2]})
+    assert decode_message(frames, max_bytes=CAP).meta == {"samples": 3, "classes": [1, 0, 2]}
+    longest = encode_message(4, 2, "model", {"w": torch.ones(2)}, "fp32",
+                             {"classes": [0] * MAX_META_LIST})
+    assert len(decode_message(longest, max_bytes=CAP).meta["classes"]) == MAX_META_LIST
+    with pytest.raises(ProtocolError):  # msgpack's own array cap, or ours
+        decode_message(encode_message(4, 2, "model", {"w": torch.ones(2)}, "fp32",
+                                      {"classes": [0] * (MAX_META_LIST + 1)}), max_bytes=CAP)
+
+
 def test_int16_model_frames_are_half_of_fp32():
     tensors = {"w": torch.randn(1000)}
     fp32 = encode_message(0, 1, "model", tensors, "fp32")
@@ -61,6 +74,10 @@ def test_valid_fixture_decodes():
     ({"kind": "pickle"}, "kind"),
     ({"meta": {"samples": "ten"}}, "meta"),
     ({"meta": [1, 2]}, "meta"),
+    ({"meta": {"classes": [1, "2"]}}, "meta"),
+    ({"meta": {"classes": [1, 2.5]}}, "meta"),
+    ({"meta": {"classes": [[1]]}}, "meta"),
+    ({"meta": {"classes": [True, 1]}}, "meta"),
     ({"tensors": {"w": 1}}, "tensors"),
     ({"tensors": []}, "tensors"),
     ({"tensors": [{"name": "w", "dtype": "object", "shape": [2], "codec": "fp32", "scale": 1.0}]},

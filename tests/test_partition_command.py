@@ -112,22 +112,29 @@ def test_a_missing_or_bad_node_folder_stops_the_run_before_anything_starts(writt
     done = protofed("up", "-c", source, *per_node)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
-        f"protofed: {broken / 'node-2' / 'data.npz'}: missing (write the node folders with "
+        f"protofed: node 2: {broken / 'node-2' / 'data.npz'}: missing (write the node folders with "
         "`protofed partition`, or as the command line page describes)")
     with np.load(out / "node-1" / "data.npz") as stored:
         arrays = {key: stored[key] for key in stored.files}
     arrays["train_labels"][0] = 10
     np.savez(broken / "node-1" / "data.npz", **arrays)
     done = protofed("up", "-c", source, *per_node)
-    assert done.stderr.strip().splitlines()[-1].endswith(
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("protofed: node 1: ") and last.endswith(
         "node-1/data.npz: train_labels must lie in 0..9, found 0..10")
     assert not list(tmp_path.glob("parts-*"))  # no run folder: nothing started
 
 
-def test_per_node_data_is_refused_where_no_service_is_placed_by_its_folder(tmp_path):
-    with pytest.raises(ConfigError, match='data.layout "per-node" runs on the local, sim and '
-                                          "docker backends so far, not on swarm"):
-        from_dict({"data": {"layout": "per-node"}, "deploy": {"backend": "swarm"}})
+def test_per_node_data_on_a_swarm_needs_every_node_pinned_to_its_folders_machine(tmp_path):
+    from deploy.backends.launchers import launcher_for
+    with pytest.raises(ConfigError, match=r'deploy.pin must name, for every node, the machine '
+                                          r"that holds its folder \(nodes without one: 1, 2\)"):
+        launcher_for(from_dict({"nodes": 3, "data": {"layout": "per-node", "dir": "/srv/p"},
+                                "deploy": {"backend": "swarm", "pin": ["a"], "registry": "r:5000"}}))
+    with pytest.raises(ConfigError, match="set data.dir, the folder of the nodes' folders "
+                                          "on each machine"):
+        launcher_for(from_dict({"nodes": 2, "data": {"layout": "per-node"},
+                                "deploy": {"backend": "swarm", "pin": ["a", "b"], "registry": "r:5000"}}))
     from deploy.backends.compose import compose_run
     config = from_dict({"data": {"layout": "per-node"},
                         "deploy": {"registry": "127.0.0.1:5000"}})

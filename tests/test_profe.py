@@ -108,7 +108,8 @@ def test_what_travels_is_the_student_and_its_prototypes_of_local_classes():
     payload = algorithm.payload()
     assert ProFe.kinds == ("model", "prototypes") and set(payload) == {"model", "prototypes"}
     assert set(payload["model"].tensors) == set(algorithm.student.state_dict())
-    assert payload["model"].meta == {"samples": 20}
+    counts = data.train_y.bincount(minlength=data.num_classes).tolist()
+    assert payload["model"].meta == {"samples": 20, "classes": counts}
     protos = payload["prototypes"].tensors
     assert protos["classes"].tolist() == [0, 1, 2]
     assert protos["counts"].tolist() == [7, 7, 6]

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,20 @@ def final_f1(record):
     return record["rounds"][-1]["global_test"]["f1"]
 
 
+def assert_as_the_local_run(nodes, tmp_path, data_dir, name, **settings):
+    """The swarm run's `nodes` sent and received the bytes, and reached the F1, of the same
+    federation run by the local backend (run here as `name`)."""
+    local_config = helpers.write_config(tmp_path, data_dir, name, nodes=NODES, extra=TRAIN,
+                                        **settings)
+    local = protofed("up", "-c", local_config, "--run-id", name, timeout=600)
+    assert local.returncode == 0, local.stderr[-3000:]
+    _, local_nodes = read_results(tmp_path / "results" / name)
+    for swarm_node, local_node in zip(nodes, local_nodes, strict=True):
+        assert swarm_node["bytes_sent"] == local_node["bytes_sent"]
+        assert swarm_node["bytes_received"] == local_node["bytes_received"]
+        assert final_f1(swarm_node) == final_f1(local_node)
+
+
 def test_six_nodes_over_three_engines_equal_the_local_run(lab, engines, tmp_path, data_dir):
     """On a GraphML file of the user's (the nodes read the federation file only)."""
     topology = graph_file_topology(tmp_path / "own-graphs" / "g6.graphml")
@@ -77,15 +92,7 @@ def test_six_nodes_over_three_engines_equal_the_local_run(lab, engines, tmp_path
     assert run["backend"] == "swarm" and run["status"] == "finished"
     assert (tmp_path / "results" / "swarm-six" / "logs" / "node-5.log").read_text().strip()
 
-    local_config = helpers.write_config(tmp_path, data_dir, "local-six", nodes=NODES,
-                                        extra=TRAIN, **topology)
-    local = protofed("up", "-c", local_config, "--run-id", "local-six", timeout=600)
-    assert local.returncode == 0, local.stderr[-3000:]
-    _, local_nodes = read_results(tmp_path / "results" / "local-six")
-    for swarm_node, local_node in zip(nodes, local_nodes, strict=True):
-        assert swarm_node["bytes_sent"] == local_node["bytes_sent"]
-        assert swarm_node["bytes_received"] == local_node["bytes_received"]
-        assert final_f1(swarm_node) == final_f1(local_node)
+    assert_as_the_local_run(nodes, tmp_path, data_dir, "local-six", **topology)
 
 
 def test_services_mount_no_host_path_keys_stay_in_their_task_and_down_leaves_nothing(
@@ -197,3 +204,70 @@ def test_a_stack_file_written_by_compose_runs_on_the_swarm_and_collect_fills_its
         assert "machine" in collected.stdout
     finally:
         assert protofed("down", "stack-six", env=env, timeout=300).returncode == 0
+
+
+def test_nodes_that_own_their_data_run_where_their_folder_lies_and_train_as_the_local_run(
+        lab, engines, tmp_path, data_dir):
+    """data.layout = "per-node" over three machines: each machine holds the folders of the
+    two nodes pinned to it and no other; no dataset in any image; a node's task mounts its
+    own folder (and the public global test set) alone; bytes and F1 equal the local run."""
+    from tests.swarm_lab import SHARED_DATA, pidfile, place_folders
+
+    machine_of = {node: node // 2 for node in range(NODES)}
+    pins = ", ".join(f'"{lab.hostnames[machine_of[n]]}"' for n in range(NODES))
+    deploy = (f'backend = "swarm"\nmanager = "{lab.manager}"\nregistry = "{lab.registry}"\n'
+              f'base_image = "protofed-base:bookworm"\nmemory = "1g"\npin = [{pins}]')
+    config = helpers.write_config(tmp_path, data_dir, "swarm-own", nodes=NODES, deploy=deploy,
+                                  startup=240, round_timeout=120, extra=TRAIN)
+    parts = tmp_path / "parts"
+    assert protofed("partition", "-c", config, "--out", parts, timeout=300).returncode == 0
+    per_node = ("--set", 'data.layout="per-node"', "--set", 'data.dir="{}"')
+
+    # node 5's folder on no machine: refused before any node starts, named with its machine
+    missing = dict(machine_of)
+    del missing[5]
+    where = place_folders("swarm-own", parts, missing)
+    done = protofed("up", "-c", config, "--run-id", "swarm-own-missing", per_node[0],
+                    per_node[1], per_node[2], per_node[3].format(where), timeout=900)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"protofed: node 5: {where}/node-5/data.npz: missing"), last
+    assert last.endswith(f"(on {lab.hostnames[2]})"), last
+
+    where = place_folders("swarm-own", parts, machine_of)
+    # what each engine sees at SHARED_DATA: its two nodes' folders, the manifest, the
+    # global test set; nothing of another machine's nodes
+    for i in range(len(engines)):
+        engine = Path(f"/proc/{int(pidfile(i).read_text())}/root")  # its mount namespace
+        seen = sorted(p.name for p in (engine / SHARED_DATA.relative_to("/") /
+                                       "swarm-own").iterdir())
+        assert seen == ["global-test", "manifest.json", f"node-{2 * i}", f"node-{2 * i + 1}"]
+    try:
+        with protofed_running("up", "-c", config, "--run-id", "swarm-own", per_node[0],
+                              per_node[1], per_node[2], per_node[3].format(where)) as running:
+            def task_of(node):
+                for client in engines:
+                    found = client.containers.list(ignore_removed=True, filters={
+                        "label": [f"{LABEL}=swarm-own", f"protofed.node={node}"]})
+                    if found:
+                        return client, found[0]
+                return None
+            wait_until(lambda: all(task_of(n) is not None for n in range(NODES)),
+                       "every node's task", 300, interval=1)
+            for node in range(NODES):
+                client, task = task_of(node)
+                assert client.info()["Name"] == lab.hostnames[machine_of[node]]
+                binds = sorted((m["Source"], m["Destination"], m["RW"])
+                               for m in task.attrs["Mounts"] if m["Type"] == "bind")
+                assert binds == [(f"{where}/global-test", "/data/global-test", False),
+                                 (f"{where}/node-{node}", f"/data/node-{node}", False)]
+                assert "-data@" not in task.attrs["Config"]["Image"]  # no dataset image
+            _, errors = running.communicate(timeout=1200)
+            assert running.returncode == 0, errors[-3000:]
+    finally:
+        protofed("down", "swarm-own", timeout=300, env={**os.environ, "DOCKER_HOST": lab.manager})
+    _, nodes = read_results(tmp_path / "results" / "swarm-own")
+    assert [n["status"] for n in nodes] == ["finished"] * NODES
+    assert [n["machine"] for n in nodes] == [lab.hostnames[machine_of[n]] for n in range(NODES)]
+
+    assert_as_the_local_run(nodes, tmp_path, data_dir, "local-own")

@@ -200,7 +200,8 @@ def compose_run(config: FederationConfig, source: Path, overrides: tuple[str, ..
     if per_node and config.deploy.registry:
         raise ConfigError('data.layout = "per-node" with deploy.registry: a stack for any '
                           "swarm would have to place each service on the engine holding its "
-                          "node's folder, which is not built yet; leave deploy.registry "
+                          "node's folder; run it with `protofed up` on the swarm backend "
+                          "(deploy.pin names each node's machine), or leave deploy.registry "
                           "unset for one host (each service mounts its own folder)")
     if config.deploy.security == "none" and not config.deploy.allow_insecure:
         raise ConfigError('deploy.security = "none" in a Compose file or a Swarm stack lets '

@@ -18,7 +18,13 @@ from deploy.backends import capacity, local, shaping, sim
 from deploy.backends import docker_backend as docker
 from deploy.backends import image as docker_image
 from deploy.backends import swarm_backend as swarm
-from deploy.backends.plan import Plan, host_data_dir, plan_local, reserve_listeners
+from deploy.backends.plan import (
+    Plan,
+    folder_notes,
+    host_data_dir,
+    plan_local,
+    reserve_listeners,
+)
 from deploy.backends.runner import Run
 from deploy.ending import finish_without_launcher
 from deploy.run_folder import log_tail
@@ -30,9 +36,14 @@ from node.settings import FederationConfig
 class Launcher(abc.ABC):
     """Prepares, starts and, if it never starts, releases one federation on one backend."""
 
+    # data.layout "per-node": the nodes' folders lie where the nodes run, not on the
+    # launcher's disk, so `prepare` checks them there (else the launcher checks them first)
+    checks_node_folders = False
+
     def __init__(self, config: FederationConfig) -> None:
         self.config = config
         self.memory_note = ""  # what the capacity check counted, in one line
+        self.notes: list[str] = []  # what `prepare` found that measures little, to be said
         self.refuse_unrunnable()
 
     def refuse_unrunnable(self) -> None:
@@ -127,22 +138,31 @@ class DockerLauncher(Launcher):
 
 
 class SwarmLauncher(Launcher):
-    """One service per node on a Docker Swarm, through its manager; the node image, with
-    the dataset, pulled from deploy.registry by every machine."""
+    """One service per node on a Docker Swarm, through its manager. Pooled data: the node
+    image, with the dataset, pulled from deploy.registry by every machine. Per-node data:
+    the node image alone; each node pinned to the machine that holds its folder, whose
+    folder is checked there before any node starts."""
 
     def refuse_unrunnable(self) -> None:
         refuse_user_code(self.config)  # a dataset of the user's included
+        if self.config.data.layout == "per-node":
+            swarm.require_pins(self.config)
+
+    @property
+    def checks_node_folders(self) -> bool:
+        return self.config.data.layout == "per-node"
 
     def prepare(self, source: Path, overrides: tuple[str, ...], run_id: str,
                 cache_dir: Path | None) -> Plan:
         config = self.config
+        per_node = config.data.layout == "per-node"
         plan = docker.plan_docker(config, source, overrides, run_id)
         if plan.federation.shaped_links:
             raise ConfigError("[links] (or the graph file's edge attributes) shape traffic on "
                               "one machine's interfaces: the swarm backend does not shape "
                               "links (use the local or docker backend)")
         data_dir = host_data_dir(config)
-        if not data_dir.is_dir():
+        if not per_node and not data_dir.is_dir():
             raise ConfigError(f"data.dir {data_dir} is not a folder: the node image gets the "
                               "dataset's files from it (set data.dir or PROTOFED_DATA_DIR)")
         self.client = swarm.connect(config.deploy.manager)
@@ -156,11 +176,20 @@ class SwarmLauncher(Launcher):
                                                 available, self.constraints)
         node_image = config.deploy.image or docker_image.ensure_image(
             self.client, config.deploy.base_image)
-        self.image = swarm.push_image(self.client, node_image, config, data_dir)
+        if per_node:  # no data in any image: each machine's folders, checked where they lie
+            self.image = swarm.push_node_image(self.client, node_image, config)
+            self.folders = swarm.check_folders(self.client, config, plan, self.image,
+                                               self.constraints)
+            self.notes = folder_notes([self.folders[n] for n in sorted(self.folders)],
+                                      str(data_dir))
+        else:
+            self.image = swarm.push_image(self.client, node_image, config, data_dir)
+            self.folders = {}
         return plan
 
     def start(self, plan: Plan) -> swarm.SwarmRun:
-        return swarm.start(self.config, plan, self.image, self.client, self.constraints)
+        return swarm.start(self.config, plan, self.image, self.client, self.constraints,
+                           self.folders)
 
 
 class SimLauncher(Launcher):

@@ -104,36 +104,28 @@ def check_node_folders(config: FederationConfig) -> list[str]:
     """data.layout "per-node": every node's folder read once here, before any node starts:
     a missing or bad file, or counts that disagree with the folder's manifest, stop the run
     in one line naming the node and the file; what measures little is returned to be said."""
-    from node.data.folders import (
-        DATA_FILE,
-        GLOBAL_TEST,
-        node_folder,
-        per_class,
-        read_manifest,
-        read_node,
-    )
-    from node.errors import DataError
+    from node.data.folders import check_node_folder, read_manifest
     root = host_data_dir(config)
-    manifest = read_manifest(root) or {}
-    listed = {n.get("node"): n for n in manifest.get("nodes", []) if isinstance(n, dict)}
-    notes, no_test = [], []
-    for node in range(config.nodes):
-        path = node_folder(root, node) / DATA_FILE
-        own = read_node(path)
-        classes, train, test = own.num_classes, own.train, own.test
-        if not len(train[1]):
-            raise DataError(f"node {node}: {path} holds no training sample")
-        expected = listed.get(node, {}).get("train_per_class")
-        if expected is not None and per_class(train[1], classes) != expected:
-            raise DataError(f"node {node}: {path} holds {per_class(train[1], classes)} "
-                            f"training samples per class, its manifest says {expected}")
-        if not len(test[1]):
-            no_test.append(node)
-    if not (root / GLOBAL_TEST / DATA_FILE).is_file():
-        notes.append(f"no global test set ({root / GLOBAL_TEST} is absent): F1 global is "
+    manifest = read_manifest(root)
+    found = [check_node_folder(root, node, manifest) for node in range(config.nodes)]
+    return folder_notes(found, str(root))
+
+
+def folder_notes(found: list, root: str) -> list[str]:
+    """What the checks of the nodes' folders (`node.data.folders.FolderCheck`, by node)
+    found that measures little, one line each."""
+    from node.data.folders import GLOBAL_TEST
+    notes = []
+    without = [node for node, check in enumerate(found) if not check.global_test]
+    if len(without) == len(found):
+        notes.append(f"no global test set ({root}/{GLOBAL_TEST} is absent): F1 global is "
                      "not measured, only each node's local test split")
+    elif without:
+        notes.append(f"nodes {', '.join(map(str, without))} have no global test set beside "
+                     f"their folder ({root}/{GLOBAL_TEST}): their F1 global is not measured")
+    no_test = [node for node, check in enumerate(found) if not check.has_test]
     if no_test:
-        notes.append(f"{len(no_test)} of {config.nodes} nodes have no local test images: "
+        notes.append(f"{len(no_test)} of {len(found)} nodes have no local test images: "
                      "their local F1 is not measured")
     return notes
 

@@ -46,6 +46,8 @@ from deploy.run_folder import FEDERATION_FILE, RUN_FILE
 from node.config import FederationConfig
 from node.data import IDX_FOLDERS, VERIFY_ENV, dataset_sources
 from node.data.cache import CACHE_ENV
+from node.data.check import parse_line
+from node.data.folders import GLOBAL_TEST, FolderCheck, node_folder
 from node.errors import ConfigError, DeployError
 from node.federation import read as read_federation
 from node.net.security import PUBLIC_FILE, secret_file
@@ -192,16 +194,111 @@ def push_image(client, node_image: str, config: FederationConfig, data_dir: Path
         client.images.build(fileobj=io.BytesIO(data_context(node_image, files, data_dir)),
                             custom_context=True, tag=f"{repository}:{tag}", rm=True,
                             pull=False, network_mode="none")
+    return pushed(client, repository, tag, config.deploy.registry)
+
+
+def pushed(client, repository: str, tag: str, registry: str) -> str:
+    """Push `repository:tag` to `registry`; the reference every service pulls by digest."""
     digest = None
     for line in client.images.push(repository, tag=tag, stream=True, decode=True):
         if line.get("error"):
-            raise DeployError(f"pushing {repository}:{tag} to {config.deploy.registry} "
-                              f"failed: {line['error']}")
+            raise DeployError(f"pushing {repository}:{tag} to {registry} failed: "
+                              f"{line['error']}")
         digest = (line.get("aux") or {}).get("Digest") or digest
     if not digest:
-        raise DeployError(f"the registry {config.deploy.registry} did not return a digest "
-                          f"for {repository}:{tag}")
+        raise DeployError(f"the registry {registry} did not return a digest for "
+                          f"{repository}:{tag}")
     return f"{repository}@{digest}"
+
+
+def push_node_image(client, node_image: str, config: FederationConfig) -> str:
+    """The node image alone, with no dataset, pushed to deploy.registry (data.layout
+    "per-node": each machine holds its nodes' folders); the reference services pull."""
+    image = client.images.get(node_image)
+    repository = f"{config.deploy.registry}/{IMAGE_NAME}"
+    tag = image.id.split(":")[-1][:12]
+    image.tag(repository, tag)
+    return pushed(client, repository, tag, config.deploy.registry)
+
+
+def require_pins(config: FederationConfig) -> None:
+    """data.layout "per-node" on a swarm: every node pinned (deploy.pin) to the machine
+    that holds its folder, at data.dir there."""
+    unpinned = [node for node in range(config.nodes) if not pinned_machine(config, node)]
+    if unpinned:
+        raise ConfigError('data.layout = "per-node" on the swarm: deploy.pin must name, for '
+                          "every node, the machine that holds its folder (nodes without "
+                          f"one: {', '.join(map(str, unpinned[:5]))}"
+                          f"{', ...' if len(unpinned) > 5 else ''})")
+    if not config.data.dir:
+        raise ConfigError('data.layout = "per-node" on the swarm: set data.dir, the folder '
+                          "of the nodes' folders on each machine (the same path on all)")
+
+
+# A folder check that has not ended by then is stopped and named.
+CHECK_SECONDS = 300
+
+
+def check_folders(client, config: FederationConfig, plan: Plan, image: str,
+                  constraints: dict[int, list[str]]) -> dict[int, FolderCheck]:
+    """Every node's folder checked on the machine it is pinned to, before any node starts:
+    one short task per node (`python -m node.data.check`, no network, data.dir read-only);
+    one line naming the node, the machine and the file for the first that fails."""
+    from docker.types import Mount, RestartPolicy
+
+    labels = {LABEL: plan.run_id}
+    checks = {}
+    try:
+        for spec in plan.nodes:
+            node = spec.node_id
+            checks[node] = client.services.create(
+                image, name=f"{plan.run_id}-check-{node}", labels=labels,
+                command=["python", "-m", "node.data.check", "--root", DATA_MOUNT,
+                         "--node", str(node)],
+                user=container_user(), restart_policy=RestartPolicy(condition="none"),
+                constraints=constraints.get(node, []), cap_drop=["ALL"], read_only=True,
+                mounts=[Mount(DATA_MOUNT, config.data.dir, type="bind", read_only=True)])
+        return _checked_folders(config, checks)
+    finally:
+        for service in checks.values():
+            try:
+                service.remove()
+            except Exception as exc:  # noqa: BLE001 - `down` removes what is left
+                log.debug("could not remove %s: %s", service.name, exc)
+
+
+def _checked_folders(config: FederationConfig,
+                     checks: dict[int, object]) -> dict[int, FolderCheck]:
+    """What each node's check task reported, once all ended; DeployError for the first
+    node whose folder failed or whose task could not run."""
+    ends = time.monotonic() + CHECK_SECONDS
+    states: dict[int, dict] = {}
+    while len(states) < len(checks):
+        for node, service in checks.items():
+            tasks = service.tasks()
+            if node not in states and tasks and latest_task(tasks)["Status"]["State"] in ENDED:
+                states[node] = latest_task(tasks)["Status"]
+        if len(states) < len(checks):
+            if time.monotonic() > ends:
+                late = sorted(set(checks) - set(states))
+                raise DeployError(f"the check of node {late[0]}'s folder did not end in "
+                                  f"{CHECK_SECONDS} s on {pinned_machine(config, late[0])}")
+            time.sleep(0.5)
+    found = {}
+    for node, service in sorted(checks.items()):
+        where = pinned_machine(config, node)
+        reports = [parse_line(line) for line in _lines(service.logs(stdout=True, stderr=True))]
+        report = next((r for r in reports if r is not None), None)
+        if report is None:
+            raise DeployError(f"node {node}: its folder could not be checked on {where}: "
+                              f"{states[node].get('Err') or 'the check said nothing'} "
+                              f"(data.dir {config.data.dir} there)")
+        if "error" in report:  # named by its path on the machine, not in the task
+            error = str(report["error"]).replace(f"{DATA_MOUNT}/", f"{config.data.dir}/")
+            raise DeployError(f"{error} (on {where})")
+        found[node] = FolderCheck(bool(report.get("has_test")),
+                                  bool(report.get("global_test")))
+    return found
 
 
 def node_command(plan: Plan, node_id: int) -> list[str]:
@@ -214,7 +311,7 @@ def node_environment(config: FederationConfig) -> list[str]:
     """Environment of every node task; the machine's name comes from the swarm's template."""
     environment = [f"PROTOFED_INTERFACE={INTERFACE}", f"HOME={SCRATCH}",
                    f"{CACHE_ENV}={SCRATCH}/cache", "PROTOFED_MACHINE={{.Node.Hostname}}"]
-    if config.data.dataset in IDX_FOLDERS:  # published md5s exist for these files only
+    if config.data.layout == "pooled" and config.data.dataset in IDX_FOLDERS:  # published md5s exist for these files only
         environment.append(f"{VERIFY_ENV}=1")  # the image's files are checked before use
     return environment
 
@@ -369,9 +466,12 @@ def machine_names(client) -> list[tuple[str, str]]:
 
 
 def start(config: FederationConfig, plan: Plan, image: str, client,
-          constraints: dict[int, list[str]]) -> SwarmRun:
+          constraints: dict[int, list[str]],
+          folders: dict[int, FolderCheck] | None = None) -> SwarmRun:
     """Create the run's network, configs, secrets and one service per node (placed by
-    `constraints`); on any failure remove all of it."""
+    `constraints`; data.layout "per-node": each mounting its own folder of the machine it
+    runs on, and the global test set where `folders` found one); on any failure remove all
+    of it."""
     import docker.errors
 
     run_id = plan.run_id
@@ -384,9 +484,9 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
                                          attachable=True, labels={LABEL: run_id})
         shared = _shared_files(client, plan)
         for spec in plan.nodes:
-            run.services[spec.node_id] = _service(client, config, plan, spec.node_id, image,
-                                                  network.id, shared,
-                                                  constraints.get(spec.node_id, []))
+            run.services[spec.node_id] = _service(
+                client, config, plan, spec.node_id, image, network.id, shared,
+                constraints.get(spec.node_id, []), (folders or {}).get(spec.node_id))
     except docker.errors.APIError as exc:
         remove_run(client, run_id)
         raise DeployError(f"starting run {run_id} on the swarm failed: "
@@ -423,8 +523,24 @@ def _shared_files(client, plan: Plan) -> list:
     return shared
 
 
+def data_mounts(config: FederationConfig, node_id: int,
+                folder: FolderCheck | None) -> list[tuple[str, str]]:
+    """(path on the machine, path in the task) read-only mounts of a node's own data
+    (data.layout "per-node"): its folder, and the global test set where it lies beside it;
+    none for pooled data (it is in the image)."""
+    if config.data.layout != "per-node":
+        return []
+    root = Path(config.data.dir)
+    own = node_folder(root, node_id)
+    mounts = [(str(own), f"{DATA_MOUNT}/{own.name}")]
+    if folder is not None and folder.global_test:
+        mounts.append((str(root / GLOBAL_TEST), f"{DATA_MOUNT}/{GLOBAL_TEST}"))
+    return mounts
+
+
 def _service(client, config: FederationConfig, plan: Plan, node_id: int, image: str,
-             network: str, shared: list, constraints: list[str]):
+             network: str, shared: list, constraints: list[str],
+             folder: FolderCheck | None = None):
     """Node `node_id`'s service, with its own key as a secret only it gets."""
     from docker.types import EndpointSpec, Mount, Resources, RestartPolicy, SecretReference
 
@@ -446,7 +562,9 @@ def _service(client, config: FederationConfig, plan: Plan, node_id: int, image: 
                             cpu_limit=int(config.deploy.cpus * 1e9) or None),
         constraints=constraints, configs=shared, secrets=secrets, cap_drop=["ALL"],
         read_only=True, mounts=[Mount(SCRATCH, None, type="tmpfs"),
-                                Mount(RESULTS_MOUNT, None, type="tmpfs")],
+                                Mount(RESULTS_MOUNT, None, type="tmpfs"),
+                                *(Mount(target, source, type="bind", read_only=True)
+                                  for source, target in data_mounts(config, node_id, folder))],
         stop_grace_period=STOP_GRACE_NS)
 
 

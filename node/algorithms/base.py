@@ -14,10 +14,11 @@ from node.settings import FederationConfig
 
 @dataclass(frozen=True)
 class Payload:
-    """What travels for one message kind: named tensors and integer metadata."""
+    """What travels for one message kind: named tensors and integer metadata (integers or
+    lists of them)."""
 
     tensors: Mapping[str, torch.Tensor]  # received ones decode each time they are read
-    meta: dict[str, int] = field(default_factory=dict)
+    meta: dict[str, int | list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,6 @@ class Algorithm(abc.ABC):
         self.kept_own_models = 0  # aggregates not adopted: they computed NaN (common.adopt)
         self.trust: dict[int, float] = {}  # in-neighbours' trust ("reputation" rule)
         self.distrusted: dict[int, str] = {}  # whose model a screen refused this round, by which
-        self.claimed_classes: dict[int, list[int]] = {}  # each peer's last kept class counts
         # the travelling model as this round's training began: what validation measures a
         # peer's model against (node.intake.validation); set by create() and each adoption
         self.start_state: dict[str, torch.Tensor] | None = None

@@ -111,11 +111,14 @@ def model_then_prototypes(config: FederationConfig,
     return (kinds,)
 
 
-def state_payload(model: nn.Module, samples: int) -> Payload:
-    """A model's state dict, detached on the CPU, with its training sample count."""
+def state_payload(model: nn.Module, labels: torch.Tensor, num_classes: int) -> Payload:
+    """A model's state dict, detached on the CPU, with its training sample count and the
+    count of each class among them (`labels`): without a data plan, the classes a receiver
+    validates the model on, known from the model's first message on."""
     # clone: on the CPU .cpu() is the live tensor, which training would change under us
     state = {name: t.detach().cpu().clone() for name, t in model.state_dict().items()}
-    return Payload(tensors=state, meta={"samples": samples})
+    counts = labels.bincount(minlength=num_classes).tolist() if len(labels) else [0] * num_classes
+    return Payload(tensors=state, meta={"samples": len(labels), "classes": counts})
 
 
 # Inputs a freshly aggregated model is tried on before this node adopts it.
@@ -172,6 +175,7 @@ def weightless(payloads: Mapping[str, Payload]) -> dict[str, Payload]:
         tensors, meta = payload.tensors, dict(payload.meta)
         if "samples" in meta:
             meta["samples"] = 1
+            meta.pop("classes", None)  # judged on every class a receiver holds
         if set(tensors) == {"prototypes", "classes", "counts"}:
             tensors = {"prototypes": tensors["prototypes"][:0], "classes": tensors["classes"][:0],
                        "counts": tensors["counts"][:0]}

@@ -62,7 +62,7 @@ class FedAvg(Algorithm):
         return self.model
 
     def payload(self) -> dict[str, Payload]:
-        return {"model": state_payload(self.model, len(self.data.train_y))}
+        return {"model": state_payload(self.model, self.data.train_y, self.data.num_classes)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, plan=plan_of(self),

@@ -170,7 +170,7 @@ class FedProc(Algorithm):
         return self.net
 
     def payload(self) -> dict[str, Payload]:
-        return {"model": state_payload(self.net, len(self.data.train_y)),
+        return {"model": state_payload(self.net, self.data.train_y, self.data.num_classes),
                 "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:

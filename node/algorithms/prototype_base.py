@@ -73,7 +73,7 @@ class ModelAndPrototypes(PrototypeAlgorithm):
         return self.shared_model
 
     def payload(self) -> dict[str, Payload]:
-        return {"model": state_payload(self.shared_model, len(self.data.train_y)),
+        return {"model": state_payload(self.shared_model, self.data.train_y, self.data.num_classes),
                 "prototypes": self.local_prototype_payload()}
 
     def exchange_steps(self) -> tuple[tuple[str, ...], ...]:

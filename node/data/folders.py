@@ -144,3 +144,33 @@ def _checked(path: Path, arrays: dict[str, np.ndarray], prefix: str, num_classes
         raise DataError(f"{path}: {name('labels')} must lie in 0..{num_classes - 1}, found "
                         f"{int(labels.min())}..{int(labels.max())}")
     return images, labels.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class FolderCheck:
+    """What the check of one node's folder found: whether it holds local test samples, and
+    whether the global test set lies beside it."""
+
+    has_test: bool
+    global_test: bool
+
+
+def check_node_folder(root: Path, node: int, manifest: dict[str, Any] | None) -> FolderCheck:
+    """Node `node`'s folder under `root` read and checked as the node will read it: a missing
+    or bad file, no training sample, or counts that disagree with `manifest` (when it lists
+    the node) raise DataError in one line naming the node and the file."""
+    path = node_folder(root, node) / DATA_FILE
+    try:
+        own = read_node(path)
+    except DataError as exc:
+        raise DataError(f"node {node}: {exc}") from None
+    classes, train, test = own.num_classes, own.train, own.test
+    if not len(train[1]):
+        raise DataError(f"node {node}: {path} holds no training sample")
+    listed = {n.get("node"): n for n in (manifest or {}).get("nodes", [])
+              if isinstance(n, dict)}
+    expected = listed.get(node, {}).get("train_per_class")
+    if expected is not None and per_class(train[1], classes) != expected:
+        raise DataError(f"node {node}: {path} holds {per_class(train[1], classes)} "
+                        f"training samples per class, its manifest says {expected}")
+    return FolderCheck(bool(len(test[1])), (root / GLOBAL_TEST / DATA_FILE).is_file())

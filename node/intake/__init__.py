@@ -21,6 +21,7 @@ from node.intake import distance, influence, prototype_validation, validation
 from node.intake.checks import (
     MAX_SAMPLES,
     Contributions,
+    checked_class_claim,
     checked_prototypes,
     checked_state,
     each_or_refused,
@@ -68,9 +69,17 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     prototypes = [own_prototypes(own["prototypes"], num_classes, dim, node_id)
                   ] if with_prototypes else []
 
+    # the class counts a peer's model may claim: as many as this node's own model claims
+    classes = (num_classes or len(own["model"].meta.get("classes", ()))) if with_model else 0
+    model_claims: dict[int, list[int]] = {}
+
     def check(peer: int, update: Mapping[str, Payload]) -> tuple:
         model = (checked_state(reference, require_kind(update, "model")) if with_model
                  else None)
+        if model is not None:
+            claim = checked_class_claim(update["model"], model[1], classes)
+            if claim is not None:
+                model_claims[peer] = claim
         protos = (checked_prototypes(require_kind(update, "prototypes"), num_classes, dim)
                   if with_prototypes else None)
         state, protos = planned(peer, model and model[:2], protos, plan, node_id)
@@ -78,10 +87,8 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
 
     refusals: list[Refusal] = []
     checked = dict(each_or_refused(received, check, node_id, refusals))
-    claims = {}
+    claims = {} if plan is not None else classes_claimed(checked, model_claims)
     if plan is None:
-        claims = {peer: update[1][1].tolist() for peer, update in checked.items()
-                  if update[1] is not None}
         checked = claimed(states[0][1] if with_model else None,
                           prototypes[0][1] if with_prototypes else None, checked)
     kept = dict(each_or_refused(checked, models_within_bound(state_norm(reference), checked,
@@ -102,6 +109,15 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
                          list(kept), {peer: claims[peer] for peer in kept if peer in claims})
 
 
+def classes_claimed(checked: Mapping[int, tuple],
+                    model_claims: Mapping[int, list[int]]) -> dict[int, list[int]]:
+    """Each checked peer's class counts as it claims them (without a plan): its model's
+    where it says, else those of the prototypes beside it; peers that claim none left out."""
+    return {peer: (model_claims[peer] if peer in model_claims else update[1][1].tolist())
+            for peer, update in checked.items()
+            if peer in model_claims or update[1] is not None}
+
+
 def screened(algorithm: Algorithm, model: nn.Module | None,
              update: Contributions) -> Contributions:
     """`update` less the in-neighbours some screen refuses (SCREENS, in order) and, in a
@@ -111,9 +127,7 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
         refused = {peer: Refusal(peer, "prototypes", rule,
                                  f"its model was refused this round ({rule})")
                    for peer, rule in algorithm.distrusted.items() if peer in update.peers}
-        kept = without_peers(update, refused)
-        remember_claims(algorithm, kept)
-        return kept
+        return without_peers(update, refused)
     refused: dict[int, Refusal] = {}
     for screen in SCREENS.values():
         refused |= screen(algorithm, model, without_peers(update, refused))
@@ -122,18 +136,7 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
                     refusal.what, refusal.peer, refusal.rule, refusal.reason)
     algorithm.distrusted = {peer: refusal.rule for peer, refusal in refused.items()}
     # what it keeps, each layer's pull bounded against the kept in-neighbours' median
-    kept = distance.clipped(algorithm, model, without_peers(update, refused))
-    remember_claims(algorithm, kept)
-    return kept
-
-
-def remember_claims(algorithm: Algorithm, update: Contributions) -> None:
-    """Each kept peer's class counts as its prototypes claim them: without a plan, what the
-    next round's model step validates the peer on."""
-    if update.prototypes:
-        for index, peer in enumerate(update.peers):
-            algorithm.claimed_classes[peer] = update.claims.get(
-                peer, update.prototypes[index + 1][1].tolist())
+    return distance.clipped(algorithm, model, without_peers(update, refused))
 
 
 def combined_state(algorithm: Algorithm, update: Contributions) -> dict[str, torch.Tensor]:

@@ -64,6 +64,23 @@ def checked_state(reference: Mapping[str, torch.Tensor],
             samples, state_norm(tensors))
 
 
+def checked_class_claim(payload: Payload, samples: int, classes: int) -> list[int] | None:
+    """The class counts a received model claims to be trained on ("classes" in its meta: one
+    count per class, summing to its sample count), None where it claims none or this node
+    has no class count to hold it to (`classes` 0)."""
+    claim = payload.meta.get("classes")
+    if claim is None or classes <= 0:
+        return None
+    if (not isinstance(claim, list) or len(claim) != classes
+            or not all(type(n) is int and 0 <= n <= MAX_SAMPLES for n in claim)):
+        raise ProtocolError(f"model class counts 'classes' must be {classes} counts in "
+                            f"0..{MAX_SAMPLES}")
+    if sum(claim) != samples:
+        raise ProtocolError(f"model class counts sum to {sum(claim)}, its sample count is "
+                            f"{samples}")
+    return list(claim)
+
+
 def checked_prototypes(payload: Payload, num_classes: int,
                        dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Expand a received prototype payload to dense (prototypes [C, D], counts [C])."""

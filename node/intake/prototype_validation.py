@@ -50,8 +50,6 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     refused = {}
     for index, peer in enumerate(update.peers):
         claimed = peer_class_weights(algorithm, update, index)
-        if claimed is None:
-            continue  # its classes unknown yet (no plan, no prototype of it kept)
         weights = [0.0 if held[c] else w for c, w in enumerate(claimed)]
         start = prototype_class_loss(start_losses, weights)
         if start is None:

@@ -21,15 +21,13 @@ from node.intake.samples import loss_per_class, own_round_losses, validation_sam
 
 
 def peer_class_weights(algorithm: Algorithm, update: Contributions,
-                       index: int) -> list[float] | None:
+                       index: int) -> list[float]:
     """The class counts the data plan gives the peer at `index` of `update.peers`; without
-    a plan, those of the prototypes it sends beside the model, else of the last prototypes
-    this node kept from it (a model step before the prototype step); None while nothing
-    says which classes it holds (no plan, no prototype of it kept yet). A peer that holds
-    or claims no class is judged on every class alike: a claim of nothing must not leave
-    its model unjudged."""
+    a plan, those its model claims (else the prototypes beside it). A peer that claims no
+    class, or says nothing of its classes, is judged on every class alike: a claim of
+    nothing must not leave its model unjudged."""
     weights = _class_weights(algorithm, update, index)
-    if weights is None or any(w > 0 for w in weights):
+    if weights is not None and any(w > 0 for w in weights):
         return weights
     return [1.0] * algorithm.data.num_classes
 
@@ -40,10 +38,8 @@ def _class_weights(algorithm: Algorithm, update: Contributions,
     plan = algorithm.data.plan if algorithm.config.aggregation.use_plan else None
     if plan is not None and plan.counts_of(peer) is not None:
         return [float(n) for n in plan.counts_of(peer).tolist()]
-    if update.prototypes:  # as claimed: bounded counts would tilt it to its rarest classes
-        claimed = update.claims.get(peer, update.prototypes[index + 1][1].tolist())
-        return [float(n) for n in claimed]
-    claimed = getattr(algorithm, "claimed_classes", {}).get(peer)
+    # as claimed: bounded counts would tilt it to its rarest classes
+    claimed = update.claims.get(peer)
     return None if claimed is None else [float(n) for n in claimed]
 
 
@@ -67,9 +63,9 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     refused = {}
     for index, peer in enumerate(update.peers):
         weights = peer_class_weights(algorithm, update, index)
-        start = None if weights is None else class_weighted_mean(start_sums, total, weights)
+        start = class_weighted_mean(start_sums, total, weights)
         if start is None:
-            continue  # its classes unknown, or none of them here: not judged here
+            continue  # none of its classes here: not judged here
         start = loss_to_beat(start, classes)
         scratch.load_state_dict(dict(update.states[index + 1][0]))
         loss = class_weighted_mean(loss_per_class(scratch, x, y, classes, batch)[0], total,

@@ -23,6 +23,9 @@ HEADER_KEYS = frozenset({"v", "sender", "round", "kind", "meta", "tensors"})
 MAX_HEADER_BYTES = 1024 * 1024
 MAX_TENSORS = 4096
 MAX_META_ENTRIES = 64
+# A meta entry is an integer or a list of them (a model's class counts), at most this long.
+MAX_META_LIST = MAX_TENSORS
+MetaValue = int | list[int]
 
 
 class WireTensors(Mapping[str, torch.Tensor]):
@@ -54,12 +57,12 @@ class Message:
     round: int
     kind: str
     tensors: Mapping[str, torch.Tensor] = field(default_factory=dict)
-    meta: dict[str, int] = field(default_factory=dict)
+    meta: dict[str, MetaValue] = field(default_factory=dict)
 
 
 def encode_message(sender: int, round_: int, kind: str,
                    tensors: Mapping[str, torch.Tensor] | None = None, codec: str = "fp32",
-                   meta: Mapping[str, int] | None = None) -> list[bytes]:
+                   meta: Mapping[str, MetaValue] | None = None) -> list[bytes]:
     """Frames for one message: the msgpack header, then each tensor through `codec`."""
     specs, payload = [], []
     for name, tensor in (tensors or {}).items():
@@ -86,8 +89,9 @@ def decode_message(frames: Sequence[bytes] | Sequence[memoryview], *, max_bytes:
         raise ProtocolError(f"unknown kind {kind!r}")
     meta = header["meta"]
     if not isinstance(meta, dict) or len(meta) > MAX_META_ENTRIES or not all(
-            isinstance(k, str) and type(v) is int for k, v in meta.items()):
-        raise ProtocolError("meta must be a small map of names to integers")
+            isinstance(k, str) and _meta_value(v) for k, v in meta.items()):
+        raise ProtocolError("meta must be a small map of names to integers or lists of "
+                            f"at most {MAX_META_LIST} integers")
     raw_specs = header["tensors"]
     if not isinstance(raw_specs, list) or len(raw_specs) > MAX_TENSORS:
         raise ProtocolError("tensors must be a list of specs")
@@ -136,6 +140,14 @@ def _unpack_header(frame: bytes) -> dict:
     if header["v"] != PROTOCOL_VERSION or type(header["v"]) is not int:
         raise ProtocolError(f"protocol version {header['v']!r}, expected {PROTOCOL_VERSION}")
     return header
+
+
+def _meta_value(value: object) -> bool:
+    """Whether `value` may stand in a message's meta: an integer or a short list of them."""
+    if type(value) is int:
+        return True
+    return (type(value) is list and len(value) <= MAX_META_LIST
+            and all(type(v) is int for v in value))
 
 
 def _int_field(header: dict, key: str, minimum: int) -> int:
