@@ -379,6 +379,8 @@ def _check_report(c: FederationConfig, source: str) -> None:
     r = c.report
     _check(0.0 <= r.target_f1 <= 1.0, source, "report.target_f1",
            f"must be in [0, 1], got {r.target_f1}")
+    _check(r.eval_every >= 1, source, "report.eval_every",
+           f"must be 1 (every round) or more, got {r.eval_every}")
     _check(r.consensus_sketch >= 0, source, "report.consensus_sketch",
            f"must be 0 or more, got {r.consensus_sketch}")
 

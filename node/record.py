@@ -52,6 +52,8 @@ class RoundRecord:
     transfer_seconds_by_peer: dict[str, dict[str, float]] | None = None
     # the exchanged model's sketch (node.consensus), base64 float32, for consensus distance
     model_sketch: str | None = None
+    # {phase: [seconds, CPU seconds]} of the round (node.profile.PHASES)
+    phases: dict[str, list[float]] | None = None
 
 
 # The statuses a node's record ends in (a "missing" record has not started).
@@ -146,6 +148,12 @@ def _build(cls: type, raw: dict[str, Any]) -> Any:
             value = [_build(RoundRecord, r) for r in value if isinstance(r, dict)]
         values[f.name] = value
     return cls(**values)
+
+
+def measured(evaluation: Evaluation) -> bool:
+    """Whether a test set was measured: not in a round left unevaluated (report.eval_every),
+    nor on a test set with no image."""
+    return bool(evaluation.by_rule)
 
 
 def final_evaluation(record: NodeRecord, split: str) -> Evaluation | None:

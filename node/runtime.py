@@ -34,7 +34,14 @@ from node.federation import Federation
 from node.metrics import prediction_metrics
 from node.net.peers import RECEIVED, SENT, Peers
 from node.net.transport import Transport
-from node.record import Evaluation, NodeRecord, RoundRecord, write_json_atomically
+from node.profile import Profile
+from node.record import (
+    Evaluation,
+    NodeRecord,
+    RoundRecord,
+    measured,
+    write_json_atomically,
+)
 from node.record_stream import record_lines
 from node.settings import FederationConfig
 from topology.schedule import Schedule
@@ -339,6 +346,10 @@ class Node:
         self.own_rounds_from = 0  # index of the first round record this process made
         # every round's graph and who takes part (static: the members' lists every round)
         self.schedule = schedule
+        # where each round's time goes, phase by phase: the algorithm and the peers time
+        # their own parts of it on the same profile
+        self.profile = Profile(clock)
+        algorithm.profile = peers.profile = self.profile
 
     def run(self) -> NodeRecord:
         """Train for every round and return (and write) the node's result."""
@@ -378,10 +389,13 @@ class Node:
             previous_round = round_
             result.rounds.append(record)
             result.rounds_done = round_
-            self._fill_totals(peers)
-            self.recorder.write()
-            log.info("node %d: round %d/%d done: global F1 %.4f, missing %s", node_id, round_,
-                     config.rounds, record.global_test.f1, record.missing_peers)
+            with self.profile.phase("record"):  # counted in the next round's profile
+                self._fill_totals(peers)
+                self.recorder.write()
+            log.info("node %d: round %d/%d done: global F1 %s, missing %s", node_id, round_,
+                     config.rounds, f"{record.global_test.f1:.4f}"
+                     if measured(record.global_test) else "not evaluated",
+                     record.missing_peers)
         if last_here < config.rounds:
             return self._leave(peers, last_here)
         result.no_goodbye_from = peers.goodbye(config.timeouts.shutdown)
@@ -439,7 +453,8 @@ class Node:
         # starts from its in-neighbours' models and prototypes
         joining = schedule is not None and schedule.joining(round_, me)
         started = self.clock.monotonic()
-        train_stats = {} if joining else algorithm.train_round(round_)
+        with self.profile.phase("train"):
+            train_stats = {} if joining else algorithm.train_round(round_)
         trained = self.clock.monotonic()
         missing: set[int] = set()
         refusals: list[dict] = []
@@ -463,7 +478,8 @@ class Node:
             if joining:
                 own = weightless(own)
             if received or not joining:
-                refusals += [r.as_record() for r in algorithm.aggregate(own, received)]
+                with self.profile.phase("aggregation"):
+                    refusals += [r.as_record() for r in algorithm.aggregate(own, received)]
             del updates, received  # the neighbours' messages, before the next wait
             timings["communication_seconds"] += communicated - step_started
             timings["aggregation_seconds"] += self.clock.monotonic() - communicated
@@ -476,17 +492,28 @@ class Node:
                       evaluated: tuple[Evaluation, Evaluation, float] | None = None,
                       ) -> RoundRecord:
         """The round's record: `evaluated` (local, global, seconds) if the model was
-        evaluated already, else evaluated now."""
-        local, global_, seconds = evaluated or self._evaluate(algorithm, data)
+        evaluated already, else evaluated now where report.eval_every asks (unmeasured
+        evaluations, else)."""
+        local, global_, seconds = evaluated or (
+            self._evaluate(algorithm, data) if self._evaluates(round_)
+            else (Evaluation(), Evaluation(), 0.0))
+        with self.profile.phase("record"):
+            sketch = self._model_sketch(algorithm)
         record = RoundRecord(
             round=round_, local_test=local, global_test=global_, train=train_stats, **timings,
             evaluation_seconds=seconds, recorded_at=self.clock.time(),
             cpu_seconds=self.clock.cpu(), missing_peers=missing,
             rejected_peers=sorted({r["peer"] for r in refusals}), refusals=refusals,
             trust={str(peer): value for peer, value in sorted(algorithm.trust.items())} or None,
-            model_sketch=self._model_sketch(algorithm))
+            model_sketch=sketch, phases=self.profile.take())
         _count_round_bytes(record, peers)
         return record
+
+    def _evaluates(self, round_: int) -> bool:
+        """Whether round `round_` evaluates the model: every report.eval_every rounds, and
+        the federation's last round and a node's last before it leaves or goes away."""
+        return (round_ % self.config.report.eval_every == 0 or round_ >= self.config.rounds
+                or not self._present(round_ + 1))
 
     def _model_sketch(self, algorithm: Algorithm) -> str | None:
         """The sketch of the model this node exchanges, for the consensus distance (None
@@ -503,8 +530,11 @@ class Node:
                   data: NodeData) -> tuple[Evaluation, Evaluation, float]:
         """The model on the node's local test set and on the global one; the seconds it took."""
         batch, started = self.config.train.eval_batch_size, self.clock.monotonic()
-        local = evaluate(algorithm, data.test_x, data.test_y, data.num_classes, batch)
-        global_ = evaluate(algorithm, data.global_x, data.global_y, data.num_classes, batch)
+        with self.profile.phase("evaluation_local"):
+            local = evaluate(algorithm, data.test_x, data.test_y, data.num_classes, batch)
+        with self.profile.phase("evaluation_global"):
+            global_ = evaluate(algorithm, data.global_x, data.global_y, data.num_classes,
+                               batch)
         return local, global_, self.clock.monotonic() - started
 
     def _fill_totals(self, peers: Peers) -> None:

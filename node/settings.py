@@ -427,6 +427,10 @@ class ReportConfig:
     consensus_sketch: int = 1024
     """Values per round of each node's sketch of its model, for the consensus distance
     (0: none; at least the model's size: the model itself, exact)."""
+    eval_every: int = 1
+    """Evaluate each node on its test sets every this many rounds; round 0 and a node's
+    last round always. A round between has no F1 (blank in rounds.csv, left out of the
+    pictures and of the round's mean F1)."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from node.defences import (
     updated_trust,
 )
 from node.intake import gather, screened
+from node.profile import Profile
 
 
 def test_a_class_is_bounded_by_its_own_norms_and_a_lone_class_by_every_row():
@@ -167,7 +168,7 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
             train=types.SimpleNamespace(eval_batch_size=2), seed=1),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
                                    num_classes=3, plan=plan),
-        node_id=0, distrusted={}, start_state={"w": torch.eye(3)})
+        node_id=0, distrusted={}, profile=Profile(), start_state={"w": torch.eye(3)})
     model = Linear()  # the start of round, identity, trained this round into 3 x identity
     with torch.no_grad():
         model.w.copy_(3 * torch.eye(3))
@@ -226,7 +227,7 @@ def test_a_model_that_knows_nothing_fails_validation_against_a_start_worse_than_
             train=types.SimpleNamespace(eval_batch_size=2), seed=1),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
                                    num_classes=3, plan=plan),
-        node_id=0, distrusted={}, start_state={"w": 3 * torch.eye(3)[[1, 0, 2]]})
+        node_id=0, distrusted={}, profile=Profile(), start_state={"w": 3 * torch.eye(3)[[1, 0, 2]]})
     model = Linear()
     with torch.no_grad():
         model.w.copy_(3 * torch.eye(3))

@@ -21,6 +21,7 @@ from node.defences import (
     prototype_class_loss,
 )
 from node.intake import gather, plan_of, screened
+from node.profile import Profile
 
 
 def test_a_peer_is_scored_by_its_worst_class_over_that_class_median_with_this_node_at_zero():
@@ -98,7 +99,7 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 
                                      train=types.SimpleNamespace(eval_batch_size=2)),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x, test_y=y, num_classes=3,
                                    plan=plan),
-        node_id=0, distrusted={}, start_state=None,
+        node_id=0, distrusted={}, profile=Profile(), start_state=None,
         global_prototypes=torch.eye(3), known=torch.tensor(known))
 
 

@@ -21,6 +21,11 @@ from tests.helpers import protofed, protofed_running, write_config
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 
+def scored(f1):
+    """A measured evaluation (argmax rule) of this F1."""
+    return Evaluation(f1=f1, rule="argmax", by_rule={"argmax": {"f1": f1}})
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -32,7 +37,7 @@ def write_node(folder, node, status="running", rounds=1, sent=None, limits=None)
                         in_link_bandwidth=limits,
                         in_neighbours=[1 - node], out_neighbours=[1 - node],
                         bytes_sent_by_peer=sent or {},
-                        rounds=[RoundRecord(round=r, global_test=Evaluation(f1=0.1 * r),
+                        rounds=[RoundRecord(round=r, global_test=scored(0.1 * r),
                                             recorded_at=1000.0 + r) for r in range(rounds)])
     write_json_atomically(folder / f"node-{node}.json", record.to_dict())
 
@@ -292,7 +297,7 @@ def write_peer_node(folder, node, peers, rounds, status="running", away=None, li
         return {str(p): {"model": 1_200_000 + 1_000 * node, "control": 50 + round_}
                 for p in peers}
 
-    history = [RoundRecord(round=r, global_test=Evaluation(f1=0.3 + 0.04 * r + 0.01 * node),
+    history = [RoundRecord(round=r, global_test=scored(0.3 + 0.04 * r + 0.01 * node),
                            recorded_at=1000.0 + r, bytes_sent_by_peer=sent(r))
                for r in range(rounds)]
     totals = {str(p): {kind: sum(x.bytes_sent_by_peer[str(p)][kind] for x in history)

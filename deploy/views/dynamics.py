@@ -7,15 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from node.consensus import consensus_distance, distances_from_mean, from_text
-from node.record import NodeRecord
+from node.record import NodeRecord, measured
 
 
 def round_means(records: list[NodeRecord]) -> dict[int, float]:
-    """Each round's mean global F1 over the nodes that recorded it."""
+    """Each round's mean global F1 over the nodes that measured it (report.eval_every)."""
     by_round: dict[int, list[float]] = {}
     for node in records:
         for record in node.rounds:
-            by_round.setdefault(record.round, []).append(record.global_test.f1)
+            if measured(record.global_test):
+                by_round.setdefault(record.round, []).append(record.global_test.f1)
     return {r: sum(v) / len(v) for r, v in sorted(by_round.items())}
 
 

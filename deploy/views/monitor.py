@@ -36,7 +36,7 @@ from deploy.views.pictures import (
     round_seconds,
 )
 from node.errors import ConfigError
-from node.record import NodeRecord
+from node.record import NodeRecord, measured
 
 PAGE = Path(__file__).resolve().parent / "monitor_page"
 PUSH_EVERY = 1.0  # seconds: the page is updated at most this often
@@ -180,10 +180,12 @@ class Monitor:
     @staticmethod
     def _node(record: NodeRecord, state: str) -> dict[str, Any]:
         last = record.rounds[-1] if record.rounds else None
+        scored = next((r.global_test for r in reversed(record.rounds)
+                       if measured(r.global_test)), None)  # report.eval_every
         return {"node": record.node, "state": state,
                 "round": last.round if last else None,
-                "f1": None if last is None else round(last.global_test.f1, 4),
-                "accuracy": None if last is None else round(last.global_test.accuracy, 4),
+                "f1": None if scored is None else round(scored.f1, 4),
+                "accuracy": None if scored is None else round(scored.accuracy, 4),
                 "bytes_sent": record.bytes_sent, "bytes_received": record.bytes_received,
                 "in": len(record.in_neighbours), "out": len(record.out_neighbours),
                 "machine": record.machine or "", "error": record.error or ""}
@@ -216,9 +218,11 @@ class Monitor:
         means = round_means(records)
         consensus = consensus_by_round(records)
         return {"rounds": [rounds[i] for i in whole],
-                "mean_f1": [round(means[rounds[i]], 4) for i in whole],
+                "mean_f1": [round(means[rounds[i]], 4) if rounds[i] in means else None
+                            for i in whole],
                 "f1": {str(r.node): [[x.round, round(x.global_test.f1, 4)] for x in r.rounds
-                                     if through is None or x.round <= through]
+                                     if (through is None or x.round <= through)
+                                     and measured(x.global_test)]
                        for r in records},
                 "bytes_by_kind": {kind: [values[i] for i in whole]
                                   for kind, values in by_kind.items()},

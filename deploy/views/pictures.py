@@ -17,7 +17,8 @@ from pathlib import Path
 
 from deploy.views.dynamics import consensus_by_round, node_distances
 from node.net.kinds import PAYLOAD_KINDS
-from node.record import NodeRecord, RoundRecord, final_evaluation
+from node.profile import PHASES
+from node.record import NodeRecord, RoundRecord, final_evaluation, measured
 
 log = logging.getLogger(__name__)
 
@@ -178,18 +179,33 @@ def prediction_rule(records: list[NodeRecord]) -> str | None:
                  and evaluation.rule), None)
 
 
-def write_csv(path: Path, rows: list[dict]) -> Path:
+PHASES_CSV = "phases.csv"
+PHASE_COLUMNS = ("node", "round", "phase", "seconds", "cpu_seconds")
+
+
+def phase_rows(records: list[NodeRecord]) -> list[dict]:
+    """One row per node, round and phase (node.profile.PHASES) the round spent time in."""
+    return [{"node": node.node, "round": record.round, "phase": phase,
+             "seconds": (record.phases or {})[phase][0],
+             "cpu_seconds": (record.phases or {})[phase][1]}
+            for node in records for record in node.rounds
+            for phase in PHASES if phase in (record.phases or {})]
+
+
+def write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = CSV_COLUMNS) -> Path:
     """The rows as a CSV file with a header line."""
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
     return path
 
 
 def write_run_files(run_dir: Path, records: list[NodeRecord]) -> RunFiles:
-    """rounds.csv and, when matplotlib is installed, the pictures, in `run_dir`."""
+    """rounds.csv, phases.csv and, when matplotlib is installed, the pictures, in
+    `run_dir`."""
     table = write_csv(run_dir / CSV_NAME, round_rows(records))
+    write_csv(run_dir / PHASES_CSV, phase_rows(records), PHASE_COLUMNS)
     try:
         pictures = draw(run_dir, records)
     except ImportError:
@@ -493,10 +509,13 @@ class RoundSpread:
 
 
 def node_series(rounds: list[RoundRecord], value) -> tuple[list[int], list[float]]:
-    """A node's rounds, first to last, and `value` in each: NaN (a break) where it missed one."""
+    """A node's rounds, first to last, and `value` in each: NaN (a break) where it missed one;
+    a round where `value` is None (not evaluated: report.eval_every) is left out, so the
+    line joins the rounds on either side."""
     got = {record.round: value(record) for record in rounds}
     span = range(min(got), max(got) + 1) if got else range(0)
-    return list(span), [got.get(number, math.nan) for number in span]
+    kept = [number for number in span if got.get(number, math.nan) is not None]
+    return kept, [got.get(number, math.nan) for number in kept]
 
 
 def round_spread(records: list[NodeRecord], value,
@@ -650,6 +669,8 @@ def _edge_activity(figure, records: list[NodeRecord]) -> None:
 
 def _f1_per_round(figure, records: list[NodeRecord]) -> None:
     rule = prediction_rule(records)
-    _per_round(figure, records, lambda r: r.global_test.f1, "macro-F1 (global test)",
+    _per_round(figure, records,
+               lambda r: r.global_test.f1 if measured(r.global_test) else None,
+               "macro-F1 (global test)",
                "F1 per node per round" + (f", {rule} rule" if rule else ""))
     figure.axes[0].set_ylim(0, 1)

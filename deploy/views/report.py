@@ -9,6 +9,7 @@ from typing import Any
 
 from deploy.run_folder import read_node_results
 from deploy.views.dynamics import describe
+from node.profile import shares, summed
 from node.record import Evaluation, NodeRecord, final_evaluation
 
 AVERAGED = ("finished", "stopped")  # statuses whose last F1 the total row's means count
@@ -60,6 +61,7 @@ def summarize_records(records: list[NodeRecord], run_id: str,
             "machine": result.machine,
             "in_links": in_link_rates(result),
             "error": result.error,
+            "phases": summed([r.phases for r in result.rounds]),
         })
     finished = [r for r in rows if r["global_f1"] is not None and r["status"] in AVERAGED]
     summary = {
@@ -69,6 +71,7 @@ def summarize_records(records: list[NodeRecord], run_id: str,
         "mean_global_f1": _mean([r["global_f1"] for r in finished]),
         "mean_global_accuracy": _mean([r["global_accuracy"] for r in finished]),
         "failed_nodes": [r["node"] for r in rows if r["status"] not in ("finished", "left")],
+        "phases": summed([r["phases"] for r in rows]),
         "no_global_test": any(r.rounds for r in records) and not any(
             r.rounds[-1].global_test.by_rule for r in records if r.rounds),
     }
@@ -238,13 +241,27 @@ def format_table(summary: dict[str, Any], width: int | None = None,
                      f"{EXTREMES} best and {EXTREMES} worst by global F1 and any that did not "
                      f"finish; the totals are over all of them ({show_every_node} shows every "
                      "node).")
-    notes += describe(summary)
+    notes += describe(summary) + phase_note(summary)
     left_out = [c.header for c in columns if c not in kept]
     if left_out:
         notes.append(f"Not shown at this width: {', '.join(left_out)} ({show_every_column} "
                      "shows every column).")
     return "\n".join([line([c.header for c in kept]), separator, *rows, separator,
                       line([c.total for c in kept]), *_wrapped(notes, width)])
+
+
+def phase_note(summary: dict[str, Any]) -> list[str]:
+    """Where the nodes' CPU time went, phase by phase, summed over nodes and rounds."""
+    phases = summary.get("phases") or {}
+    spent = shares(phases)
+    if not spent:
+        return []
+    parts = [f"{name.replace('_', ' ')} {share:.0%}" for name, share in
+             sorted(spent.items(), key=lambda item: -item[1]) if share >= 0.005]
+    cpu = sum(seconds for _, seconds in phases.values())
+    note = (f"CPU time by phase ({cpu:,.1f} s over every node and round): "
+            f"{', '.join(parts)} (per node and round in phases.csv).")
+    return [note]
 
 
 def _wrapped(notes: list[str], width: int | None) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from node.errors import ConfigError
-from node.record import NodeRecord, RoundRecord
+from node.record import NodeRecord, RoundRecord, measured
 
 HINT = ("TensorBoard export needs the tensorboard package, which this environment lacks: "
         "pip install tensorboard")
@@ -23,10 +23,11 @@ HINT = ("TensorBoard export needs the tensorboard package, which this environmen
 
 def scalars(record: RoundRecord) -> dict[str, float]:
     """Every scalar a round adds to its node's TensorBoard run, by tag."""
-    out = {"f1/global": record.global_test.f1, "accuracy/global": record.global_test.accuracy,
-           "f1/local": record.local_test.f1, "accuracy/local": record.local_test.accuracy,
-           "bytes/sent": float(record.bytes_sent),
+    out = {"bytes/sent": float(record.bytes_sent),
            "bytes/received": float(record.bytes_received)}
+    for name, evaluation in (("global", record.global_test), ("local", record.local_test)):
+        if measured(evaluation):  # not in a round left unevaluated (report.eval_every)
+            out |= {f"f1/{name}": evaluation.f1, f"accuracy/{name}": evaluation.accuracy}
     out.update({f"train/{name}": float(value) for name, value in record.train.items()})
     for direction, by_peer in (("sent_to", record.bytes_sent_by_peer),
                                ("received_from", record.bytes_received_by_peer)):

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from node.profile import Profile
 from node.settings import FederationConfig
 
 
@@ -111,6 +112,9 @@ class Algorithm(abc.ABC):
         # the travelling model as this round's training began: what validation measures a
         # peer's model against (node.intake.validation); set by create() and each adoption
         self.start_state: dict[str, torch.Tensor] | None = None
+        # the node's profile of its rounds once it runs (node.runtime), timing the phases
+        # an algorithm owns (the teacher, the screens); a profile of its own until then
+        self.profile = Profile()
 
     def travelling_model(self) -> Any:
         """The model sent to in-neighbours and averaged (an nn.Module), None when only

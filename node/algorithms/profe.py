@@ -159,8 +159,9 @@ class ProFe(ModelAndPrototypes):
                                self.node_id, round_,
                                lambda x, y: self._student_terms(x, y, None))
         elif s.order == "teacher_first":
-            stats |= local_sgd((self.teacher,), teacher_step, self.data, self.config,
-                               self.node_id, round_, self._teacher_terms)
+            with self.profile.phase("teacher"):
+                stats |= local_sgd((self.teacher,), teacher_step, self.data, self.config,
+                                   self.node_id, round_, self._teacher_terms)
             self.teacher.eval()  # the trained teacher is a fixed target for the student
             stats |= local_sgd((self.student,), student_step, self.data, self.config,
                                self.node_id, round_, self._distilled_terms)

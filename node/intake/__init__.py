@@ -129,8 +129,9 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
                    for peer, rule in algorithm.distrusted.items() if peer in update.peers}
         return without_peers(update, refused)
     refused: dict[int, Refusal] = {}
-    for screen in SCREENS.values():
-        refused |= screen(algorithm, model, without_peers(update, refused))
+    with algorithm.profile.phase("validation"):
+        for screen in SCREENS.values():
+            refused |= screen(algorithm, model, without_peers(update, refused))
     for refusal in refused.values():
         log.warning("node %d: %s of peer %d refused (%s): %s", algorithm.node_id,
                     refusal.what, refusal.peer, refusal.rule, refusal.reason)

@@ -19,6 +19,7 @@ from node.errors import PeerTimeout, ProtocolError
 from node.net.kinds import CONTROL_KINDS
 from node.net.message import Message, decode_message, encode_message, frame_bytes
 from node.net.transport import Transport
+from node.profile import Profile
 
 T = TypeVar("T")
 
@@ -181,6 +182,7 @@ class Peers:
         self.unreachable_seen: set[int] = set()  # neighbours whose connection was lost
         self.latest_round: dict[int, int] = {}  # peer -> latest round it sent an update for
         self.leaving = False  # this node said its own goodbye
+        self.profile = Profile(self.clock)  # the node's own, once it runs (node.runtime)
 
     # -- sending -------------------------------------------------------------------------
     def broadcast(self, round_: int, kind: str, tensors: Mapping[str, torch.Tensor] | None = None,
@@ -202,8 +204,9 @@ class Peers:
                              f"{sorted(self.codecs)})")
         if self.stamp and tensors:
             meta = {**(meta or {}), SENT_AT: int(self.clock.time() * 1000)}
-        frames = encode_message(self.node_id, round_, kind, tensors,
-                                self.codecs.get(kind, "fp32"), meta)
+        with self.profile.phase("encode"):
+            frames = encode_message(self.node_id, round_, kind, tensors,
+                                    self.codecs.get(kind, "fp32"), meta)
         for peer in recipients:
             self._send(peer, round_, kind, frames)
 
@@ -219,15 +222,17 @@ class Peers:
     # -- receiving -----------------------------------------------------------------------
     def poll(self, timeout: float) -> bool:
         """Receive at most one message, validate and file it; False if nothing came."""
-        received = self.transport.receive(timeout)
+        with self.profile.phase("wait"):
+            received = self.transport.receive(timeout)
         self._answer_hellos()
         if received is None:
             return False
         peer, frames = received
         nbytes = frame_bytes(frames)
         try:
-            message = decode_message(frames, max_bytes=self.max_message_bytes)
-            self._check_envelope(peer, message)
+            with self.profile.phase("decode"):
+                message = decode_message(frames, max_bytes=self.max_message_bytes)
+                self._check_envelope(peer, message)
         except ProtocolError as exc:
             if self.meter.drop(peer, nbytes, str(exc)):
                 log.warning("node %d: dropped a message of %d bytes from %s: %s (%d dropped "
