@@ -319,3 +319,23 @@ def test_without_a_plan_a_peer_is_judged_on_its_classes_as_it_claims_them_not_as
     assert update.prototypes[3][1].tolist() == [20, 2, 0]  # weighed: 2 x median{10, 10, 10, 900}
     node = _node(use_plan=False)
     assert peer_class_weights(node, update, 2) == [900.0, 2.0, 0.0]
+
+
+def test_validation_shares_one_budget_among_the_in_neighbours_down_to_a_floor():
+    from node.intake.samples import (
+        MIN_VALIDATION_SAMPLES,
+        VALIDATION_BUDGET,
+        VALIDATION_SAMPLES,
+        samples_per_peer,
+        validation_samples,
+    )
+    # up to 9 in-neighbours every one gets 256 samples; 99 share 2304 (23 each) but never
+    # fewer than 32; the cost 256 x k grows no more beyond 9, until the floor
+    assert [samples_per_peer(k) for k in (0, 1, 9, 10, 18, 72, 99)] == [
+        256, 256, 256, 230, 128, 32, 32]
+    assert VALIDATION_BUDGET == 9 * VALIDATION_SAMPLES and MIN_VALIDATION_SAMPLES == 32
+    node = _node()
+    node.data.train_x, node.data.train_y = torch.randn(400, 3), torch.arange(400) % 3
+    few, many = validation_samples(node, 72), validation_samples(node, 1)
+    assert len(few[1]) == 32 and len(many[1]) == 256
+    assert torch.equal(few[0], many[0][:32])  # the smaller draw starts the larger one

@@ -73,8 +73,8 @@ def test_phases_csv_has_a_row_per_node_round_and_phase_and_the_table_a_line():
         {"node": 3, "round": 1, "phase": "wait", "seconds": 0.5, "cpu_seconds": 0.0}]
     note = phase_note({"phases": {"train": [6.0, 3.0], "validation": [1.0, 1.0],
                                   "wait": [9.0, 0.001]}})
-    assert note == ["CPU time by phase (4.0 s over every node and round): train 75%, "
-                    "validation 25% (per node and round in phases.csv)."]
+    assert note == [("CPU time by phase (4.0 s over every node and round): train 75%, "
+                    "validation 25% (per node and round in phases.csv).")]
     assert phase_note({}) == []
 
 

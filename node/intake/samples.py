@@ -14,6 +14,13 @@ from node.defences import class_weighted_mean, loss_to_beat
 # costs one forward pass per in-neighbour and round, and the loss is compared with the start
 # of round's on the same samples.
 VALIDATION_SAMPLES = 256
+# What one round's validation may cost: forward passes of a sample through a peer's model,
+# shared among the in-neighbours judged (VALIDATION_SAMPLES each up to 9 of them), so the
+# cost does not grow with the in-degree; never fewer than MIN_VALIDATION_SAMPLES a peer.
+# Every peer and the start of round are measured on the same samples, so what a smaller
+# draw adds to the loss affects them alike and the comparison stays paired.
+VALIDATION_BUDGET = 9 * VALIDATION_SAMPLES
+MIN_VALIDATION_SAMPLES = 32
 
 
 @torch.no_grad()
@@ -31,15 +38,25 @@ def loss_per_class(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_class
     return sums.tolist(), torch.bincount(y.cpu(), minlength=num_classes).tolist()
 
 
-def validation_samples(algorithm: Algorithm) -> tuple[torch.Tensor, torch.Tensor]:
-    """The node's training samples that validate its in-neighbours' models: all of them, or
-    a seeded draw of VALIDATION_SAMPLES."""
+def samples_per_peer(peers: int) -> int:
+    """How many samples validate each of `peers` models: VALIDATION_BUDGET shared among them,
+    between MIN_VALIDATION_SAMPLES and VALIDATION_SAMPLES."""
+    return max(MIN_VALIDATION_SAMPLES,
+               min(VALIDATION_SAMPLES, VALIDATION_BUDGET // max(peers, 1)))
+
+
+def validation_samples(algorithm: Algorithm,
+                       peers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The node's training samples that validate its in-neighbours' models (`peers` of them
+    this round): all of them, or the first `samples_per_peer(peers)` of a seeded draw (a
+    smaller draw is the start of the larger one)."""
     x, y = algorithm.data.train_x, algorithm.data.train_y
-    if len(y) <= VALIDATION_SAMPLES:
+    wanted = samples_per_peer(peers)
+    if len(y) <= wanted:
         return x, y
     draw = torch.randperm(len(y), generator=round_generator(algorithm.config,
                                                             algorithm.node_id, -1))
-    index = draw[:VALIDATION_SAMPLES].to(x.device)
+    index = draw[:wanted].to(x.device)
     return x[index], y[index]
 
 

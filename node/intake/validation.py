@@ -53,7 +53,7 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     share = algorithm.config.aggregation.validation
     if share <= 0 or not update.peers:
         return {}
-    x, y = validation_samples(algorithm)
+    x, y = validation_samples(algorithm, len(update.peers))
     classes, batch = algorithm.data.num_classes, algorithm.config.train.eval_batch_size
     scratch = copy.deepcopy(model)
     if algorithm.start_state is not None:
