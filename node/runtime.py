@@ -384,18 +384,9 @@ class Node:
                 continue  # away as the scenario says: no training, nothing sent or heard
             peers.current_round = round_
             # after an absence the others run the rounds it missed first: wait for them too
-            record = self._run_round(round_, algorithm, data, peers,
-                                     rounds_waited=round_ - previous_round)
+            self._keep(self._run_round(round_, algorithm, data, peers,
+                                       rounds_waited=round_ - previous_round))
             previous_round = round_
-            result.rounds.append(record)
-            result.rounds_done = round_
-            with self.profile.phase("record"):  # counted in the next round's profile
-                self._fill_totals(peers)
-                self.recorder.write()
-            log.info("node %d: round %d/%d done: global F1 %s, missing %s", node_id, round_,
-                     config.rounds, f"{record.global_test.f1:.4f}"
-                     if measured(record.global_test) else "not evaluated",
-                     record.missing_peers)
         if last_here < config.rounds:
             return self._leave(peers, last_here)
         result.no_goodbye_from = peers.goodbye(config.timeouts.shutdown)
@@ -414,6 +405,19 @@ class Node:
         self._fill_totals(peers)
         self.recorder.write()
         return result
+
+    def _keep(self, record: RoundRecord) -> None:
+        """A finished round's record added to the node's and written (the write counts in
+        the next round's profile)."""
+        result = self.recorder.result
+        result.rounds.append(record)
+        result.rounds_done = record.round
+        with self.profile.phase("record"):
+            self._fill_totals(self.peers)
+            self.recorder.write()
+        log.info("node %d: round %d/%d done: global F1 %s, missing %s", self.node_id,
+                 record.round, self.config.rounds, f"{record.global_test.f1:.4f}"
+                 if measured(record.global_test) else "not evaluated", record.missing_peers)
 
     def _present(self, round_: int) -> bool:
         return self.schedule is None or self.schedule.present(round_, self.node_id)
