@@ -98,5 +98,5 @@ def test_eval_every_skips_the_rounds_between_and_changes_no_byte_nor_the_last_f1
         assert (every_other["rounds"][-1]["global_test"]["f1"]
                 == every_round["rounds"][-1]["global_test"]["f1"])
         for record in every_round["rounds"][1:]:
-            assert {"train", "teacher", "aggregation", "validation",
+            assert {"train", "teacher", "aggregation", "validation", "distance",
                     "evaluation_local", "evaluation_global"} <= set(record["phases"])

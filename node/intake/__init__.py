@@ -129,15 +129,16 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
                    for peer, rule in algorithm.distrusted.items() if peer in update.peers}
         return without_peers(update, refused)
     refused: dict[int, Refusal] = {}
-    with algorithm.profile.phase("validation"):
-        for screen in SCREENS.values():
+    for name, screen in SCREENS.items():
+        with algorithm.profile.phase(name):
             refused |= screen(algorithm, model, without_peers(update, refused))
     for refusal in refused.values():
         log.warning("node %d: %s of peer %d refused (%s): %s", algorithm.node_id,
                     refusal.what, refusal.peer, refusal.rule, refusal.reason)
     algorithm.distrusted = {peer: refusal.rule for peer, refusal in refused.items()}
     # what it keeps, each layer's pull bounded against the kept in-neighbours' median
-    return distance.clipped(algorithm, model, without_peers(update, refused))
+    with algorithm.profile.phase("distance"):
+        return distance.clipped(algorithm, model, without_peers(update, refused))
 
 
 def combined_state(algorithm: Algorithm, update: Contributions) -> dict[str, torch.Tensor]:
