@@ -115,6 +115,9 @@ class Algorithm(abc.ABC):
         # the node's profile of its rounds once it runs (node.runtime), timing the phases
         # an algorithm owns (the teacher, the screens); a profile of its own until then
         self.profile = Profile()
+        # each in-neighbour's per-layer distance from this node's model, measured by the
+        # distance screen for its clipping in the same round (node.intake.distance)
+        self.layer_distances: dict[int, dict[str, float]] = {}
 
     def travelling_model(self) -> Any:
         """The model sent to in-neighbours and averaged (an nn.Module), None when only

@@ -45,6 +45,8 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
         return {}
     own = {name: t.detach() for name, t in model.state_dict().items()}
     distances = [layer_distances(own, state) for state, _ in update.states[1:]]
+    # kept for `clipped`, which measures the peers this round keeps from the same model
+    algorithm.layer_distances = dict(zip(update.peers, distances, strict=True))
     scores = layer_distance_scores(distances)
     log.debug("node %d: distance scores %s", algorithm.node_id,
               dict(zip(update.peers, scores, strict=True)))
@@ -66,7 +68,10 @@ def clipped(algorithm: Algorithm, model: nn.Module, update: Contributions) -> Co
     if bound <= 0 or not update.peers or not update.states:
         return update
     own = {name: t.detach() for name, t in model.state_dict().items()}
-    distances = [layer_distances(own, state) for state, _ in update.states[1:]]
+    measured = getattr(algorithm, "layer_distances", {})  # by the screen, this round
+    distances = [measured[peer] if peer in measured else layer_distances(own, state)
+                 for peer, (state, _) in zip(update.peers, update.states[1:], strict=True)]
+    algorithm.layer_distances = {}
     states, notes = list(update.states), []
     for index, factors in enumerate(layer_clip_factors(distances, bound)):
         if all(f == 1.0 for f in factors.values()):
