@@ -24,10 +24,11 @@ import statistics
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.profile import summed
 from node.record import Evaluation, NodeRecord
 
 ARCHIVE_NAME = "archive.jsonl.gz"
@@ -144,6 +145,9 @@ class CellResult:
     f1_per_round: tuple[float, ...]  # mean over nodes, round 0 first
     backend: str = "local"  # "sim": Table III's seconds are the simulation's virtual clock
     cpu_per_round: tuple[float, ...] = ()  # per node; empty in runs that did not record CPU
+    # CPU seconds per phase (node.profile.PHASES) over the finished nodes' rounds after
+    # round 0; empty in runs that did not record phases
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def row(self) -> tuple[str, str]:
@@ -294,7 +298,9 @@ def parse_record(record: dict) -> CellResult | None:
         f1_per_round=tuple(statistics.fmean(n.rounds[i].global_test.f1 for n in finished)
                            for i in range(rounds)),
         backend=config.get("deploy", {}).get("backend", "local"),
-        cpu_per_round=tuple(cpu) if len(cpu) == len(finished) else ())
+        cpu_per_round=tuple(cpu) if len(cpu) == len(finished) else (),
+        phases={name: spent[1] for name, spent in summed(
+            [r.phases for n in finished for r in n.rounds if r.round > 0]).items()})
 
 
 # ---- seeds: the runs of a group differ only by seed ----
@@ -945,7 +951,43 @@ def render(results: list[CellResult], runs: list[dict], notes: str, plots: list[
     sections += ["## Comparisons with the baseline", ""] + comparisons(results) + [""]
     sections += ["## Targets", ""] + targets(results) + [""]
     sections += ["## Each paper's headline setting", ""] + headline_table(results) + [""]
+    profiled = phase_table(results)
+    if profiled:
+        sections += ["## Where a node-round's CPU went", ""] + profiled + [""]
     return "\n".join(sections)
+
+
+# What the phase table groups together (node.profile.PHASES; the rest is "other").
+PHASE_GROUPS = {"training": ("train", "teacher"),
+                "evaluation": ("evaluation_local", "evaluation_global"),
+                "screens": ("distance", "validation", "prototype_validation", "influence"),
+                "aggregation": ("aggregation",),
+                "messages": ("encode", "decode", "wait")}
+
+
+def phase_table(results: list[CellResult]) -> list[str]:
+    """Per cell that recorded phases: CPU seconds per node-round and each group's share of
+    them (rounds after round 0; node.profile), the share that is not training last."""
+    rows = []
+    for cell in sorted((c for c in results if c.phases), key=lambda c: c.key):
+        total = sum(cell.phases.values())
+        if total <= 0:
+            continue
+        shares = {group: sum(cell.phases.get(p, 0.0) for p in phases) / total
+                  for group, phases in PHASE_GROUPS.items()}
+        rest = 1.0 - sum(shares.values())
+        node_rounds = len(cell.final_f1) * (len(cell.f1_per_round) - 1)
+        rows.append(f"| {cell.key} | {total / max(node_rounds, 1):.2f} | "
+                    + " | ".join(f"{shares[g]:.0%}" for g in PHASE_GROUPS)
+                    + f" | {rest:.0%} | **{1.0 - shares['training']:.0%}** |")
+    if not rows:
+        return []
+    header = ("| cell | CPU s per node-round | "
+              + " | ".join(PHASE_GROUPS) + " | other | not training |")
+    return [header, "|---|---|" + "---|" * (len(PHASE_GROUPS) + 2), *rows, "",
+            ("Groups of `node.profile.PHASES`: training (train, teacher), evaluation (both "
+            "test sets), screens (distance, validation, prototype validation, influence), "
+            "aggregation (the rest of it), messages (encode, decode, wait).")]
 
 
 def write_report(archive: Path, out_dir: Path) -> Path:

@@ -710,3 +710,22 @@ def test_robustness_runs_the_cells_a_key_file_lists_in_order_and_names_a_bad_lin
         keys.write_text(f"iid/1x/ring/mean/none/s1\n{bad}\n")
         with pytest.raises(SystemExit, match=f"keys.txt:2: .*{bad}"):
             robustness._listed_cells(keys)
+
+
+def test_the_phase_table_groups_a_cells_cpu_by_phase():
+    """A cell with phases: each group's share of its CPU seconds, and the share that is not
+    training; a cell without phases (older archives) has no row."""
+    import dataclasses
+
+    archive = REPO / "experiments" / "reports" / "paper-default" / report.ARCHIVE_NAME
+    _, records = report.read_archive(archive)
+    cell = report.parse_record(records[0])
+    hand = dataclasses.replace(cell, key="k", phases={"train": 3.0, "teacher": 1.0,
+                                                      "validation": 2.0, "wait": 0.5,
+                                                      "evaluation_global": 1.5, "other": 2.0},
+                               final_f1=(0.5, 0.5), f1_per_round=(0.1, 0.2, 0.3))
+    # 10 s over 2 nodes x 2 rounds: 2.5 s a node-round; training 40%, not training 60%
+    assert report.phase_table([hand])[2] == (
+        "| k | 2.50 | 40% | 15% | 20% | 0% | 5% | 20% | **60%** |")
+    assert report.phase_table([dataclasses.replace(hand, phases={})]) == []
+    assert cell.phases and sum(cell.phases.values()) > 0
