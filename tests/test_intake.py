@@ -330,12 +330,12 @@ def test_validation_shares_one_budget_among_the_in_neighbours_down_to_a_floor():
         validation_samples,
     )
     # up to 9 in-neighbours every one gets 256 samples; 99 share 2304 (23 each) but never
-    # fewer than 32; the cost 256 x k grows no more beyond 9, until the floor
-    assert [samples_per_peer(k) for k in (0, 1, 9, 10, 18, 72, 99)] == [
-        256, 256, 256, 230, 128, 32, 32]
-    assert VALIDATION_BUDGET == 9 * VALIDATION_SAMPLES and MIN_VALIDATION_SAMPLES == 32
+    # fewer than 64; the cost 256 x k grows no more beyond 9, until the floor
+    assert [samples_per_peer(k) for k in (0, 1, 9, 10, 18, 36, 99)] == [
+        256, 256, 256, 230, 128, 64, 64]
+    assert VALIDATION_BUDGET == 9 * VALIDATION_SAMPLES and MIN_VALIDATION_SAMPLES == 64
     node = _node()
     node.data.train_x, node.data.train_y = torch.randn(400, 3), torch.arange(400) % 3
     few, many = validation_samples(node, 72), validation_samples(node, 1)
-    assert len(few[1]) == 32 and len(many[1]) == 256
-    assert torch.equal(few[0], many[0][:32])  # the smaller draw starts the larger one
+    assert len(few[1]) == 64 and len(many[1]) == 256
+    assert torch.equal(few[0], many[0][:64])  # the smaller draw starts the larger one

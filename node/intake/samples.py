@@ -20,7 +20,7 @@ VALIDATION_SAMPLES = 256
 # Every peer and the start of round are measured on the same samples, so what a smaller
 # draw adds to the loss affects them alike and the comparison stays paired.
 VALIDATION_BUDGET = 9 * VALIDATION_SAMPLES
-MIN_VALIDATION_SAMPLES = 32
+MIN_VALIDATION_SAMPLES = 64
 
 
 @torch.no_grad()
