@@ -16,7 +16,10 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   class_erasure (knows validation, which measures a model on its sender's classes: its
   honest model with the classifier's bias lowered for the classes it holds least, so that
   receivers' averages stop predicting them, as far as the norm bound, the clipping radius
-  and its own loss under validation let it);
+  and its own loss under validation let it); erasure_lie (class_erasure whose model
+  claims none of the classes it erases, so that receivers validate it only on the classes
+  it leaves intact: a class list that lies, where nodes take claims, aggregation.use_plan
+  = false);
 - made for receivers that share no class with the sender (validation measures a model on
   its sender's classes only): class_shift (its honest model with the classifier lifted on
   the classes it holds, the bias and each row along its embeddings' mean, so every input
@@ -64,7 +67,7 @@ ERASURE_SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0)  # class_erasure's bias 
 SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25)  # class_shift's bias shifts
 LIE = 100  # shift_and_lie claims this many times its samples and class counts
 MODEL_ATTACKS = ("sign_flip", "ipm", "alie", "gaussian", "adaptive", "class_erasure",
-                 "class_shift", "targeted_flip", "shift_and_lie")
+                 "class_shift", "targeted_flip", "shift_and_lie", "erasure_lie")
 PROTOTYPE_ATTACKS = ("proto_flip", "proto_swap")
 PROBES = ("protozero", "scaled_model", "bounded_poison")
 ATTACKS = ("none", "withheld", *MODEL_ATTACKS, "label_flip", "free_rider",
@@ -188,6 +191,24 @@ def erased(trained: torch.Tensor, like: Mapping[str, torch.Tensor], classes: Seq
     bias = state["classifier.bias"].clone()
     bias[list(classes)] -= shift
     return flat({**state, "classifier.bias": bias})
+
+
+def lowered_classes(sent_bias: torch.Tensor, honest_bias: torch.Tensor) -> list[int]:
+    """The classes whose classifier bias the sent model lowered from the honest one."""
+    return [c for c, (sent, honest) in enumerate(zip(sent_bias.tolist(), honest_bias.tolist(),
+                                                     strict=True)) if sent < honest]
+
+
+def claim_without(counts: Sequence[int], hidden: Sequence[int]) -> list[int]:
+    """Class counts that claim none of the `hidden` classes and still add up to the sample
+    count (their samples claimed as the largest other class's), so the claim passes every
+    check; the honest counts when every class held would be hidden."""
+    kept = [c for c, n in enumerate(counts) if n > 0 and c not in hidden]
+    if not kept:
+        return list(counts)
+    claim = [0 if c in hidden else n for c, n in enumerate(counts)]
+    claim[max(kept, key=lambda c: counts[c])] += sum(counts) - sum(claim)
+    return claim
 
 
 def erasure_candidates(counts: Sequence[int]) -> list[tuple[tuple[int, ...], float]]:
@@ -326,7 +347,7 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
                 limits = dataclasses.replace(limits, loss=EDGE * max(factor * beat, LOSS_FLOOR))
             counts = torch.bincount(self.data.train_y.cpu(),
                                     minlength=self.data.num_classes).tolist()
-            if attack == "class_erasure":
+            if attack in ("class_erasure", "erasure_lie"):
                 return class_erasure(trained, shared_model(self).state_dict(), counts, limits,
                                      loss)
             if attack in ("class_shift", "shift_and_lie"):
@@ -341,7 +362,12 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
                 out = inflated(out)
             if "model" in out and self.poison is not None and attack != "targeted_flip":
                 model = out["model"]
-                out["model"] = Payload(unflat(self.poison, model.tensors), dict(model.meta))
+                sent = unflat(self.poison, model.tensors)
+                meta = dict(model.meta)
+                if attack == "erasure_lie" and "classes" in meta:
+                    meta["classes"] = claim_without(meta["classes"], lowered_classes(
+                        sent["classifier.bias"], model.tensors["classifier.bias"]))
+                out["model"] = Payload(sent, meta)
             return out
 
         def addressed(self, kind, payload, recipients):

@@ -239,3 +239,14 @@ def test_a_model_that_knows_nothing_fails_validation_against_a_start_worse_than_
                                                  2: sent(torch.eye(3))}, 0, plan=plan))
     assert update.peers == [2]
     assert "is 1.1, more than 0.668 x 1.1 " in update.refusals[0].reason
+
+
+def test_an_erasure_that_lies_claims_none_of_the_classes_it_lowers():
+    from experiments import attacks
+    # the bias of classes 1 and 3 lowered: their 7 samples claimed as class 0 (the largest)
+    assert attacks.lowered_classes(torch.tensor([1.0, -2.0, 0.5, 0.0]),
+                                   torch.tensor([1.0, 0.0, 0.5, 0.3])) == [1, 3]
+    assert attacks.claim_without([10, 3, 2, 4], [1, 3]) == [17, 0, 2, 0]
+    assert sum(attacks.claim_without([10, 3, 2, 4], [1, 3])) == 19
+    assert attacks.claim_without([0, 3], [1]) == [0, 3]  # nothing left to claim: honest
+    assert "erasure_lie" in attacks.ATTACKS
