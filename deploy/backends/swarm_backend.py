@@ -311,8 +311,9 @@ def node_environment(config: FederationConfig) -> list[str]:
     """Environment of every node task; the machine's name comes from the swarm's template."""
     environment = [f"PROTOFED_INTERFACE={INTERFACE}", f"HOME={SCRATCH}",
                    f"{CACHE_ENV}={SCRATCH}/cache", "PROTOFED_MACHINE={{.Node.Hostname}}"]
-    if config.data.layout == "pooled" and config.data.dataset in IDX_FOLDERS:  # published md5s exist for these files only
-        environment.append(f"{VERIFY_ENV}=1")  # the image's files are checked before use
+    # the image's dataset files checked before use (published md5s exist for these only)
+    if config.data.layout == "pooled" and config.data.dataset in IDX_FOLDERS:
+        environment.append(f"{VERIFY_ENV}=1")
     return environment
 
 

@@ -61,10 +61,10 @@ def round_rows(records: list[NodeRecord]) -> list[dict]:
     distances = node_distances(records)
     for node in records:
         for record in node.rounds:
-            measured = bool(record.global_test.by_rule)  # no global test set: blank
+            scored = measured(record.global_test)  # no test set, or not evaluated: blank
             common = {"node": node.node, "round": record.round,
-                      "f1": record.global_test.f1 if measured else "",
-                      "accuracy": record.global_test.accuracy if measured else "",
+                      "f1": record.global_test.f1 if scored else "",
+                      "accuracy": record.global_test.accuracy if scored else "",
                       "seconds": round(round_seconds(record), 6),
                       "consensus_distance": _blank(consensus.get(record.round)),
                       "distance_from_mean": _blank(distances.get((node.node, record.round)))}
@@ -186,10 +186,9 @@ PHASE_COLUMNS = ("node", "round", "phase", "seconds", "cpu_seconds")
 def phase_rows(records: list[NodeRecord]) -> list[dict]:
     """One row per node, round and phase (node.profile.PHASES) the round spent time in."""
     return [{"node": node.node, "round": record.round, "phase": phase,
-             "seconds": (record.phases or {})[phase][0],
-             "cpu_seconds": (record.phases or {})[phase][1]}
+             "seconds": spent[0], "cpu_seconds": spent[1]}
             for node in records for record in node.rounds
-            for phase in PHASES if phase in (record.phases or {})]
+            for phase in PHASES if (spent := (record.phases or {}).get(phase)) is not None]
 
 
 def write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = CSV_COLUMNS) -> Path:

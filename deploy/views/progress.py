@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from node.record import ENDED_STATUSES, NodeRecord, final_evaluation
+from node.record import ENDED_STATUSES, NodeRecord, final_evaluation, measured
 from node.wording import counted
 
 ENDED = ENDED_STATUSES
@@ -75,7 +75,7 @@ def node_state(record: NodeRecord) -> str:
 def _f1_text(record: NodeRecord) -> str:
     """The latest global-test F1 the node recorded (round 0 is the untrained model)."""
     evaluation = final_evaluation(record, "global_test")
-    return "-" if evaluation is None or not evaluation.by_rule else f"{evaluation.f1:.4f}"
+    return "-" if evaluation is None or not measured(evaluation) else f"{evaluation.f1:.4f}"
 
 
 class LiveProgress:
@@ -156,7 +156,7 @@ class LineProgress:
         failed since counts in the rounds it did), their mean global-test F1, and the bytes
         every node sent up to and including round k."""
         scores = [rr.global_test.f1 for r in results for rr in r.rounds
-                  if rr.round == k and rr.global_test.by_rule]  # empty: no test set
+                  if rr.round == k and measured(rr.global_test)]
         present = sum(1 for r in results if any(rr.round == k for rr in r.rounds))
         mean = f"{sum(scores) / len(scores):.4f}" if scores else "-"
         sent = (sum(r.bytes_sent for r in results) if k == self.rounds else  # with goodbyes

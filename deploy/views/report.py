@@ -10,7 +10,7 @@ from typing import Any
 from deploy.run_folder import read_node_results
 from deploy.views.dynamics import describe
 from node.profile import shares, summed
-from node.record import Evaluation, NodeRecord, final_evaluation
+from node.record import Evaluation, NodeRecord, final_evaluation, measured
 
 AVERAGED = ("finished", "stopped")  # statuses whose last F1 the total row's means count
 
@@ -41,7 +41,7 @@ def summarize_records(records: list[NodeRecord], run_id: str,
         global_ = final_evaluation(result, "global_test") or Evaluation()
         local = final_evaluation(result, "local_test") or Evaluation()
         # a test set with no image (none held out) measures nothing: no figure
-        has_global, has_local = (bool(result.rounds) and bool(e.by_rule)
+        has_global, has_local = (bool(result.rounds) and measured(e)
                                  for e in (global_, local))
         rows.append({
             "node": result.node,
@@ -73,7 +73,7 @@ def summarize_records(records: list[NodeRecord], run_id: str,
         "failed_nodes": [r["node"] for r in rows if r["status"] not in ("finished", "left")],
         "phases": summed([r["phases"] for r in rows]),
         "no_global_test": any(r.rounds for r in records) and not any(
-            r.rounds[-1].global_test.by_rule for r in records if r.rounds),
+            measured(r.rounds[-1].global_test) for r in records if r.rounds),
     }
     summary.update(extra or {})
     return summary

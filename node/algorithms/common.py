@@ -117,7 +117,7 @@ def state_payload(model: nn.Module, labels: torch.Tensor, num_classes: int) -> P
     validates the model on, known from the model's first message on."""
     # clone: on the CPU .cpu() is the live tensor, which training would change under us
     state = {name: t.detach().cpu().clone() for name, t in model.state_dict().items()}
-    counts = labels.bincount(minlength=num_classes).tolist() if len(labels) else [0] * num_classes
+    counts = labels.bincount(minlength=num_classes).tolist()
     return Payload(tensors=state, meta={"samples": len(labels), "classes": counts})
 
 
