@@ -52,7 +52,7 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # samples of the peer's classes by half the cut this node's own round made on its own).
 # Every screen named in each, so that a change of default does not change a defence.
 OFF = {"validation": 0.0, "distance": 0.0, "distance_refuse": 1.0, "influence": 0.0,
-       "prototype_validation": False}
+       "prototype_validation": False, "unjudged": "keep"}
 DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "validated": {**OFF, "rule": "mean", "validation": 0.5},
             "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},
@@ -68,6 +68,8 @@ DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "guarded_wide": {**OFF, "rule": "mean", "validation": 0.5, "distance": 2.0,
                              "distance_refuse": 5.0, "prototype_validation": True,
                              "influence": 1.5}}
+# guarded_wide holding out the models no screen can judge (aggregation.unjudged = "hold")
+DEFENCES["held"] = {**DEFENCES["guarded_wide"], "unjudged": "hold"}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
 # The defences the default is chosen among on every split, with and without the plan (the
@@ -455,7 +457,8 @@ def render(results: dict, command: str) -> str:
              "refused beyond 3: aggregation.distance 2, distance_refuse 1.5), `guarded` "
              "(`clipped2` with prototype validation and the influence screen at 1.5) and "
              "`guarded_wide` (`guarded` refusing beyond 10 times the median: distance_refuse "
-             "5; today's default). Sections marked \"no plan\" ran "
+             "5; today's default) and `held` (`guarded_wide` holding out of the round a model "
+             "no screen can judge: aggregation.unjudged = \"hold\"). Sections marked \"no plan\" ran "
              "with aggregation.use_plan = false: every node weighs its peers by their "
              "bounded claims. "
              "With one attacker node 0 holds a "

@@ -231,6 +231,11 @@ class AggregationConfig:
     one class this node can measure (its own samples; the classifier on the global prototype
     of a class it lacks) at most this many nats beyond the class's median in-neighbour's;
     else it is refused with its prototypes that round (0: never); in [0, 100]."""
+    unjudged: str = "keep"
+    """A peer's model that no screen can judge this round (it claims no class this node
+    holds, and no global prototype of a class this node lacks is known yet: round 1):
+    "hold" leaves it out of the round's mix (its prototypes kept), "keep" mixes it in,
+    bounded by the norm bound and the distance clip alone."""
     use_plan: bool = True
     """Weigh peers by the federation's data plan (each node's samples and classes, known to
     every node of a simulation); false: by what each peer claims, bounded against the other

@@ -164,7 +164,8 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
         config=types.SimpleNamespace(
             aggregation=types.SimpleNamespace(validation=0.5, influence=0.0, distance=0.0,
                                               prototype_validation=False,
-                                              distance_refuse=1.0, use_plan=True),
+                                              distance_refuse=1.0, use_plan=True,
+                                              unjudged="keep"),
             train=types.SimpleNamespace(eval_batch_size=2), seed=1),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
                                    num_classes=3, plan=plan),
@@ -223,7 +224,8 @@ def test_a_model_that_knows_nothing_fails_validation_against_a_start_worse_than_
         config=types.SimpleNamespace(
             aggregation=types.SimpleNamespace(validation=0.5, influence=0.0, distance=0.0,
                                               prototype_validation=False,
-                                              distance_refuse=1.0, use_plan=True),
+                                              distance_refuse=1.0, use_plan=True,
+                                              unjudged="keep"),
             train=types.SimpleNamespace(eval_batch_size=2), seed=1),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
                                    num_classes=3, plan=plan),

@@ -86,13 +86,15 @@ class Head(nn.Module):
 
 
 def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
-          known=(False, False, True), distance_refuse=1.0, prototype_validation=False):
+          known=(False, False, True), distance_refuse=1.0, prototype_validation=False,
+          validation=0.0, unjudged="hold"):
     # samples of the classes `held` as one-hot inputs; the global prototypes of the
     # classes `known` are the one-hot vectors
     y = torch.tensor(held)
     x = torch.eye(3)[y]
-    aggregation = types.SimpleNamespace(validation=0.0, influence=influence, distance=distance,
-                                        distance_refuse=distance_refuse, use_plan=use_plan,
+    aggregation = types.SimpleNamespace(validation=validation, influence=influence,
+                                        distance=distance, distance_refuse=distance_refuse,
+                                        use_plan=use_plan, unjudged=unjudged,
                                         prototype_validation=prototype_validation)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
@@ -147,6 +149,34 @@ def test_influence_judges_a_class_this_node_lacks_by_its_prototype():
     # before any global prototype is known (round 1) nothing is judged
     assert screened(_node(influence=1.0, known=(False, False, False)), Head(3 * torch.eye(3)),
                     gather(own, received, 0)).peers == [1, 2, 3]
+
+
+def test_a_model_no_screen_can_judge_is_held_out_of_the_round_its_prototypes_kept():
+    # this node holds class 0; round 1: no global prototype known. Peer 1 claims class 0
+    # (validation judges it: the same model as this node's, a cut of 0 against a factor of
+    # 1, kept); peer 2 claims class 1 only: nothing can judge it
+    own = _sent(3 * torch.eye(3), classes=[4, 0, 0])
+    received = {1: _sent(3 * torch.eye(3), classes=[4, 0, 0]),
+                2: _sent(3 * torch.eye(3), classes=[0, 4, 0])}
+
+    def run(**settings):
+        node = _node(**{"use_plan": False, "held": (0, 0), "validation": 0.5,
+                         "influence": 1.5, "known": (False, False, False), **settings})
+        return node, screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
+
+    node, update = run()
+    assert update.peers == [1]
+    assert [(r.peer, r.what, r.rule) for r in update.refusals] == [(2, "model", "unjudged")]
+    assert node.distrusted == {}  # its prototypes are kept for the next round
+    # kept: under "keep", or once a global prototype of a class this node lacks is known
+    # (influence then judges every peer), or where validation is off
+    assert run(unjudged="keep")[1].peers == [1, 2]
+    assert run(known=(False, True, False))[1].peers == [1, 2]
+    assert run(validation=0.0)[1].peers == [1, 2]
+    # an algorithm without prototypes (FedAvg) has nothing else to judge it by: kept
+    node = _node(use_plan=False, held=(0, 0), validation=0.5)
+    node.known = None
+    assert screened(node, Head(3 * torch.eye(3)), gather(own, received, 0)).peers == [1, 2]
 
 
 def test_a_prototype_loss_is_the_peers_classes_mean_weighed_by_its_counts():

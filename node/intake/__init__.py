@@ -4,7 +4,8 @@ bounded claims), the norm bounds (`norms`), then the screens that judge a model 
 does on this node's own data, one module each behind one interface (`Screen`):
 `distance` (per layer, against the median in-neighbour's; what it keeps is clipped to the
 bound), `validation` (on the receiver's samples of the peer's classes) and `influence` (on
-the global prototypes of the classes this node lacks, against the other in-neighbours').
+the global prototypes of the classes this node lacks, against the other in-neighbours')
+and `unjudged` (a model none of them could judge, held out of the round).
 What is refused is named in the node's record; nothing a peer sends can stop the round."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch import nn
 
 from node.aggregation import aggregate_states, reputation_aggregate, state_norm
 from node.algorithms.base import Algorithm, DataPlan, Payload, Refusal
-from node.intake import distance, influence, prototype_validation, validation
+from node.intake import distance, influence, prototype_validation, unjudged, validation
 from node.intake.checks import (
     MAX_SAMPLES,
     Contributions,
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 Screen = Callable[[Algorithm, nn.Module, Contributions], dict[int, Refusal]]
 SCREENS: dict[str, Screen] = {"distance": distance.screen, "validation": validation.screen,
                               "prototype_validation": prototype_validation.screen,
-                              "influence": influence.screen}
+                              "influence": influence.screen, "unjudged": unjudged.screen}
 
 
 def plan_of(algorithm: Algorithm) -> DataPlan | None:
@@ -135,7 +136,9 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
     for refusal in refused.values():
         log.warning("node %d: %s of peer %d refused (%s): %s", algorithm.node_id,
                     refusal.what, refusal.peer, refusal.rule, refusal.reason)
-    algorithm.distrusted = {peer: refusal.rule for peer, refusal in refused.items()}
+    # a model held out unjudged keeps its prototypes: the next round judges it by them
+    algorithm.distrusted = {peer: refusal.rule for peer, refusal in refused.items()
+                            if refusal.what != "model"}
     # what it keeps, each layer's pull bounded against the kept in-neighbours' median
     with algorithm.profile.phase("distance"):
         return distance.clipped(algorithm, model, without_peers(update, refused))
