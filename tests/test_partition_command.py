@@ -73,31 +73,42 @@ def test_a_bad_node_file_is_named_with_its_field(tmp_path):
         read_split(path, "", 10, (1, 28, 28))
 
 
+@pytest.fixture(scope="module")
+def pooled_run(written, tmp_path_factory):
+    """The pooled run of the partitioned config on the sim backend (local processes give
+    the same bytes and F1: tests/test_sim.py)."""
+    _, out, _ = written
+    results = tmp_path_factory.mktemp("pooled")
+    done = protofed("up", "-c", out.parent / "parts.toml", "--backend", "sim", "--run-id",
+                    "pooled", "--set", f"deploy.results_dir={results}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return _figures(json.loads((results / "pooled" / "summary.json").read_text()))
+
+
+def _figures(summary):
+    return [(n["bytes_sent"], n["bytes_received"], round(n["global_f1"], 4),
+             round(n["local_f1"], 4)) for n in summary["nodes"]]
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("backend", ["local", "sim"])
 def test_nodes_reading_only_their_own_folders_train_to_the_pooled_runs_bytes_and_f1(
-        written, tmp_path, backend):
+        written, pooled_run, tmp_path, backend):
     """data.layout = "per-node" with PROTOFED_DATA_DIR an empty folder: every node reads
     its own folder and nothing else, and the run is the pooled one, byte for byte and F1
     for F1 (4 decimals)."""
     import os
 
     _, out, _ = written
-    source = out.parent / "parts.toml"
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = {**os.environ, "PROTOFED_DATA_DIR": str(empty)}
-    results = {}
-    for layout, extra in (("pooled", []), ("per-node", ["--set", 'data.layout="per-node"',
-                                                       "--set", f'data.dir="{out}"'])):
-        done = protofed("up", "-c", source, "--backend", backend, "--run-id",
-                        f"{layout}-{backend}", "--set", f"deploy.results_dir={tmp_path}",
-                        *extra, env=env if layout == "per-node" else None)
-        assert done.returncode == 0, done.stderr[-2000:]
-        summary = json.loads((tmp_path / f"{layout}-{backend}" / "summary.json").read_text())
-        results[layout] = [(n["bytes_sent"], n["bytes_received"], round(n["global_f1"], 4),
-                            round(n["local_f1"], 4)) for n in summary["nodes"]]
-    assert results["per-node"] == results["pooled"]
+    done = protofed("up", "-c", out.parent / "parts.toml", "--backend", backend, "--run-id",
+                    f"per-node-{backend}", "--set", f"deploy.results_dir={tmp_path}",
+                    "--set", 'data.layout="per-node"', "--set", f'data.dir="{out}"',
+                    env={**os.environ, "PROTOFED_DATA_DIR": str(empty)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / f"per-node-{backend}" / "summary.json").read_text())
+    assert _figures(summary) == pooled_run
 
 
 def test_a_missing_or_bad_node_folder_stops_the_run_before_anything_starts(written, tmp_path):
