@@ -5,13 +5,16 @@ from collections.abc import Sequence
 
 from node.errors import ConfigError
 
-ARCHITECTURES = ("cnn", "resnet8", "resnet18", "resnet32")
+ARCHITECTURES = ("cnn", "fedavg_cnn", "resnet8", "resnet18", "resnet32")
 
 # Sized so one epoch of teacher + student over 10k MNIST samples (batch 64) takes under
 # ~10 s on one CPU thread, while both still pass 98% MNIST test accuracy after two epochs.
 TEACHER_CNN_CHANNELS = (16, 32)
 STUDENT_CNN_CHANNELS = tuple(c // 2 for c in TEACHER_CNN_CHANNELS)
 DEFAULT_EMBEDDING_DIM = 128
+# FedAvg's MNIST CNN (McMahan et al. 2017) as the FedHP paper counts it (582,026 parameters
+# with embedding_dim 512): the CNN's layers with unpadded convolutions.
+FEDAVG_CNN_CHANNELS = (32, 64)
 
 # Stage widths: He et al. 2016 (CIFAR, 6n+2 layers) and the usual CIFAR adaptation of
 # ResNet18.
@@ -44,7 +47,8 @@ def check_widths(arch: str, channels: Sequence[int] | None, key: str = "model.ar
     if arch not in ARCHITECTURES:
         raise ConfigError(f"{key}: unknown architecture {arch!r}, expected one of {ARCHITECTURES}")
     channels_key = f"{key}_channels"
-    default = TEACHER_CNN_CHANNELS if arch == "cnn" else RESNET_WIDTHS[arch]
+    default = {"cnn": TEACHER_CNN_CHANNELS, "fedavg_cnn": FEDAVG_CNN_CHANNELS}.get(
+        arch, RESNET_WIDTHS.get(arch))
     if channels is None:
         return tuple(default)
     if isinstance(channels, str | bytes) or not isinstance(channels, Sequence):

@@ -47,7 +47,8 @@ class InferenceMaxPool2d(nn.MaxPool2d):
 
 
 class CNN(nn.Module):
-    """Two conv+max-pool+ReLU layers, then embed (Linear+ReLU) and a linear classifier."""
+    """Two conv+max-pool+ReLU layers, then embed (Linear+ReLU) and a linear classifier;
+    `padded` False: unpadded convolutions (FedAvg's MNIST CNN), each cutting 4 pixels."""
 
     def __init__(
         self,
@@ -56,10 +57,12 @@ class CNN(nn.Module):
         num_classes: int,
         embedding_dim: int,
         channels: Sequence[int],
+        padded: bool = True,
     ) -> None:
         super().__init__()
         c1, c2 = channels
-        pad = CNN_KERNEL_SIZE // 2  # "same" convolutions: only the pools shrink the image
+        # "same" convolutions: only the pools shrink the image
+        pad = CNN_KERNEL_SIZE // 2 if padded else 0
         # Pool before ReLU: max and ReLU commute exactly (outputs and gradients), and the
         # ReLU then touches a quarter of the values. Parameter names are unchanged.
         self.features = nn.Sequential(
@@ -70,7 +73,7 @@ class CNN(nn.Module):
             InferenceMaxPool2d(2),
             nn.ReLU(),
         )
-        side = image_size // 4
+        side = image_size // 4 if padded else ((image_size - 4) // 2 - 4) // 2
         self.embed = nn.Linear(c2 * side * side, embedding_dim)
         self.classifier = nn.Linear(embedding_dim, num_classes)
 
@@ -168,10 +171,13 @@ def build_model(
 
     widths = check_widths(arch, channels, key)
 
-    if arch == "cnn":
-        if image_size < 4:
-            raise ConfigError(f"image_size: cnn needs at least 4 pixels, got {image_size}")
-        return CNN(in_channels, image_size, num_classes, embedding_dim, widths)
+    if arch in ("cnn", "fedavg_cnn"):
+        least = 4 if arch == "cnn" else 16
+        if image_size < least:
+            raise ConfigError(f"image_size: {arch} needs at least {least} pixels, got "
+                              f"{image_size}")
+        return CNN(in_channels, image_size, num_classes, embedding_dim, widths,
+                   padded=arch == "cnn")
     return ResNet(in_channels, num_classes, embedding_dim, widths, RESNET_BLOCKS[arch])
 
 

@@ -15,6 +15,7 @@ SHAPES = [(1, 28), (3, 32)]
 # narrow widths keep the ResNets fast; the default widths are checked once below
 SMALL_CHANNELS = {
     "cnn": (4, 8),
+    "fedavg_cnn": (4, 8),
     "resnet8": (4, 8, 8),
     "resnet18": (4, 8, 8, 8),
     "resnet32": (4, 8, 8),
@@ -106,6 +107,20 @@ def test_cnn_parameter_counts_by_hand():
     assert parameter_count(student) == s_conv + (8 * 49 * 32 + 32) + (32 * 10 + 10)
     # halving both widths quarters the c1*c2 term, which dominates
     assert 0.25 <= s_conv / t_conv < 0.3
+
+
+def test_fedavg_cnn_has_the_fedhp_papers_582026_parameters_on_mnist():
+    # unpadded 5x5 convolutions: 28 -> 24 -> pool 12 -> 8 -> pool 4, so 64 x 4 x 4 = 1024
+    # features; conv 1x32 (25 x 32 + 32 = 832), conv 32x64 (800 x 64 + 64 = 51,264), embed
+    # 1024 x 512 + 512 = 524,800, classifier 512 x 10 + 10 = 5,130
+    model = build_model("fedavg_cnn", in_channels=1, image_size=28, num_classes=10,
+                        embedding_dim=512)
+    assert parameter_count(model.features) == 832 + 51_264
+    assert model.embed.in_features == 1024
+    assert parameter_count(model) == 582_026
+    with pytest.raises(ConfigError, match="image_size: fedavg_cnn needs at least 16 pixels"):
+        build_model("fedavg_cnn", in_channels=1, image_size=12, num_classes=10,
+                    embedding_dim=8)
 
 
 @pytest.mark.parametrize("arch,convs3x3", [("resnet8", 7), ("resnet18", 17), ("resnet32", 31)])
