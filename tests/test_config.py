@@ -86,6 +86,9 @@ def test_impossible_values_are_named(tmp_path, text, key):
         load(path)
 
 
+HUB = "algorithm = 'fedavg'\n[topology]\nkind = 'star'\nhub = 0\n"
+
+
 @pytest.mark.parametrize("text, key, words", [
     ("participation = 0", "participation", "must be in (0, 1]"),
     ("participation = 1.5", "participation", "must be in (0, 1]"),
@@ -99,12 +102,9 @@ def test_impossible_values_are_named(tmp_path, text, key):
     ("[topology]\nkind = 'star'\nhub = 0", "topology.hub", "needs algorithm 'fedavg'"),
     ("algorithm = 'fedavg'\nnodes = 1\n[topology]\nkind = 'star'\nhub = 0", "topology.hub",
      "at least one client"),
-    ("algorithm = 'fedavg'\n[topology]\nkind = 'star'\nhub = 0\n[aggregation]\n"
-     "rule = 'median'", "topology.hub", 'needs aggregation.rule = "mean"'),
-    ("algorithm = 'fedavg'\n[topology]\nkind = 'star'\nhub = 0\n[aggregation]\n"
-     "use_plan = false", "topology.hub", "needs the federation's data plan"),
-    ("algorithm = 'fedavg'\n[topology]\nkind = 'star'\nhub = 0\n[data]\n"
-     "layout = 'per-node'", "topology.hub", "needs the federation's data plan"),
+    (HUB + "[aggregation]\nrule = 'median'", "topology.hub", 'needs aggregation.rule = "mean"'),
+    (HUB + "[aggregation]\nuse_plan = false", "topology.hub", "needs the federation's data plan"),
+    (HUB + "[data]\nlayout = 'per-node'", "topology.hub", "needs the federation's data plan"),
 ])
 def test_bad_participation_and_hub_are_named_in_one_line(tmp_path, text, key, words):
     path = write(tmp_path, text)

@@ -52,3 +52,6 @@ class Participation:
         which exchanges nothing)."""
         clients = [i for i in range(nodes) if i != self.hub]
         return chosen(clients, self.fraction if round_ else 1.0, self.seed, round_)
+
+
+EVERYONE = Participation()  # every node, every round, and no hub

@@ -16,7 +16,7 @@ import networkx as nx
 import numpy as np
 
 from topology.graphs import TopologyError, k_regular, random, small_world
-from topology.participation import Participation
+from topology.participation import EVERYONE, Participation
 
 # Kinds drawn again each round (each draw held `resample_every` rounds when that is set).
 PER_ROUND_KINDS = ("epidemic", "one_peer_exponential")
@@ -209,7 +209,7 @@ class Schedule:
     200 rounds of a 6-regular graph up front spent 1.6 s each)."""
 
     def __init__(self, static: nx.DiGraph, drawing: Drawing, rounds: int,
-                 replayed: Presence, participation: Participation = Participation()) -> None:
+                 replayed: Presence, participation: Participation = EVERYONE) -> None:
         self.static, self.drawing, self.rounds, self.presence = static, drawing, rounds, replayed
         self.participation = participation
         self.dynamic = drawing.dynamic
@@ -331,7 +331,7 @@ class Schedule:
 
 def build_schedule(static: nx.DiGraph, drawing: Drawing, rounds: int,
                    events: Sequence[Event],
-                   participation: Participation = Participation()) -> Schedule:
+                   participation: Participation = EVERYONE) -> Schedule:
     """Every round's graph: `static` (or a fresh draw, see Drawing) over the nodes present,
     less the edges down and, under partial `participation`, the edges of the nodes not
     drawn that round; a joining node only listens in its first round (it starts from
