@@ -336,6 +336,9 @@ def _check_federation(c: FederationConfig, source: str) -> None:
            f"must be letters, digits, '-' or '_', got {c.name!r}")
     _check(c.algorithm in CATALOGUE, source, "algorithm",
            f"must be one of {', '.join(sorted(CATALOGUE))}, got {c.algorithm!r}")
+    _check(0.0 < c.participation <= 1.0, source, "participation",
+           f"must be in (0, 1] (the share of nodes that train each round), got "
+           f"{c.participation}")
 
 
 def _check_topology(c: FederationConfig, source: str) -> None:
@@ -350,11 +353,42 @@ def _check_topology(c: FederationConfig, source: str) -> None:
            "before anything starts): use fewer nodes or a sparser graph")
     _check(c.topology.kind != "file" or bool(c.topology.path), source, "topology.path",
            "must name a graph file when topology.kind = \"file\"")
+    _check_hub(c, source)
     every = c.topology.resample_every
     _check(every >= 0, source, "topology.resample_every", f"must be 0 or more, got {every}")
     _check(every == 0 or c.topology.kind in (*RESAMPLED_KINDS, *PER_ROUND_KINDS), source,
            "topology.resample_every", "draws a random graph again: it applies to kinds "
            f"{', '.join((*RESAMPLED_KINDS, *PER_ROUND_KINDS))}, not {c.topology.kind!r}")
+
+
+# Algorithms whose payload after aggregation is the aggregate itself, so a hub can send
+# it back to its clients.
+HUB_ALGORITHMS = ("fedavg",)
+
+
+def _check_hub(c: FederationConfig, source: str) -> None:
+    """topology.hub: a star's centre, in a federation whose nodes weigh the hub's model by
+    the data plan (it speaks for its clients' data)."""
+    hub = c.topology.hub
+    if hub is None:
+        return
+    _check(c.topology.kind == "star", source, "topology.hub",
+           f"makes a star's centre a hub: it needs topology.kind = \"star\", got "
+           f"{c.topology.kind!r}")
+    _check(c.nodes >= 2, source, "topology.hub", "needs at least one client besides the hub "
+           f"(nodes >= 2), got nodes = {c.nodes}")
+    _check(0 <= hub < c.nodes, source, "topology.hub",
+           f"must be a node id in 0..{c.nodes - 1}, got {hub}")
+    _check(c.algorithm in HUB_ALGORITHMS, source, "topology.hub",
+           f"needs algorithm {' or '.join(map(repr, HUB_ALGORITHMS))} (a hub sends back what "
+           "it aggregated; the prototype methods send prototypes of their own training data, "
+           f"which a hub has none of), got {c.algorithm!r}")
+    _check(c.aggregation.rule == "mean", source, "topology.hub",
+           "needs aggregation.rule = \"mean\" (a client adopts the hub's model; the other "
+           f"rules would mix it with the client's own), got {c.aggregation.rule!r}")
+    _check(c.data.layout == "pooled" and c.aggregation.use_plan, source, "topology.hub",
+           "needs the federation's data plan (data.layout = \"pooled\" and "
+           "aggregation.use_plan = true): the clients weigh the hub's model by it")
 
 
 def _check_scenario(c: FederationConfig, source: str) -> None:

@@ -40,6 +40,8 @@ class RoundRecord:
     recorded_at: float = 0.0  # Unix time the round's record was made (every metric in it)
     cpu_seconds: float = 0.0  # CPU time of the node's process (all its threads) until then
     missing_peers: list[int] = field(default_factory=list)
+    # participation < 1: the nodes drawn to train and send this round (the hub aside)
+    participants: list[int] | None = None
     rejected_peers: list[int] = field(default_factory=list)  # some part of whose update was
     # refused; each refusal: {"peer", "what", "rule", "reason"} (node.algorithms.base.Refusal)
     refusals: list[dict[str, Any]] = field(default_factory=list)

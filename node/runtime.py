@@ -24,7 +24,7 @@ import torch
 
 from node.algorithms import create
 from node.algorithms.base import Algorithm, DataPlan, NodeData, Payload
-from node.algorithms.common import weightless
+from node.algorithms.common import speaking_for, weightless
 from node.clock import SYSTEM, Clock
 from node.consensus import flat_parameters, sketch, to_text
 from node.data import Dataset, default_data_dir, load_dataset
@@ -144,24 +144,29 @@ def _split_and_plan(config: FederationConfig, dataset: Dataset,
     d = config.data
     key = (d.dataset, root, config.nodes, config.seed, d.partition, d.classes_fraction,
            d.alpha, d.global_test_fraction, d.local_train_fraction, d.subset,
-           len(dataset.labels))
+           len(dataset.labels), config.topology.hub)
     with _GLOBAL_TEST_LOCK:
         if key not in _SPLITS:
             split = split_of(config, dataset.labels, dataset.num_classes)
             _SPLITS.clear()  # one federation per process at a time: keep only its split
-            _SPLITS[key] = (split, data_plan(dataset.labels, split, dataset.num_classes))
+            _SPLITS[key] = (split, data_plan(dataset.labels, split, dataset.num_classes,
+                                             config.topology.hub))
         return _SPLITS[key]
 
 
 _SPLITS: dict[tuple, tuple[FederatedSplit, DataPlan]] = {}
 
 
-def data_plan(labels: np.ndarray, split: FederatedSplit, num_classes: int) -> DataPlan:
-    """Every node's training samples and class counts, as the seeded split gives them."""
+def data_plan(labels: np.ndarray, split: FederatedSplit, num_classes: int,
+              hub: int | None = None) -> DataPlan:
+    """Every node's training samples and class counts, as the seeded split gives them; a
+    `hub`'s are every other node's together: its model is the average of theirs."""
     counts = torch.stack([torch.bincount(torch.from_numpy(labels[share.train].astype(np.int64)),
                                          minlength=num_classes) for share in split.nodes])
-    return DataPlan(samples=tuple(len(share.train) for share in split.nodes),
-                    class_counts=counts)
+    samples = [len(share.train) for share in split.nodes]
+    if hub is not None:
+        counts[hub], samples[hub] = counts.sum(dim=0), sum(samples)
+    return DataPlan(samples=tuple(samples), class_counts=counts)
 
 
 def _images(dataset: Dataset, index: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -450,15 +455,17 @@ class Node:
 
     def _run_round(self, round_: int, algorithm: Algorithm, data: NodeData,
                    peers: Peers, rounds_waited: int = 1) -> RoundRecord:
-        schedule, me = self.schedule, self.node_id
+        schedule, me, hub = self.schedule, self.node_id, self.config.topology.hub
         senders = schedule.in_neighbours(round_, me) if schedule else None
         recipients = schedule.out_neighbours(round_, me) if schedule else None
         # a node joining late trains nothing in its first round: it only listens, and
-        # starts from its in-neighbours' models and prototypes
-        joining = schedule is not None and schedule.joining(round_, me)
+        # starts from its in-neighbours' models and prototypes; so does a node not drawn
+        # this round that the hub's last round reaches (one it does not reach keeps its state)
+        drawn = schedule is None or schedule.takes_part(round_, me)
+        joining = (schedule is not None and schedule.joining(round_, me)) or not drawn
         started = self.clock.monotonic()
         with self.profile.phase("train"):
-            train_stats = {} if joining else algorithm.train_round(round_)
+            train_stats = {} if joining or me == hub else algorithm.train_round(round_)
         trained = self.clock.monotonic()
         missing: set[int] = set()
         refusals: list[dict] = []
@@ -468,10 +475,8 @@ class Node:
             step_started = self.clock.monotonic()
             own = {kind: payload for kind, payload in algorithm.payload().items()
                    if kind in kinds}
-            for kind in kinds:
-                everyone = peers.out_neighbours if recipients is None else recipients
-                for payload, to in algorithm.addressed(kind, own[kind], everyone):
-                    peers.broadcast(round_, kind, payload.tensors, payload.meta, to)
+            if me != hub:  # a hub sends what it aggregated from this step's updates
+                self._send(round_, kinds, own, recipients)
             updates, step_missing = peers.collect(
                 round_, kinds, self.config.timeouts.round * rounds_waited,
                 self.config.timeouts.absent, senders)
@@ -479,16 +484,30 @@ class Node:
                         for peer, by_kind in updates.items()}
             missing.update(step_missing)
             communicated = self.clock.monotonic()
-            if joining:
-                own = weightless(own)
+            if joining or hub in received:  # a hub's clients adopt its model
+                own = weightless(own, samples=0 if hub in received else 1)
             if received or not joining:
                 with self.profile.phase("aggregation"):
                     refusals += [r.as_record() for r in algorithm.aggregate(own, received)]
             del updates, received  # the neighbours' messages, before the next wait
+            if me == hub:
+                clients = data.plan.samples[me] if data.plan else 1
+                self._send(round_, kinds, speaking_for(algorithm.payload(), clients), recipients)
             timings["communication_seconds"] += communicated - step_started
             timings["aggregation_seconds"] += self.clock.monotonic() - communicated
-        return self._round_record(round_, algorithm, data, peers, train_stats, timings,
-                                  sorted(missing), refusals)
+        record = self._round_record(round_, algorithm, data, peers, train_stats, timings,
+                                    sorted(missing), refusals)
+        if schedule is not None and schedule.participation.partial:
+            record.participants = sorted(schedule.chosen(round_))
+        return record
+
+    def _send(self, round_: int, kinds: tuple[str, ...], payloads: dict[str, Payload],
+              recipients: list[int] | None) -> None:
+        """This step's `payloads` to the round's out-neighbours (`recipients`, else all)."""
+        everyone = self.peers.out_neighbours if recipients is None else recipients
+        for kind in kinds:
+            for payload, to in self.algorithm.addressed(kind, payloads[kind], everyone):
+                self.peers.broadcast(round_, kind, payload.tensors, payload.meta, to)
 
     def _round_record(self, round_: int, algorithm: Algorithm, data: NodeData, peers: Peers,
                       train_stats: dict, timings: dict, missing: list[int],

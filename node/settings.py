@@ -54,6 +54,11 @@ class TopologyConfig:
     resample_every: int = 0
     """Draw the random graph again every N rounds from the seed and the round (0: never;
     epidemic and one_peer_exponential change every round unless N says otherwise)."""
+    hub: int | None = None
+    """`star` only: the centre node, made a hub that holds no data and does not train: it
+    averages what the clients drawn each round send it and sends the result back, which
+    they adopt (a FedAvg server; see Topologies); unset: a star centred on node 0 that
+    trains like any node."""
 
 
 @dataclass(frozen=True)
@@ -454,6 +459,11 @@ class FederationConfig:
     """Seed for partitions, initial weights, shuffling and random graphs."""
     algorithm: str = "profe"
     """The learning algorithm; its own settings are in its table ([profe], [fedhp], ...)."""
+    participation: float = 1.0
+    """Share of the nodes (the hub aside) that train and send each round, in (0, 1]: the
+    same round(participation x N) nodes, at least 1, drawn on every node from `seed` and
+    the round; the others keep their state, send nothing and are not waited for (see
+    Topologies). 1: every node, every round."""
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     """[topology]: who sends to whom."""
     data: DataConfig = field(default_factory=DataConfig)

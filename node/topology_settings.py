@@ -11,6 +11,7 @@ from node.settings import FederationConfig
 from topology import TopologyError
 from topology import build as build_topology
 from topology.links import Link, edge_links
+from topology.participation import Participation
 from topology.schedule import Drawing, Event, ScenarioError, Schedule, build_schedule
 
 
@@ -21,7 +22,7 @@ def build_graph(config: FederationConfig) -> nx.DiGraph:
     seed = config.seed if t.seed is None else t.seed
     try:
         return build_topology(t.kind, config.nodes, p=t.p, k=t.k, seed=seed,
-                              path=t.path or None, directed=t.directed)
+                              path=t.path or None, directed=t.directed, center=t.hub or 0)
     except TopologyError as exc:
         raise ConfigError(f"topology ({t.kind}{': ' + t.path if t.path else ''}): {exc}") from exc
 
@@ -41,11 +42,18 @@ def drawing(config: FederationConfig) -> Drawing:
                    resample_every=t.resample_every)
 
 
+def participation(config: FederationConfig) -> Participation:
+    """Who takes part in each round: `participation` of the nodes, drawn from `seed`, and
+    [topology]'s hub in every round."""
+    return Participation(config.participation, config.seed, config.topology.hub)
+
+
 def schedule_over(graph: nx.DiGraph, config: FederationConfig) -> Schedule:
     """Every round's graph from the static `graph`, [topology] and [scenario] (no file is
     read); a round whose graph cannot be drawn is a ConfigError naming the round."""
     try:
-        return build_schedule(graph, drawing(config), config.rounds, scenario_events(config))
+        return build_schedule(graph, drawing(config), config.rounds, scenario_events(config),
+                              participation(config))
     except (TopologyError, ScenarioError) as exc:
         raise ConfigError(f"topology ({config.topology.kind}): {exc}") from exc
 

@@ -86,6 +86,34 @@ def test_impossible_values_are_named(tmp_path, text, key):
         load(path)
 
 
+HUB = "algorithm = 'fedavg'\n[topology]\nkind = 'star'\nhub = 0\n"
+
+
+@pytest.mark.parametrize("text, key, words", [
+    ("participation = 0", "participation", "must be in (0, 1]"),
+    ("participation = 1.5", "participation", "must be in (0, 1]"),
+    ("participation = -0.1", "participation", "must be in (0, 1]"),
+    ("participation = 'half'", "participation", "must be of type float"),
+    ("[topology]\nhub = 0", "topology.hub", 'needs topology.kind = "star"'),
+    ("algorithm = 'fedavg'\n[topology]\nkind = 'star'\nhub = 5", "topology.hub",
+     "must be a node id in 0..4, got 5"),
+    ("algorithm = 'fedavg'\n[topology]\nkind = 'star'\nhub = -1", "topology.hub",
+     "must be a node id in 0..4, got -1"),
+    ("[topology]\nkind = 'star'\nhub = 0", "topology.hub", "needs algorithm 'fedavg'"),
+    ("algorithm = 'fedavg'\nnodes = 1\n[topology]\nkind = 'star'\nhub = 0", "topology.hub",
+     "at least one client"),
+    (HUB + "[aggregation]\nrule = 'median'", "topology.hub", 'needs aggregation.rule = "mean"'),
+    (HUB + "[aggregation]\nuse_plan = false", "topology.hub", "needs the federation's data plan"),
+    (HUB + "[data]\nlayout = 'per-node'", "topology.hub", "needs the federation's data plan"),
+])
+def test_bad_participation_and_hub_are_named_in_one_line(tmp_path, text, key, words):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {key} ") and words in message and "\n" not in message
+
+
 def test_a_topology_that_disconnects_the_graph_is_refused(tmp_path):
     edges = tmp_path / "split.edgelist"
     edges.write_text("0 1\n2 3\n")

@@ -531,3 +531,28 @@ def test_per_node_data_mounts_each_container_its_own_folder_and_trains_as_pooled
     assert mounts["/data/node-1"] == str(parts / "node-1")
     assert mounts["/data/global-test"] == str(parts / "global-test")
     assert "/data" not in mounts and "/data/node-0" not in mounts
+
+
+def test_a_hub_star_at_half_participation_runs_in_containers(client, node_image, workdir,
+                                                             data_dir):
+    """A hub (node 0, no data) and four FedAvg clients, two drawn per round: the containers
+    derive the same chosen set from the federation file, only the drawn clients train and
+    send, nobody waits for the others, and each link's bytes match at both ends."""
+    config = write_config(workdir, data_dir, "dk-hub", algorithm="fedavg", nodes=5, rounds=3,
+                          topology="star", topology_extra="hub = 0")
+    done = protofed("up", "-c", config, "--run-id", "dk-hub", "--set", "participation=0.5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    _, nodes = helpers.read_results(workdir / "results" / "dk-hub")
+    assert [n["status"] for n in nodes] == ["finished"] * 5
+    assert nodes[0]["train_samples"] == 0
+    for round_ in (1, 2, 3):
+        drawn = nodes[0]["rounds"][round_]["participants"]
+        assert len(drawn) == 2 and 0 not in drawn
+        for node in nodes:
+            record = node["rounds"][round_]
+            assert record["participants"] == drawn and record["missing_peers"] == []
+            assert bool(record["train"]) == (node["node"] in drawn)
+    by_id = {n["node"]: n for n in nodes}
+    for sender in nodes:
+        for peer, kinds in sender["bytes_sent_by_peer"].items():
+            assert by_id[int(peer)]["bytes_received_by_peer"][str(sender["node"])] == kinds

@@ -276,3 +276,32 @@ def test_a_sim_of_fewer_nodes_than_start_the_arenas_still_counts_what_a_node_add
     assert done.returncode == 0, done.stderr
     per_node = re.search(r"shared, ([0-9.]+) MiB per node", done.stderr)
     assert per_node and float(per_node.group(1)) > 0, done.stderr  # it once said 0 MiB
+
+
+@pytest.mark.integration
+def test_a_hub_star_at_half_participation_runs_alike_on_local_processes_and_the_sim(
+        tmp_path, data_dir):
+    """A hub (node 0) and four FedAvg clients, two drawn per round: real processes and the
+    sim give every node the same bytes by round, peer and kind and the same F1; only the
+    drawn clients train, the hub trains none, and nobody waits for a client not drawn."""
+    runs = {}
+    for backend in ("local", "sim"):
+        (tmp_path / backend).mkdir()
+        options = ("--backend", backend, "--set", "train.threads=1", "--set",
+                   "participation=0.5", "--set", "deploy.memory=512m")
+        done, _, nodes = run_federation(tmp_path / backend, data_dir, backend, nodes=5,
+                                        rounds=3, algorithm="fedavg", topology="star",
+                                        topology_extra="hub = 0", options=options)
+        assert done.returncode == 0, done.stderr
+        assert [n["status"] for n in nodes] == ["finished"] * 5
+        runs[backend] = nodes
+    for local, sim in zip(runs["local"], runs["sim"], strict=True):
+        assert comparable(local) == comparable(sim)
+    nodes = runs["local"]
+    for round_ in (1, 2, 3):
+        drawn = nodes[0]["rounds"][round_]["participants"]
+        assert len(drawn) == 2 and 0 not in drawn
+        for node in nodes:
+            record = node["rounds"][round_]
+            assert record["participants"] == drawn and record["missing_peers"] == []
+            assert bool(record["train"]) == (node["node"] in drawn)

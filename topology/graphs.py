@@ -304,7 +304,7 @@ def _from_config_file(path: str | None, directed: bool) -> nx.DiGraph:
 BUILDERS: dict[str, Callable[..., nx.DiGraph]] = {
     "fully_connected": lambda n, **_: fully_connected(n),
     "ring": lambda n, **_: ring(n),
-    "star": lambda n, **_: star(n),
+    "star": lambda n, *, center=0, **_: star(n, center),
     "line": lambda n, **_: line(n),
     "random": lambda n, *, p, seed, **_: random(n, p, seed),
     "small_world": lambda n, *, k, p, seed, **_: small_world(n, k, p, seed),
@@ -340,9 +340,11 @@ def build(
     seed: int = 0,
     path: str | None = None,
     directed: bool = False,
+    center: int = 0,
 ) -> nx.DiGraph:
-    """Build the topology `kind` for n nodes and validate it."""
+    """Build the topology `kind` for n nodes and validate it (`center`: a star's)."""
     if kind not in BUILDERS:
         raise TopologyError(f"unknown topology kind {kind!r}; valid kinds are {sorted(BUILDERS)}")
-    graph = BUILDERS[kind](n, p=p, k=k, seed=seed, path=path, directed=directed)
+    graph = BUILDERS[kind](n, p=p, k=k, seed=seed, path=path, directed=directed,
+                          center=center)
     return validate(graph, n)

@@ -16,6 +16,7 @@ import networkx as nx
 import numpy as np
 
 from topology.graphs import TopologyError, k_regular, random, small_world
+from topology.participation import EVERYONE, Participation
 
 # Kinds drawn again each round (each draw held `resample_every` rounds when that is set).
 PER_ROUND_KINDS = ("epidemic", "one_peer_exponential")
@@ -208,17 +209,20 @@ class Schedule:
     200 rounds of a 6-regular graph up front spent 1.6 s each)."""
 
     def __init__(self, static: nx.DiGraph, drawing: Drawing, rounds: int,
-                 replayed: Presence) -> None:
+                 replayed: Presence, participation: Participation = EVERYONE) -> None:
         self.static, self.drawing, self.rounds, self.presence = static, drawing, rounds, replayed
+        self.participation = participation
         self.dynamic = drawing.dynamic
         self.nodes = static.number_of_nodes()
-        # no draw and no scenario change: today's static graph, every round
+        # no draw, no scenario change, everyone takes part: the static graph, every round
         self.plain = not self.dynamic and all(
-            len(here) == self.nodes for here in replayed.present) and not any(replayed.down)
+            len(here) == self.nodes for here in replayed.present) and not any(replayed.down) \
+            and not participation.partial
         self._empty = nx.DiGraph()
         self._empty.add_nodes_from(range(self.nodes))
         self._graphs: dict[int, nx.DiGraph] = {}
         self._drawn: dict[tuple[int, frozenset[int]], nx.DiGraph] = {}
+        self._chosen: dict[int, frozenset[int]] = {}
 
     def graph(self, round_: int) -> nx.DiGraph:
         """Round `round_`'s graph (round 0 exchanges nothing: no edges); TopologyError
@@ -243,6 +247,16 @@ class Schedule:
                                         ) from None
             graph = self._drawn[key].copy()
             graph.add_nodes_from(range(self.nodes))
+            if self.participation.partial:
+                graph.remove_edges_from([edge for edge in list(graph.edges)
+                                         if not self._carries(round_, *edge)])
+        elif self.participation.partial:  # the senders' edges only, not a copy of them all
+            graph = nx.DiGraph()
+            graph.add_nodes_from(range(self.nodes))
+            graph.add_edges_from((u, v, data) for u in sorted(here)
+                                 if self.takes_part(round_, u)
+                                 for v, data in self.static.adj[u].items()
+                                 if v in here and self._carries(round_, u, v))
         else:
             graph = self.static.copy()
             graph.remove_edges_from([(u, v) for u, v in self.static.edges
@@ -251,6 +265,23 @@ class Schedule:
                                  if (min(u, v), max(u, v)) in self.presence.down[round_]
                                  or u in self.presence.joining[round_]])
         return graph
+
+    def _carries(self, round_: int, u: int, v: int) -> bool:
+        """Whether edge u -> v moves anything in round `round_` under partial participation:
+        both ends take part, or it is the hub's to any client in the last round."""
+        hub = self.participation.hub
+        return self.takes_part(round_, u) and (self.takes_part(round_, v)
+                                               or (u == hub and round_ == self.rounds))
+
+    def chosen(self, round_: int) -> frozenset[int]:
+        """The nodes other than the hub drawn to train and send in round `round_`."""
+        if round_ not in self._chosen:
+            self._chosen[round_] = self.participation.chosen(self.nodes, round_)
+        return self._chosen[round_]
+
+    def takes_part(self, round_: int, node: int) -> bool:
+        """Whether `node` is the hub or drawn in round `round_` (presence aside)."""
+        return node == self.participation.hub or node in self.chosen(round_)
 
     @property
     def graphs(self) -> tuple[nx.DiGraph, ...]:
@@ -299,8 +330,11 @@ class Schedule:
 
 
 def build_schedule(static: nx.DiGraph, drawing: Drawing, rounds: int,
-                   events: Sequence[Event]) -> Schedule:
+                   events: Sequence[Event],
+                   participation: Participation = EVERYONE) -> Schedule:
     """Every round's graph: `static` (or a fresh draw, see Drawing) over the nodes present,
-    less the edges down; a joining node only listens in its first round (it starts from
+    less the edges down and, under partial `participation`, the edges of the nodes not
+    drawn that round; a joining node only listens in its first round (it starts from
     its in-neighbours' models). ScenarioError for events that contradict each other."""
-    return Schedule(static, drawing, rounds, presence(static.number_of_nodes(), rounds, events))
+    return Schedule(static, drawing, rounds, presence(static.number_of_nodes(), rounds, events),
+                    participation)

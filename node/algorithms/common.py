@@ -166,21 +166,29 @@ def prototype_payload(prototypes: torch.Tensor, counts: torch.Tensor) -> Payload
                             "counts": counts[classes].to(torch.int64).cpu()})
 
 
-def weightless(payloads: Mapping[str, Payload]) -> dict[str, Payload]:
+def weightless(payloads: Mapping[str, Payload], samples: int = 1) -> dict[str, Payload]:
     """This node's payloads weighing (next to) nothing in aggregation, for a node joining
-    late: its model counts as one sample (never a zero total), its prototypes carry no
-    class. It starts from its in-neighbours' models and prototypes."""
+    late: its model counts as `samples` (1: never a zero total; 0 for a hub's client, which
+    takes the hub's model), its prototypes carry no class. It starts from its
+    in-neighbours' models and prototypes."""
     out = {}
     for kind, payload in payloads.items():
         tensors, meta = payload.tensors, dict(payload.meta)
         if "samples" in meta:
-            meta["samples"] = 1
+            meta["samples"] = samples
             meta.pop("classes", None)  # judged on every class a receiver holds
         if set(tensors) == {"prototypes", "classes", "counts"}:
             tensors = {"prototypes": tensors["prototypes"][:0], "classes": tensors["classes"][:0],
                        "counts": tensors["counts"][:0]}
         out[kind] = Payload(tensors, meta)
     return out
+
+
+def speaking_for(payloads: Mapping[str, Payload], samples: int) -> dict[str, Payload]:
+    """A hub's payloads with its model claiming `samples`, its clients' together (the data
+    plan's count for it): it holds none itself, and a model claiming none is refused."""
+    return {kind: Payload(p.tensors, {**p.meta, "samples": samples} if "samples" in p.meta
+                          else dict(p.meta)) for kind, p in payloads.items()}
 
 
 # A batch (x, y) -> named loss terms, from the models' forward passes.

@@ -9,10 +9,13 @@ solved by E epochs of mini-batch SGD on each client followed by the average of t
 models weighted by their sample counts, w <- sum_i D_i w_i / sum_i D_i.
 
 Deviations:
-- No server: every node averages its own model with the models of its in-neighbours that
-  arrived this round (weights = their training-sample counts), so a fully connected
-  topology gives every node the server's average and sparser ones a gossip average.
-- Every client trains every round (no client sampling fraction C).
+- No server by default: every node averages its own model with the models of its
+  in-neighbours that arrived this round (weights = their training-sample counts), so a
+  fully connected topology gives every node the server's average and sparser ones a gossip
+  average. A star with `topology.hub` is the paper's client/server: the hub averages the
+  drawn clients' models and they adopt its average.
+- Every client trains every round unless `participation` (the paper's fraction C) is below
+  1: then the drawn nodes only, the same draw on every node.
 - The model is the teacher-role model of [model] (single-model algorithm); all nodes must
   build the same architecture, since a peer model of another shape is rejected.
 - Prediction is the argmax of the (averaged) model's logits.

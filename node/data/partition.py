@@ -178,12 +178,22 @@ def federated_split(labels: np.ndarray, n_nodes: int, *, scheme: str, num_classe
 
 def split_of(config, labels: np.ndarray, num_classes: int) -> FederatedSplit:
     """The split a federation config (node.settings.FederationConfig) asks for: the one
-    call every process makes, so the launcher's check and the nodes split alike."""
-    d = config.data
-    return federated_split(labels, config.nodes, scheme=d.partition, num_classes=num_classes,
-                           seed=config.seed, classes_fraction=d.classes_fraction,
-                           alpha=d.alpha, global_test_fraction=d.global_test_fraction,
-                           local_train_fraction=d.local_train_fraction, subset=d.subset)
+    call every process makes, so the launcher's check and the nodes split alike. A hub
+    (topology.hub) holds no data: the others share it all."""
+    d, hub = config.data, config.topology.hub
+    split = federated_split(labels, config.nodes - (hub is not None), scheme=d.partition,
+                            num_classes=num_classes, seed=config.seed,
+                            classes_fraction=d.classes_fraction, alpha=d.alpha,
+                            global_test_fraction=d.global_test_fraction,
+                            local_train_fraction=d.local_train_fraction, subset=d.subset)
+    return split if hub is None else with_empty_share(split, hub)
+
+
+def with_empty_share(split: FederatedSplit, node: int) -> FederatedSplit:
+    """`split` with an empty share put in at `node`, the shares from there on shifted by one."""
+    empty = NodeShare(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    shares = (*split.nodes[:node], empty, *split.nodes[node:])
+    return FederatedSplit(global_test=split.global_test, nodes=shares)
 
 
 SMALL_TEST_PER_CLASS = 10  # below this many images per class, a test set's F1 is noise
@@ -203,7 +213,8 @@ def split_warnings(split: FederatedSplit, num_classes: int,
         notes.append(f"the global test set has {counted(len(split.global_test), 'image')} for "
                      f"{num_classes} classes (under {smallest}): its F1 is noise; use a larger "
                      "data.subset or data.global_test_fraction")
-    empty = [i for i, share in enumerate(split.nodes) if len(share.test) == 0]
+    # a hub (no training samples either) has no test set by design
+    empty = [i for i, share in enumerate(split.nodes) if len(share.test) == 0 and len(share.train)]
     if empty and local_train_fraction < 1:  # at 1, no local test set is what was asked
         listed = ", ".join(map(str, empty[:10])) + (" ..." if len(empty) > 10 else "")
         notes.append(f"{len(empty)} of {len(split.nodes)} nodes have no local test images "

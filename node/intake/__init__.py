@@ -123,7 +123,10 @@ def screened(algorithm: Algorithm, model: nn.Module | None,
              update: Contributions) -> Contributions:
     """`update` less the in-neighbours some screen refuses (SCREENS, in order) and, in a
     later prototype step of the same round (`model` None), less the prototypes of those
-    whose model was refused this round."""
+    whose model was refused this round. A hub's update is its clients' server's model:
+    they take it unjudged (its intake checks and norm bound still apply)."""
+    if algorithm.config.topology.hub in update.peers:
+        return update
     if model is None:
         refused = {peer: Refusal(peer, "prototypes", rule,
                                  f"its model was refused this round ({rule})")

@@ -1,0 +1,123 @@
+"""Per-round participation and the hub: the seeded draw, each round's graph, and what a
+federation in one process does with them on real MNIST."""
+
+import pytest
+
+from node.config import from_dict
+from node.topology_settings import build_graph, schedule_over
+from tests.helpers import mnist_config, run_in_process
+from topology import fully_connected, ring
+from topology.participation import Participation, chosen, chosen_count
+from topology.schedule import Drawing, Event, build_schedule
+
+
+@pytest.mark.parametrize("fraction, candidates, count", [
+    (1.0, 10, 10), (0.1, 10, 1), (0.25, 10, 3), (0.24, 10, 2), (0.04, 10, 1), (0.5, 1, 1),
+    (0.5, 5, 3), (0.1, 100, 10),
+])
+def test_the_chosen_count_is_the_share_rounded_half_up_and_at_least_one(fraction, candidates,
+                                                                         count):
+    assert chosen_count(fraction, candidates) == count
+
+
+def test_the_draw_is_the_seeded_generators_and_replays_alike():
+    # numpy's Generator(SeedSequence([42, 1, SALT])).choice(10, 3) picks positions 3, 4, 1
+    assert chosen(range(10), 0.3, 42, 1) == {1, 3, 4}
+    assert chosen(range(10), 0.3, 42, 2) == {2, 7, 9}
+    # candidates are positions in the sorted pool: the same draw over ids 10..19
+    assert chosen(range(19, 9, -1), 0.3, 42, 1) == {11, 13, 14}
+    assert chosen(range(10), 1.0, 42, 1) == frozenset(range(10))
+    rounds = [chosen(range(1, 11), 0.1, 7, r) for r in range(1, 41)]
+    assert rounds == [chosen(range(1, 11), 0.1, 7, r) for r in range(1, 41)]
+    assert all(len(s) == 1 and s <= set(range(1, 11)) for s in rounds)
+    assert len(set(rounds)) > 5  # the draw changes with the round
+
+
+def test_the_hub_is_never_drawn_and_round_zero_has_everyone():
+    part = Participation(0.25, seed=3, hub=2)
+    assert part.chosen(5, 0) == {0, 1, 3, 4}
+    for round_ in range(1, 30):
+        drawn = part.chosen(5, round_)
+        assert len(drawn) == 1 and 2 not in drawn  # round(0.25 x 4 clients)
+
+
+def test_only_edges_between_chosen_nodes_carry_a_round():
+    """A 4-ring 0-1-2-3 with half the nodes drawn: an edge stays when both ends are drawn."""
+    part = Participation(0.5, seed=42)
+    schedule = build_schedule(ring(4), Drawing("ring"), 6, [], part)
+    assert not schedule.plain
+    for round_ in range(1, 7):
+        drawn = part.chosen(4, round_)
+        assert len(drawn) == 2
+        expected = {(u, v) for u, v in ring(4).edges if u in drawn and v in drawn}
+        assert set(schedule.graph(round_).edges) == expected
+        assert schedule.chosen(round_) == drawn
+
+
+def test_a_hub_star_links_the_hub_with_the_chosen_clients_and_with_all_in_the_last_round():
+    config = from_dict({"nodes": 5, "rounds": 3, "seed": 7, "algorithm": "fedavg",
+                        "participation": 0.5, "topology": {"kind": "star", "hub": 2}})
+    static = build_graph(config)
+    assert set(static.edges) == {(2, v) for v in (0, 1, 3, 4)} | {(v, 2) for v in (0, 1, 3, 4)}
+    schedule = schedule_over(static, config)
+    for round_ in (1, 2):
+        drawn = schedule.chosen(round_)
+        assert len(drawn) == 2 and 2 not in drawn
+        assert set(schedule.graph(round_).edges) == ({(c, 2) for c in drawn}
+                                                     | {(2, c) for c in drawn})
+    drawn = schedule.chosen(3)
+    assert set(schedule.graph(3).edges) == {(c, 2) for c in drawn} | {(2, c) for c in
+                                                                      (0, 1, 3, 4)}
+
+
+def test_a_graph_drawn_each_round_keeps_the_chosen_nodes_edges_and_the_scenarios_changes():
+    part = Participation(0.5, seed=1)
+    drawing = Drawing("epidemic", k=3, seed=1)
+    schedule = build_schedule(fully_connected(8), drawing, 5, [Event(round=2, leave=(0,))], part)
+    plain = build_schedule(fully_connected(8), drawing, 5, [Event(round=2, leave=(0,))])
+    for round_ in range(1, 6):
+        drawn = part.chosen(8, round_)
+        expected = {(u, v) for u, v in plain.graph(round_).edges if u in drawn and v in drawn}
+        assert set(schedule.graph(round_).edges) == expected
+        assert all(0 not in edge for edge in schedule.graph(round_).edges) or round_ == 1
+
+
+def test_everyone_taking_part_is_the_plain_schedule():
+    schedule = build_schedule(ring(4), Drawing("ring"), 3, [], Participation(1.0, seed=42))
+    assert schedule.plain and schedule.graph(2) is schedule.static
+
+
+# --- in-process federations on real MNIST -------------------------------------------------
+
+
+def payload_bytes(by_peer):
+    """A round's bytes by peer without the control messages (goodbyes)."""
+    return {peer: {k: n for k, n in kinds.items() if k != "control"}
+            for peer, kinds in by_peer.items() if set(kinds) - {"control"}}
+
+
+def test_on_a_full_graph_only_the_chosen_nodes_train_and_send_and_nobody_waits_for_the_rest(
+        data_dir, tmp_path):
+    """Six FedAvg nodes fully connected, half drawn each round: the others train nothing,
+    send nothing and keep their model; nobody is missing (a node waited for in vain would
+    be), and every node records the same chosen set."""
+    config = mnist_config(data_dir, 1200, name="part", nodes=6, rounds=3, seed=3,
+                          algorithm="fedavg", participation=0.5,
+                          timeouts={"round": 60, "absent": 5})
+    nodes = run_in_process(config, tmp_path)
+    assert [n["status"] for n in nodes] == ["finished"] * 6
+    for round_ in (1, 2, 3):
+        drawn = set(nodes[0]["rounds"][round_]["participants"])
+        assert len(drawn) == 3
+        for node in nodes:
+            record, before = node["rounds"][round_], node["rounds"][round_ - 1]
+            assert set(record["participants"]) == drawn
+            assert record["missing_peers"] == []
+            sent = payload_bytes(record["bytes_sent_by_peer"])
+            if node["node"] in drawn:
+                assert record["train"] and set(sent) == {str(p) for p in drawn - {node["node"]}}
+                assert set(payload_bytes(record["bytes_received_by_peer"])) == set(sent)
+            else:
+                assert record["train"] == {} and sent == {}
+                assert payload_bytes(record["bytes_received_by_peer"]) == {}
+                assert record["model_sketch"] == before["model_sketch"]  # its state kept
