@@ -729,3 +729,28 @@ def test_the_phase_table_groups_a_cells_cpu_by_phase():
         "| k | 2.50 | 40% | 15% | 20% | 0% | 5% | 20% | **60%** |")
     assert report.phase_table([dataclasses.replace(hand, phases={})]) == []
     assert cell.phases and sum(cell.phases.values()) > 0
+
+
+def _protocol_cell(algorithm, seed, accuracies, hub=0, partition="iid"):
+    nodes = [{"node": 0, "local_accuracy": 0.0, "local_f1": 0.0, "bytes_sent": 900,
+              "bytes_received": 300}] if hub == 0 else []
+    nodes += [{"node": i + 1, "local_accuracy": a, "local_f1": a, "bytes_sent": 100,
+               "bytes_received": 300} for i, a in enumerate(accuracies)]
+    return {"key": f"{algorithm}-{partition}-s{seed}", "algorithm": algorithm, "hub": hub,
+            "partition": partition, "topology": "star" if hub == 0 else "fully_connected",
+            "seed": seed, "rounds": 150, "participation": 0.1, "nodes": nodes}
+
+
+def test_the_fedhp_protocol_table_sets_the_clients_mean_accuracy_beside_the_papers():
+    from experiments.fedhp_protocol import render
+    cells = [_protocol_cell("fedavg", 1, [0.97, 0.99]), _protocol_cell("fedavg", 2, [0.96, 0.96]),
+             _protocol_cell("fedproto", 1, [0.80, 0.82]),
+             _protocol_cell("fedhp", 1, [0.95, 0.97], hub=None)]
+    table = render(cells)
+    # FedAvg: clients 98.0 and 96.0 (the hub's 0 left out): 97.00 ± sqrt(2) = 1.41, 0.75
+    # below the paper's 97.75; FedProto one seed, 81.00, 3.40 below 84.40: beyond 2 points
+    assert "| FedAvg | 97.00 ± 1.41 (2 seeds) | 97.75 ± 0.25 | -0.75 | - | 97.61 ± 0.21 | -" \
+        in table
+    assert "| FedProto | 81.00 (1 seed) | 84.40 ± 0.67 | -3.40 * |" in table
+    assert "| FedHP, fully_connected, no server | 96.00 (1 seed) | 96.04 ± 0.14 | -0.04 |" in table
+    assert "| FedAvg | IID | 100 | 300 | 900 | 300 |" in table

@@ -1,0 +1,182 @@
+"""The FedHP paper's Table 1 (MNIST) against our runs of its protocol
+(experiments/matrices/fedhp-protocol.toml): each client's accuracy on its own local test set
+after the last round's fit, averaged over the clients (the hub, which holds no data, left
+out), mean ± std over seeds, beside the paper's mean ± std over its 5 runs.
+
+    python -m experiments.fedhp_protocol experiments/results/fedhp-protocol [--out DIR]
+        folds every finished cell into DIR/cells.jsonl (one line a cell, a cell run again
+        replacing its line), then writes DIR/report.md from that file alone
+    python -m experiments.fedhp_protocol --report-only [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from experiments.report import _partition
+
+DEFAULT_OUT = Path("experiments/reports/fedhp-protocol")
+CELLS_NAME = "cells.jsonl"
+PARTITIONS = ("iid", "dirichlet:0.3", "dirichlet:1")
+PARTITION_LABELS = {"iid": "IID", "dirichlet:0.3": "Dir(0.3)", "dirichlet:1": "Dir(1.0)"}
+ALGORITHM_LABELS = {"fedavg": "FedAvg", "fedproto": "FedProto", "fedhp": "FedHP"}
+# Table 1 of the FedHP paper, MNIST: test accuracy %, mean and std over 5 runs. The Dir(1.0)
+# cells of FedProto and FedHP are set apart from the table in the paper's extracted text,
+# in column order after CIFAR-10's FedHP row (85.52 ± 0.68, 96.53 ± 0.10).
+PAPER = {("fedavg", "iid"): (97.75, 0.25), ("fedavg", "dirichlet:0.3"): (97.61, 0.21),
+         ("fedavg", "dirichlet:1"): (97.99, 0.07), ("fedproto", "iid"): (84.40, 0.67),
+         ("fedproto", "dirichlet:0.3"): (85.58, 1.25), ("fedproto", "dirichlet:1"): (85.52, 0.68),
+         ("fedhp", "iid"): (96.04, 0.14), ("fedhp", "dirichlet:0.3"): (96.82, 0.21),
+         ("fedhp", "dirichlet:1"): (96.53, 0.10)}
+TOLERANCE = 2.0  # points: within this of the paper's mean counts as reproduced
+
+
+def cell_of(run_dir: Path) -> dict | None:
+    """One finished run's line: its setting and, per node, the final local accuracy and F1
+    and the bytes; None for a run without a summary or with a failed node."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        config = json.loads((run_dir / "federation.json").read_text())["config"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if summary.get("failed_nodes"):
+        return None
+    return {"key": run_dir.name, "algorithm": config["algorithm"],
+            "partition": _partition(config["data"]), "topology": config["topology"]["kind"],
+            "hub": config["topology"].get("hub"), "seed": config["seed"],
+            "rounds": config["rounds"], "participation": config.get("participation", 1.0),
+            "nodes": [{"node": n["node"], "local_accuracy": n["local_accuracy"],
+                       "local_f1": n["local_f1"], "bytes_sent": n["bytes_sent"],
+                       "bytes_received": n["bytes_received"]} for n in summary["nodes"]]}
+
+
+def fold(results: Path, cells_path: Path) -> list[dict]:
+    """The cells of `cells_path` with every finished run under `results` put in (a run of
+    the same key replacing its line); written back sorted by key."""
+    cells = {c["key"]: c for c in read_cells(cells_path)}
+    for run_dir in sorted(p.parent for p in results.glob("*/summary.json")):
+        found = cell_of(run_dir)
+        if found is not None:
+            cells[found["key"]] = found
+    ordered = [cells[key] for key in sorted(cells)]
+    cells_path.parent.mkdir(parents=True, exist_ok=True)
+    cells_path.write_text("".join(json.dumps(c, sort_keys=True) + "\n" for c in ordered))
+    return ordered
+
+
+def read_cells(path: Path) -> list[dict]:
+    """The cells of a cells.jsonl (none when it does not exist)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def client_accuracy(cell: dict) -> float:
+    """The mean final local-test accuracy over the clients (the hub left out), in %."""
+    clients = [n["local_accuracy"] for n in cell["nodes"] if n["node"] != cell["hub"]]
+    return 100.0 * statistics.fmean(clients)
+
+
+def row_name(cell: dict) -> str:
+    """The table row a cell belongs to: the method, with its graph when it has no server."""
+    name = ALGORITHM_LABELS.get(cell["algorithm"], cell["algorithm"])
+    return name if cell["hub"] is not None else f"{name}, {cell['topology']}, no server"
+
+
+def figure_text(values: list[float]) -> str:
+    """mean ± std (n seeds); the std only from two seeds on."""
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    spread = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
+    return f"{mean:.2f}{spread} ({len(values)} seed{'s' if len(values) > 1 else ''})"
+
+
+def render(cells: list[dict]) -> str:
+    """report.md: Table 1 beside ours, then what each client sent and received."""
+    rows: dict[str, dict[str, list[float]]] = {}
+    paper_key: dict[str, str] = {}
+    for cell in sorted(cells, key=lambda c: (c["hub"] is None, c["algorithm"], c["seed"])):
+        name = row_name(cell)
+        rows.setdefault(name, {}).setdefault(cell["partition"], []).append(
+            client_accuracy(cell))
+        paper_key[name] = cell["algorithm"]
+    lines = ["# The FedHP paper's protocol on MNIST", "",
+             "Produced by `python -m experiments.fedhp_protocol` from `cells.jsonl` "
+             "(`experiments/matrices/fedhp-protocol.toml`, run as its header says). "
+             "Each cell: the clients' mean accuracy (%) on their own local test sets after "
+             "the last round's fit, the hub left out; mean ± std over seeds. Beside it the "
+             "paper's Table 1 (mean ± std over 5 runs) and the difference of the means; "
+             f"`*` marks a difference beyond {TOLERANCE:g} points.", "",
+             "| method | " + " | ".join(f"{PARTITION_LABELS[p]} ours | paper | diff"
+                                         for p in PARTITIONS) + " |",
+             "|---|" + "---|---|---|" * len(PARTITIONS)]
+    for name, by_partition in rows.items():
+        parts = []
+        for partition in PARTITIONS:
+            ours = by_partition.get(partition, [])
+            paper = PAPER.get((paper_key[name], partition))
+            paper_text = f"{paper[0]:.2f} ± {paper[1]:.2f}" if paper else "-"
+            if ours and paper:
+                diff = statistics.fmean(ours) - paper[0]
+                diff_text = f"{diff:+.2f}" + (" *" if abs(diff) > TOLERANCE else "")
+            else:
+                diff_text = "-"
+            parts.append(f"{figure_text(ours)} | {paper_text} | {diff_text}")
+        lines.append(f"| {name} | " + " | ".join(parts) + " |")
+    lines += ["", "Bytes per run (mean over the cells of a row and split): what one client "
+              "sent and received, and the hub's.", "",
+              "| method | split | client sent | client received | hub sent | hub received |",
+              "|---|---|---|---|---|---|"]
+    for name in rows:
+        for partition in PARTITIONS:
+            group = [c for c in cells if row_name(c) == name and c["partition"] == partition]
+            if not group:
+                continue
+            clients = [n for c in group for n in c["nodes"] if n["node"] != c["hub"]]
+            hubs = [n for c in group for n in c["nodes"] if n["node"] == c["hub"]]
+
+            def mean_of(nodes: list[dict], key: str) -> str:
+                return f"{statistics.fmean(n[key] for n in nodes):,.0f}" if nodes else "-"
+            lines.append(f"| {name} | {PARTITION_LABELS[partition]} | "
+                         f"{mean_of(clients, 'bytes_sent')} | "
+                         f"{mean_of(clients, 'bytes_received')} | {mean_of(hubs, 'bytes_sent')}"
+                         f" | {mean_of(hubs, 'bytes_received')} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: Path) -> str:
+    """Rewrite OUT/report.md from OUT/cells.jsonl; its path."""
+    path = out / "report.md"
+    notes = out / "notes.md"
+    text = render(read_cells(out / CELLS_NAME))
+    if notes.is_file():
+        text += "\n" + notes.read_text()
+    path.write_text(text)
+    return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.fedhp_protocol",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path, nargs="?", help="experiments/results/<matrix>")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the report's folder")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild report.md from cells.jsonl alone")
+    args = parser.parse_args(argv)
+    if not args.report_only:
+        if args.results is None or not args.results.is_dir():
+            print(f"experiments: {args.results}: no such results folder", file=sys.stderr)
+            return 2
+        fold(args.results, args.out / CELLS_NAME)
+    print(write_report(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
