@@ -106,12 +106,12 @@ def render(cells: list[dict]) -> str:
             client_accuracy(cell))
         paper_key[name] = cell["algorithm"]
     lines = ["# The FedHP paper's protocol on MNIST", "",
-             "Produced by `python -m experiments.fedhp_protocol` from `cells.jsonl` "
-             "(`experiments/matrices/fedhp-protocol.toml`, run as its header says). "
-             "Each cell: the clients' mean accuracy (%) on their own local test sets after "
-             "the last round's fit, the hub left out; mean ± std over seeds. Beside it the "
-             "paper's Table 1 (mean ± std over 5 runs) and the difference of the means; "
-             f"`*` marks a difference beyond {TOLERANCE:g} points.", "",
+             ("Produced by `python -m experiments.fedhp_protocol` from `cells.jsonl` "
+              "(`experiments/matrices/fedhp-protocol.toml`, run as its header says). "
+              "Each cell: the clients' mean accuracy (%) on their own local test sets after "
+              "the last round's fit, the hub left out; mean ± std over seeds. Beside it the "
+              "paper's Table 1 (mean ± std over 5 runs) and the difference of the means; "
+              f"`*` marks a difference beyond {TOLERANCE:g} points."), "",
              "| method | " + " | ".join(f"{PARTITION_LABELS[p]} ours | paper | diff"
                                          for p in PARTITIONS) + " |",
              "|---|" + "---|---|---|" * len(PARTITIONS)]
