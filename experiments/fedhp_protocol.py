@@ -128,8 +128,8 @@ def render(cells: list[dict]) -> str:
                 diff_text = "-"
             parts.append(f"{figure_text(ours)} | {paper_text} | {diff_text}")
         lines.append(f"| {name} | " + " | ".join(parts) + " |")
-    lines += ["", "Bytes per run (mean over the cells of a row and split): what one client "
-              "sent and received, and the hub's.", "",
+    lines += ["", ("Bytes per run (mean over the cells of a row and split): what one client "
+                   "sent and received, and the hub's."), "",
               "| method | split | client sent | client received | hub sent | hub received |",
               "|---|---|---|---|---|---|"]
     for name in rows:
