@@ -9,6 +9,7 @@ from node.algorithms import ALGORITHMS, create
 from node.algorithms.base import ARGMAX, PROTOTYPE
 from node.config import from_dict
 from node.inprocess import memory_federation, run_in_memory
+from node.optimizers import Adam
 from node.runtime import load_node_data
 from tests.helpers import mnist_config
 
@@ -107,4 +108,4 @@ def test_adam_is_a_choice_every_model_sharing_method_trains_with(data_dir, tmp_p
     assert all(n["rounds"][-1]["global_test"]["f1"] > 0.5 for n in nodes)
     algorithm = create("fedavg", config, load_node_data(config, 0, torch.device("cpu")),
                        torch.device("cpu"), 0)
-    assert isinstance(algorithm.optimizer, torch.optim.Adam)
+    assert isinstance(algorithm.optimizer, Adam)

@@ -392,13 +392,11 @@ def _exercise_node(config: FederationConfig, node_id: int, device: object) -> di
 
 
 def warm_torch() -> None:
-    """Import the node's whole tree and torch's optimizer machinery (torch imports its
-    compiler stack the first time an optimizer is built)."""
-    import torch
+    """Import torch and the node's whole tree (its optimizers are node.optimizers: nothing
+    of torch's compiler stack, which torch.optim would import)."""
+    import torch  # noqa: F401
 
     import node.__main__  # noqa: F401 - the node's whole import tree
-
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
 def private_bytes() -> tuple[int, int]:

@@ -20,6 +20,7 @@ from node.architectures import (
 from node.data.custom import build_model as custom_model
 from node.data.custom import is_import_path
 from node.models import build_model
+from node.optimizers import SGD, Adam, Optimizer
 from node.settings import FederationConfig
 
 log = logging.getLogger(__name__)
@@ -43,15 +44,14 @@ def build_role(config: FederationConfig, data: NodeData, role: str, node_id: int
                        key=f"model.{role}")
 
 
-def new_optimizer(model: nn.Module, config: FederationConfig) -> torch.optim.Optimizer:
+def new_optimizer(model: nn.Module, config: FederationConfig) -> Optimizer:
     """The [train] optimizer: SGD with lr, momentum and weight decay (the papers'), or Adam
     with lr, weight decay, betas and amsgrad."""
     t = config.train
     if t.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay,
-                                betas=tuple(t.adam_betas), amsgrad=t.amsgrad)
-    return torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum,
-                           weight_decay=t.weight_decay)
+        return Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay,
+                    betas=tuple(t.adam_betas), amsgrad=t.amsgrad)
+    return SGD(model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
 
 
 def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int,
@@ -195,7 +195,7 @@ def speaking_for(payloads: Mapping[str, Payload], samples: int) -> dict[str, Pay
 LossTerms = Callable[[torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
 
 
-def descend(loss: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer]) -> bool:
+def descend(loss: torch.Tensor, optimizers: Sequence[Optimizer]) -> bool:
     """One gradient step of every optimiser in `optimizers` on `loss`; none (False) when the
     loss or a gradient is NaN or infinite, so a model aggregated from a hostile neighbour's
     extreme (finite) weights cannot turn this node's model into NaN."""
@@ -216,7 +216,7 @@ def descend(loss: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer]) -> 
 
 
 def local_sgd(models: Sequence[nn.Module],
-              minimise: Mapping[str, Sequence[torch.optim.Optimizer]], data: NodeData,
+              minimise: Mapping[str, Sequence[Optimizer]], data: NodeData,
               config: FederationConfig, node_id: int, round_: int,
               loss_terms: LossTerms) -> dict[str, float]:
     """[train] epochs of mini-batch SGD over the local train set, `models` in train mode.

@@ -66,6 +66,7 @@ from node.algorithms.common import (
 )
 from node.algorithms.settings import FedHPSettings
 from node.intake import gather, plan_of
+from node.optimizers import SGD, Adam
 from node.settings import FederationConfig
 
 LAMBDA_H = 0.1  # "The parameter lambda in (1) is set to 0.1"
@@ -170,10 +171,9 @@ class FedHP(Algorithm):
         self.anchors = anchors.to(device)
         self.prototypes = nn.Parameter(anchors.clone().to(device))
         t = config.train
-        self.net_optimizer = torch.optim.SGD(self.net.parameters(), lr=t.lr,
-                                             momentum=t.momentum,
-                                             weight_decay=h.weight_decay)
-        self.prototype_optimizer = torch.optim.Adam([self.prototypes], lr=h.prototype_lr)
+        self.net_optimizer = SGD(self.net.parameters(), lr=t.lr, momentum=t.momentum,
+                                 weight_decay=h.weight_decay)
+        self.prototype_optimizer = Adam([self.prototypes], lr=h.prototype_lr)
         self.counts = torch.bincount(data.train_y.cpu(), minlength=data.num_classes)
 
     def _loss_terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
