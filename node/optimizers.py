@@ -11,21 +11,27 @@ from collections.abc import Iterable
 import torch
 
 
-class SGD:
-    """torch.optim.SGD without dampening or Nesterov: the momentum buffer starts as the
-    first gradient (with weight decay added), then buf = momentum x buf + gradient."""
+class _OneGroup:
+    """One group of parameters and its settings, kept as torch.optim keeps them (read and
+    set through param_groups)."""
 
-    def __init__(self, params: Iterable[torch.Tensor], lr: float, momentum: float = 0.0,
-                 weight_decay: float = 0.0) -> None:
-        # as torch.optim keeps them: read (and set) through param_groups
-        self.param_groups = [{"params": list(params), "lr": lr, "momentum": momentum,
-                              "weight_decay": weight_decay}]
-        self.buffers: dict[int, torch.Tensor] = {}
+    def __init__(self, params: Iterable[torch.Tensor], **settings: object) -> None:
+        self.param_groups = [{"params": list(params), **settings}]
 
     def zero_grad(self) -> None:
         """Drop every gradient (torch.optim's default, set_to_none)."""
         for param in self.param_groups[0]["params"]:
             param.grad = None
+
+
+class SGD(_OneGroup):
+    """torch.optim.SGD without dampening or Nesterov: the momentum buffer starts as the
+    first gradient (with weight decay added), then buf = momentum x buf + gradient."""
+
+    def __init__(self, params: Iterable[torch.Tensor], lr: float, momentum: float = 0.0,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.buffers: dict[int, torch.Tensor] = {}
 
     @torch.no_grad()
     def step(self) -> None:
@@ -48,22 +54,16 @@ class SGD:
             param.add_(grad, alpha=-lr)
 
 
-class Adam:
+class Adam(_OneGroup):
     """torch.optim.Adam (Kingma and Ba 2015) with L2 weight decay added to the gradient and,
     with `amsgrad`, the running maximum of the second moment (Reddi et al. 2018)."""
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False) -> None:
-        self.param_groups = [{"params": list(params), "lr": lr,
-                              "betas": (float(betas[0]), float(betas[1])), "eps": eps,
-                              "weight_decay": weight_decay, "amsgrad": amsgrad}]
+        super().__init__(params, lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps,
+                         weight_decay=weight_decay, amsgrad=amsgrad)
         self.state: dict[int, dict] = {}
-
-    def zero_grad(self) -> None:
-        """Drop every gradient (torch.optim's default, set_to_none)."""
-        for param in self.param_groups[0]["params"]:
-            param.grad = None
 
     @torch.no_grad()
     def step(self) -> None:
