@@ -155,6 +155,10 @@ class TrainConfig:
 
     epochs: int = 1
     """Local epochs per round."""
+    final_fit: bool = False
+    """After the last round's aggregation, every node with training data trains one more
+    local round on it before the last evaluation (the personalised FL of FedHP's protocol:
+    the clients fit the global model they received); it sends nothing."""
     batch_size: int = 64
     """Training batch size."""
     optimizer: str = "sgd"

@@ -54,20 +54,28 @@ def test_only_edges_between_chosen_nodes_carry_a_round():
         assert schedule.chosen(round_) == drawn
 
 
-def test_a_hub_star_links_the_hub_with_the_chosen_clients_and_with_all_in_the_last_round():
-    config = from_dict({"nodes": 5, "rounds": 3, "seed": 7, "algorithm": "fedavg",
+def test_the_hub_hears_the_drawn_clients_and_sends_to_those_drawn_next_and_to_all_last():
+    """Hub 2 and clients 0, 1, 3, 4, half drawn: seed 7 draws {0, 1}, {0, 1}, {1, 4}, {0, 3}
+    in rounds 1-4. Round r: the drawn clients send to the hub, the hub sends its aggregate
+    to the clients drawn for round r + 1 (they start it from the global state), and in the
+    last round to every client."""
+    config = from_dict({"nodes": 5, "rounds": 4, "seed": 7, "algorithm": "fedavg",
                         "participation": 0.5, "topology": {"kind": "star", "hub": 2}})
     static = build_graph(config)
     assert set(static.edges) == {(2, v) for v in (0, 1, 3, 4)} | {(v, 2) for v in (0, 1, 3, 4)}
     schedule = schedule_over(static, config)
-    for round_ in (1, 2):
-        drawn = schedule.chosen(round_)
-        assert len(drawn) == 2 and 2 not in drawn
-        assert set(schedule.graph(round_).edges) == ({(c, 2) for c in drawn}
-                                                     | {(2, c) for c in drawn})
-    drawn = schedule.chosen(3)
-    assert set(schedule.graph(3).edges) == {(c, 2) for c in drawn} | {(2, c) for c in
-                                                                      (0, 1, 3, 4)}
+    assert [sorted(schedule.chosen(r)) for r in range(1, 5)] == [[0, 1], [0, 1], [1, 4], [0, 3]]
+    assert [schedule.in_neighbours(r, 2) for r in range(1, 5)] == [[0, 1], [0, 1], [1, 4],
+                                                                    [0, 3]]
+    assert [schedule.out_neighbours(r, 2) for r in range(1, 5)] == [[0, 1], [1, 4], [0, 3],
+                                                                     [0, 1, 3, 4]]
+    # node 4, drawn for round 3 only: it hears the hub in round 2 and in the last round
+    assert [schedule.in_neighbours(r, 4) for r in range(1, 5)] == [[], [2], [], [2]]
+    assert [schedule.out_neighbours(r, 4) for r in range(1, 5)] == [[], [], [2], []]
+    for round_ in range(1, 5):
+        after = schedule.chosen(round_ + 1) if round_ < 4 else {0, 1, 3, 4}
+        assert set(schedule.graph(round_).edges) == ({(c, 2) for c in schedule.chosen(round_)}
+                                                     | {(2, c) for c in after})
 
 
 def test_a_graph_drawn_each_round_keeps_the_chosen_nodes_edges_and_the_scenarios_changes():

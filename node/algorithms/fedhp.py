@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from node.aggregation import aggregate_prototypes, nearest_prototype
+from node.aggregation import aggregate_prototypes, class_totals, nearest_prototype
 from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Refusal, Updates
 from node.algorithms.common import (
     build_role,
@@ -175,6 +175,8 @@ class FedHP(Algorithm):
                                              weight_decay=h.weight_decay)
         self.prototype_optimizer = torch.optim.Adam([self.prototypes], lr=h.prototype_lr)
         self.counts = torch.bincount(data.train_y.cpu(), minlength=data.num_classes)
+        # the samples behind the last aggregate, by class (a hub's payload)
+        self.aggregated_counts = torch.zeros_like(self.counts)
 
     def _loss_terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """Eq. (1) on a batch; backbone and prototypes both descend on it."""
@@ -192,6 +194,11 @@ class FedHP(Algorithm):
     def payload(self) -> dict[str, Payload]:
         return {"prototypes": prototype_payload(self.prototypes.detach(), self.counts)}
 
+    def served_payload(self) -> dict[str, Payload]:
+        """A hub's Eq. (5) aggregate: the classes its clients sent, with their counts summed."""
+        return {"prototypes": prototype_payload(self.prototypes.detach(),
+                                                self.aggregated_counts)}
+
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         num_classes, dim = self.prototypes.shape
         update = gather(own, received, self.node_id, num_classes, dim,
@@ -199,6 +206,7 @@ class FedHP(Algorithm):
                         norm_bound=self.config.aggregation.norm_bound)
         global_prototypes, known = aggregate_prototypes(
             update.prototypes, **self.config.aggregation.kwargs())
+        self.aggregated_counts = class_totals(update.prototypes)
         known = known.to(self.device)
         with torch.no_grad():
             self.prototypes[known] = global_prototypes.to(self.device,

@@ -48,6 +48,7 @@ from node.algorithms.common import (
     classify,
     local_sgd,
     new_optimizer,
+    prototype_payload,
 )
 from node.algorithms.fedproto_losses import fedproto_loss, paper_lambda
 from node.algorithms.prototype_base import PrototypeAlgorithm
@@ -88,6 +89,10 @@ class FedProto(PrototypeAlgorithm):
 
     def payload(self) -> dict[str, Payload]:
         return {"prototypes": self.local_prototype_payload()}
+
+    def served_payload(self) -> dict[str, Payload]:
+        """A hub's global prototypes with the class counts behind them (its clients')."""
+        return {"prototypes": prototype_payload(self.global_prototypes, self.global_counts)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
