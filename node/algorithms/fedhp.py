@@ -35,15 +35,18 @@ Choices and deviations:
   element-wise Gram matrix (no BLAS), so every process on the machine gets bit-identical
   anchors. The result is cast to float32. For C <= d + 1 the optimum is the regular
   simplex, L_U = -1/(C - 1); 1000 steps reach about -0.1108 of -0.1111 for C = 10.
-- Serverless aggregation: each node aggregates its own prototypes with its in-neighbours'.
+- Serverless aggregation: each node aggregates its own prototypes with its in-neighbours'
+  (a star with `topology.hub` is the paper's server: the hub aggregates the drawn clients'
+  and sends the result, `served_payload`, to the clients drawn next and, in the last
+  round, to all).
   Eq. (5) as printed, (1/K_t) sum_i (N_i^j / N_i) pi_i^j, has weights that do not sum to
   one and would shrink the prototypes; we use the normalised count-weighted mean
   sum_i N_i^j pi_i^j / sum_i N_i^j (`aggregate_prototypes`), which is the stated intent
   ("weighting their contribution according to the number of examples of each class").
   A node sends only the rows of classes it has samples of (with their counts); classes no
   contributor has keep the node's local prototype.
-- The paper's final personalisation step (one last local fit after the last round) is not
-  done: the runtime has no round after the last aggregation.
+- The paper's final personalisation step (one last local fit after the last round) is
+  `train.final_fit`, off by default.
 - The backbone's initial weights are the same on every node (seeded by ``config.seed``),
   as in the rest of protofed; the backbone itself never leaves the node.
 """

@@ -19,9 +19,10 @@ Paper: Tan et al., "FedProto: Federated Prototype Learning across Heterogeneous 
   the global prototypes (``nearest_prototype``).
 
 Deviations:
-- No server: every node aggregates its own prototypes with those of its in-neighbours that
-  arrived this round; with a fully connected topology every node holds the server's
-  global prototypes.
+- No server by default: every node aggregates its own prototypes with those of its
+  in-neighbours that arrived this round; with a fully connected topology every node holds
+  the server's global prototypes. A star with `topology.hub` is the paper's server: the
+  hub aggregates the drawn clients' prototypes and sends them (`served_payload`) on.
 - Local prototypes are computed after the round's local training, in eval mode, with the
   final local weights over the whole local train set (the paper's definition), not
   accumulated from the training mini-batches.
