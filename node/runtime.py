@@ -464,8 +464,9 @@ class Node:
         # one it does not reach keeps its state
         drawn = schedule is None or schedule.takes_part(round_, me)
         joining = (schedule is not None and schedule.joining(round_, me)) or not drawn
-        client = hub is not None and me != hub  # keeps what its server last sent until
-        # the hub sends again: it never aggregates its own payloads alone
+        # a hub's client keeps what the hub last sent it until the hub sends again: it never
+        # aggregates its own payloads alone
+        client = hub is not None and me != hub
         started = self.clock.monotonic()
         with self.profile.phase("train"):
             train_stats = {} if joining or me == hub else algorithm.train_round(round_)
