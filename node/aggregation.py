@@ -207,6 +207,11 @@ def local_prototypes(embeddings: torch.Tensor, labels: torch.Tensor,
     return means.to(embeddings.dtype), counts
 
 
+def class_totals(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Per class, the samples behind (prototypes, counts) contributions: the counts summed."""
+    return torch.stack([counts.to(torch.int64) for _, counts in contributions]).sum(dim=0)
+
+
 def aggregate_prototypes(contributions: Sequence[tuple[torch.Tensor, torch.Tensor]],
                          rule: str = "mean", trim_fraction: float = 0.2,
                          ) -> tuple[torch.Tensor, torch.Tensor]:

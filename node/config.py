@@ -361,9 +361,10 @@ def _check_topology(c: FederationConfig, source: str) -> None:
            f"{', '.join((*RESAMPLED_KINDS, *PER_ROUND_KINDS))}, not {c.topology.kind!r}")
 
 
-# Algorithms whose payload after aggregation is the aggregate itself, so a hub can send
-# it back to its clients.
-HUB_ALGORITHMS = ("fedavg",)
+# Algorithms a hub can serve: what they exchange is one kind a hub aggregates and sends
+# back (Algorithm.served_payload). ProFe, FedPR and FedProc also exchange prototypes each
+# node computes on its own data from the model it aggregated, which a hub has none of.
+HUB_ALGORITHMS = ("fedavg", "fedproto", "fedhp")
 
 
 def _check_hub(c: FederationConfig, source: str) -> None:
@@ -380,8 +381,8 @@ def _check_hub(c: FederationConfig, source: str) -> None:
     _check(0 <= hub < c.nodes, source, "topology.hub",
            f"must be a node id in 0..{c.nodes - 1}, got {hub}")
     _check(c.algorithm in HUB_ALGORITHMS, source, "topology.hub",
-           f"needs algorithm {' or '.join(map(repr, HUB_ALGORITHMS))} (a hub sends back what "
-           "it aggregated; the prototype methods send prototypes of their own training data, "
+           f"needs algorithm {', '.join(map(repr, HUB_ALGORITHMS))} (ProFe, FedPR and "
+           "FedProc send a model and prototypes each node computes from it on its own data, "
            f"which a hub has none of), got {c.algorithm!r}")
     _check(c.aggregation.rule == "mean", source, "topology.hub",
            "needs aggregation.rule = \"mean\" (a client adopts the hub's model; the other "

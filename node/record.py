@@ -33,6 +33,8 @@ class RoundRecord:
     local_test: Evaluation = field(default_factory=Evaluation)
     global_test: Evaluation = field(default_factory=Evaluation)
     train: dict[str, float] = field(default_factory=dict)
+    # train.final_fit, the last round: the statistics of the fit after the aggregation
+    final_fit: dict[str, float] | None = None
     train_seconds: float = 0.0
     communication_seconds: float = 0.0
     aggregation_seconds: float = 0.0

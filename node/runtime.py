@@ -460,9 +460,13 @@ class Node:
         recipients = schedule.out_neighbours(round_, me) if schedule else None
         # a node joining late trains nothing in its first round: it only listens, and
         # starts from its in-neighbours' models and prototypes; so does a node not drawn
-        # this round that the hub's last round reaches (one it does not reach keeps its state)
+        # this round that the hub reaches (drawn for the next round, or the last round);
+        # one it does not reach keeps its state
         drawn = schedule is None or schedule.takes_part(round_, me)
         joining = (schedule is not None and schedule.joining(round_, me)) or not drawn
+        # a hub's client keeps what the hub last sent it until the hub sends again: it never
+        # aggregates its own payloads alone
+        client = hub is not None and me != hub
         started = self.clock.monotonic()
         with self.profile.phase("train"):
             train_stats = {} if joining or me == hub else algorithm.train_round(round_)
@@ -486,20 +490,36 @@ class Node:
             communicated = self.clock.monotonic()
             if joining or hub in received:  # a hub's clients adopt its model
                 own = weightless(own, samples=0 if hub in received else 1)
-            if received or not joining:
+            if received or not (joining or client):
                 with self.profile.phase("aggregation"):
                     refusals += [r.as_record() for r in algorithm.aggregate(own, received)]
             del updates, received  # the neighbours' messages, before the next wait
             if me == hub:
                 clients = data.plan.samples[me] if data.plan else 1
-                self._send(round_, kinds, speaking_for(algorithm.payload(), clients), recipients)
+                self._send(round_, kinds, speaking_for(algorithm.served_payload(), clients),
+                           recipients)
             timings["communication_seconds"] += communicated - step_started
             timings["aggregation_seconds"] += self.clock.monotonic() - communicated
+        fit = self._final_fit(round_, algorithm, data, timings)
         record = self._round_record(round_, algorithm, data, peers, train_stats, timings,
                                     sorted(missing), refusals)
+        record.final_fit = fit
         if schedule is not None and schedule.participation.partial:
             record.participants = sorted(schedule.chosen(round_))
         return record
+
+    def _final_fit(self, round_: int, algorithm: Algorithm, data: NodeData,
+                   timings: dict) -> dict[str, float] | None:
+        """train.final_fit: one more local round after the last aggregation, on a node with
+        training data (not a hub), before the last evaluation; its statistics."""
+        if not (self.config.train.final_fit and round_ == self.config.rounds
+                and len(data.train_y)):
+            return None
+        started = self.clock.monotonic()
+        with self.profile.phase("train"):
+            stats = algorithm.train_round(round_ + 1)  # a shuffle of its own
+        timings["train_seconds"] += self.clock.monotonic() - started
+        return stats
 
     def _send(self, round_: int, kinds: tuple[str, ...], payloads: dict[str, Payload],
               recipients: list[int] | None) -> None:

@@ -56,9 +56,10 @@ class TopologyConfig:
     epidemic and one_peer_exponential change every round unless N says otherwise)."""
     hub: int | None = None
     """`star` only: the centre node, made a hub that holds no data and does not train: it
-    averages what the clients drawn each round send it and sends the result back, which
-    they adopt (a FedAvg server; see Topologies); unset: a star centred on node 0 that
-    trains like any node."""
+    aggregates what the clients drawn each round send it and sends the result to the
+    clients drawn for the next round (to all in the last), which adopt it (a FedAvg,
+    FedProto or FedHP server; see Topologies); unset: a star centred on node 0 that trains
+    like any node."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,10 @@ class TrainConfig:
 
     epochs: int = 1
     """Local epochs per round."""
+    final_fit: bool = False
+    """After the last round's aggregation, every node with training data trains one more
+    local round on it before the last evaluation (the personalised FL of FedHP's protocol:
+    the clients fit the global model they received); it sends nothing."""
     batch_size: int = 64
     """Training batch size."""
     optimizer: str = "sgd"

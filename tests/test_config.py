@@ -99,12 +99,18 @@ HUB = "algorithm = 'fedavg'\n[topology]\nkind = 'star'\nhub = 0\n"
      "must be a node id in 0..4, got 5"),
     ("algorithm = 'fedavg'\n[topology]\nkind = 'star'\nhub = -1", "topology.hub",
      "must be a node id in 0..4, got -1"),
-    ("[topology]\nkind = 'star'\nhub = 0", "topology.hub", "needs algorithm 'fedavg'"),
+    ("[topology]\nkind = 'star'\nhub = 0", "topology.hub",
+     "needs algorithm 'fedavg', 'fedproto', 'fedhp' (ProFe, FedPR and FedProc send a model"),
+    ("algorithm = 'fedproc'\n[topology]\nkind = 'star'\nhub = 0", "topology.hub",
+     "got 'fedproc'"),
+    ("algorithm = 'fedpr'\n[topology]\nkind = 'star'\nhub = 0", "topology.hub", "got 'fedpr'"),
     ("algorithm = 'fedavg'\nnodes = 1\n[topology]\nkind = 'star'\nhub = 0", "topology.hub",
      "at least one client"),
     (HUB + "[aggregation]\nrule = 'median'", "topology.hub", 'needs aggregation.rule = "mean"'),
     (HUB + "[aggregation]\nuse_plan = false", "topology.hub", "needs the federation's data plan"),
     (HUB + "[data]\nlayout = 'per-node'", "topology.hub", "needs the federation's data plan"),
+    ("[train]\nfinal_fit = 'yes'", "train.final_fit", "must be true or false, got 'yes'"),
+    ("[train]\nfinal_fit = 1", "train.final_fit", "must be true or false, got 1"),
 ])
 def test_bad_participation_and_hub_are_named_in_one_line(tmp_path, text, key, words):
     path = write(tmp_path, text)
@@ -112,6 +118,15 @@ def test_bad_participation_and_hub_are_named_in_one_line(tmp_path, text, key, wo
         load(path)
     message = str(caught.value)
     assert message.startswith(f"{path}: {key} ") and words in message and "\n" not in message
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedproto", "fedhp"])
+def test_a_hub_serves_fedavg_fedproto_and_fedhp_and_the_final_fit_is_off_by_default(
+        tmp_path, algorithm):
+    config = load(write(tmp_path, f"algorithm = '{algorithm}'\nparticipation = 0.1\n"
+                                  "[topology]\nkind = 'star'\nhub = 0\n"))
+    assert (config.topology.hub, config.train.final_fit) == (0, False)
+    assert load(write(tmp_path, "[train]\nfinal_fit = true\n")).train.final_fit is True
 
 
 def test_a_topology_that_disconnects_the_graph_is_refused(tmp_path):

@@ -41,10 +41,11 @@ def test_int16_sends_about_half_the_model_bytes_of_fp32(federations):
 def test_a_hub_star_at_a_tenth_participation_moves_the_bytes_a_hand_count_predicts(
         data_dir, tmp_path):
     """A hub (node 0, no data) and 10 FedAvg clients, one drawn per round for 3 rounds: each
-    round the drawn client sends the hub one model and gets one back, and in the last round
-    the hub sends its model to all 10. So the hub sends (3 - 1 + 10) x its message and
-    receives 3 client messages; a client sends one model per round it is drawn and receives
-    one per such round, plus the last round's; int16 models are 2 bytes a parameter."""
+    round the drawn client sends the hub one model, and the hub sends its average to the
+    client drawn for the next round (it starts from it) or, in the last round, to all 10.
+    So the hub sends (3 - 1 + 10) x its message and receives 3 client messages; a client
+    sends one model per round it is drawn and receives one per round it is drawn after the
+    first, plus the last round's; int16 models are 2 bytes a parameter."""
     from topology.participation import chosen
 
     rounds, clients = 3, 10
@@ -61,12 +62,12 @@ def test_a_hub_star_at_a_tenth_participation_moves_the_bytes_a_hand_count_predic
     def model_bytes(record, key):
         return {int(p): kinds["model"] for p, kinds in record[key].items() if "model" in kinds}
 
-    hub_message = model_bytes(hub["rounds"][1], "bytes_sent_by_peer")[drawn[0]]
+    hub_message = model_bytes(hub["rounds"][1], "bytes_sent_by_peer")[drawn[1]]
     parameters = nodes[0]["model_parameters"]
     assert 0 <= hub_message - 2 * parameters < 1024  # int16 tensors plus headers
     for r, client in enumerate(drawn, start=1):
         record = hub["rounds"][r]
-        down = range(1, 1 + clients) if r == rounds else [client]
+        down = range(1, 1 + clients) if r == rounds else [drawn[r]]
         assert model_bytes(record, "bytes_sent_by_peer") == dict.fromkeys(down, hub_message)
         assert set(model_bytes(record, "bytes_received_by_peer")) == {client}
         assert record["missing_peers"] == []
@@ -80,7 +81,11 @@ def test_a_hub_star_at_a_tenth_participation_moves_the_bytes_a_hand_count_predic
         client_messages |= {r: s[0] for r, s in enumerate(sent, start=1) if s}
         assert all(0 <= s[0] - 2 * parameters < 1024 for s in sent if s)
         assert node["bytes_received_by_kind"]["model"] == (
-            times - (drawn[-1] == me) + 1) * hub_message, me
+            drawn[1:].count(me) + 1) * hub_message, me
+        heard = [r for r, record in enumerate(node["rounds"][1:], start=1)
+                 if model_bytes(record, "bytes_received_by_peer")]
+        assert heard == sorted({r - 1 for r in range(2, 1 + rounds) if drawn[r - 1] == me}
+                               | {rounds}), me
     assert hub["bytes_received_by_kind"]["model"] == sum(client_messages.values())
     # every client ends on the model the hub sent them all in the last round
     assert len({n["rounds"][-1]["model_sketch"] for n in nodes[1:]}) == 1

@@ -178,6 +178,27 @@ def test_aggregate_by_hand_and_rejects_malformed_peers():
     assert torch.allclose(node.prototypes.detach(), expected)
 
 
+def test_a_hub_serves_the_aggregated_prototypes_of_the_classes_its_clients_sent():
+    """A hub (no data) aggregating two clients sends Eq. (5)'s means with the counts summed;
+    a class no client sent is not served (its clients keep their own)."""
+    hub = synthetic_node("fedhp", tiny_data(samples=0, classes=4, test=0), seed=3)
+    assert hub.served_payload()["prototypes"].tensors["classes"].numel() == 0
+    ones = torch.ones(8)
+
+    def client(protos, classes, counts):
+        return {"prototypes": Payload({"prototypes": protos, "classes": torch.tensor(classes),
+                                       "counts": torch.tensor(counts)})}
+
+    received = {1: client(torch.stack([1 * ones, 2 * ones]), [0, 1], [2, 1]),
+                2: client(torch.stack([4 * ones, 5 * ones]), [1, 2], [3, 1])}
+    assert hub.aggregate(hub.payload(), received) == []
+    served = hub.served_payload()["prototypes"].tensors
+    # class 0: client 1's, 2 samples; class 1: (1 * 2 + 3 * 4) / 4 = 3.5 from 4; class 2:
+    # client 2's, 1 sample; class 3: nobody's
+    assert served["classes"].tolist() == [0, 1, 2] and served["counts"].tolist() == [2, 4, 1]
+    assert torch.allclose(served["prototypes"], torch.stack([1 * ones, 3.5 * ones, 5 * ones]))
+
+
 def test_predict_is_the_nearest_prototype():
     node = fedhp_node()
     node.train_round(1)

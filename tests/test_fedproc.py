@@ -62,6 +62,11 @@ def test_alpha_schedule_follows_algorithm_1():
         alpha_schedule(5, 4)
 
 
+def test_the_final_fit_after_the_last_round_keeps_the_last_rounds_alpha():
+    # train.final_fit trains round rounds + 1 = 5 of 4: alpha stays 1 - 3/4
+    assert fedproc_node().train_round(5)["alpha"] == 0.25
+
+
 def test_total_loss_mixes_gpc_and_cross_entropy_by_alpha():
     # logits (0, log 3), label 1: CE = -log(3/4) = log(4/3) = 0.28768
     # z = (0, 2), label 1: gpc = log(2 + e) - 1 = 0.55144

@@ -8,6 +8,7 @@ import torch
 from node.aggregation import nearest_prototype
 from node.algorithms import create
 from node.algorithms.base import Payload
+from node.algorithms.common import weightless
 from node.algorithms.fedproto import FedProto
 from node.algorithms.fedproto_losses import fedproto_loss, paper_lambda
 from node.runtime import load_node_data
@@ -97,6 +98,31 @@ def test_aggregate_gives_count_weighted_global_prototypes():
         embeddings = algorithm.model(data.global_x)[1]
     assert torch.equal(algorithm.predict(data.global_x),
                        nearest_prototype(embeddings, expected, algorithm.known))
+
+
+def test_a_hub_serves_the_global_prototypes_with_their_counts_and_a_client_adopts_them():
+    """A hub (no data: no class of its own) aggregating two clients sends their count-weighted
+    means with the counts summed, not its empty local prototypes; a client whose own
+    prototypes weigh nothing (runtime: weightless) takes them as its global ones."""
+    config = tiny_config(norm_bound=0, validation=0)
+    hub = create("fedproto", config, tiny_data(samples=0), CPU, 0)
+    assert hub.served_payload()["prototypes"].tensors["classes"].numel() == 0
+    first, second = hand_prototypes()
+    assert hub.aggregate(hub.payload(), {1: {"prototypes": first},
+                                         2: {"prototypes": second}}) == []
+    served = hub.served_payload()["prototypes"]
+    # class 0: (2 * 1 + 1 * 4) / 3 = 2 from 2 + 1 samples; class 1: the first's alone (1
+    # sample); class 2: the second's alone (3 samples)
+    expected = torch.tensor([[2.0, 2.0, 2.0, 2.0], [0.0, 2.0, 0.0, 2.0], [1.0, 0.0, 1.0, 0.0]])
+    assert served.tensors["classes"].tolist() == [0, 1, 2]
+    assert served.tensors["counts"].tolist() == [3, 1, 3]
+    assert torch.allclose(served.tensors["prototypes"], expected)
+    client = create("fedproto", config, tiny_data(), CPU, 1)
+    client.train_round(1)
+    assert client.aggregate(weightless(client.payload(), samples=0),
+                            {0: as_received({"prototypes": served})}) == []
+    assert torch.allclose(client.global_prototypes, expected)
+    assert client.known.tolist() == [True, True, True]
 
 
 def test_malformed_prototypes_are_rejected():

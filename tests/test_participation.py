@@ -2,10 +2,12 @@
 federation in one process does with them on real MNIST."""
 
 import pytest
+import torch
 
+from node.algorithms import create
 from node.config import from_dict
 from node.topology_settings import build_graph, schedule_over
-from tests.helpers import mnist_config, run_in_process
+from tests.helpers import CPU, mnist_config, run_in_process, synthetic_node, tiny_data
 from topology import fully_connected, ring
 from topology.participation import Participation, chosen, chosen_count
 from topology.schedule import Drawing, Event, build_schedule
@@ -54,20 +56,48 @@ def test_only_edges_between_chosen_nodes_carry_a_round():
         assert schedule.chosen(round_) == drawn
 
 
-def test_a_hub_star_links_the_hub_with_the_chosen_clients_and_with_all_in_the_last_round():
-    config = from_dict({"nodes": 5, "rounds": 3, "seed": 7, "algorithm": "fedavg",
+def test_the_hub_hears_the_drawn_clients_and_sends_to_those_drawn_next_and_to_all_last():
+    """Hub 2 and clients 0, 1, 3, 4, half drawn: seed 7 draws {0, 1}, {0, 1}, {1, 4}, {0, 3}
+    in rounds 1-4. Round r: the drawn clients send to the hub, the hub sends its aggregate
+    to the clients drawn for round r + 1 (they start it from the global state), and in the
+    last round to every client."""
+    config = from_dict({"nodes": 5, "rounds": 4, "seed": 7, "algorithm": "fedavg",
                         "participation": 0.5, "topology": {"kind": "star", "hub": 2}})
     static = build_graph(config)
     assert set(static.edges) == {(2, v) for v in (0, 1, 3, 4)} | {(v, 2) for v in (0, 1, 3, 4)}
     schedule = schedule_over(static, config)
-    for round_ in (1, 2):
-        drawn = schedule.chosen(round_)
-        assert len(drawn) == 2 and 2 not in drawn
-        assert set(schedule.graph(round_).edges) == ({(c, 2) for c in drawn}
-                                                     | {(2, c) for c in drawn})
-    drawn = schedule.chosen(3)
-    assert set(schedule.graph(3).edges) == {(c, 2) for c in drawn} | {(2, c) for c in
-                                                                      (0, 1, 3, 4)}
+    assert [sorted(schedule.chosen(r)) for r in range(1, 5)] == [[0, 1], [0, 1], [1, 4], [0, 3]]
+    assert [schedule.in_neighbours(r, 2) for r in range(1, 5)] == [[0, 1], [0, 1], [1, 4],
+                                                                    [0, 3]]
+    assert [schedule.out_neighbours(r, 2) for r in range(1, 5)] == [[0, 1], [1, 4], [0, 3],
+                                                                     [0, 1, 3, 4]]
+    # node 4, drawn for round 3 only: it hears the hub in round 2 and in the last round
+    assert [schedule.in_neighbours(r, 4) for r in range(1, 5)] == [[], [2], [], [2]]
+    assert [schedule.out_neighbours(r, 4) for r in range(1, 5)] == [[], [], [2], []]
+    for round_ in range(1, 5):
+        after = schedule.chosen(round_ + 1) if round_ < 4 else {0, 1, 3, 4}
+        assert set(schedule.graph(round_).edges) == ({(c, 2) for c in schedule.chosen(round_)}
+                                                     | {(2, c) for c in after})
+
+
+def weights(node):
+    """The node's model's tensors (FedHP's backbone, with its prototypes)."""
+    model = node.net if node.name == "fedhp" else node.model
+    extra = [node.prototypes.detach()] if node.name == "fedhp" else []
+    return [*model.state_dict().values(), *extra]
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedproto", "fedhp"])
+def test_the_hub_and_every_client_start_from_the_same_seeded_state(algorithm):
+    """Round 1's drawn clients start from the shared initial state: every node builds its
+    model from the seed alone, whatever its id and data (the hub has none)."""
+    hub = synthetic_node(algorithm, tiny_data(samples=0, test=0), seed=5)
+    client = synthetic_node(algorithm, tiny_data(samples=30, seed=1), seed=5)
+    third = create(algorithm, client.config, client.data, CPU, node_id=3)
+    other_seed = synthetic_node(algorithm, client.data, seed=6)
+    for node in (client, third):
+        assert all(map(torch.equal, weights(node), weights(hub)))
+    assert not all(map(torch.equal, weights(other_seed), weights(hub)))
 
 
 def test_a_graph_drawn_each_round_keeps_the_chosen_nodes_edges_and_the_scenarios_changes():
@@ -121,3 +151,39 @@ def test_on_a_full_graph_only_the_chosen_nodes_train_and_send_and_nobody_waits_f
                 assert record["train"] == {} and sent == {}
                 assert payload_bytes(record["bytes_received_by_peer"]) == {}
                 assert record["model_sketch"] == before["model_sketch"]  # its state kept
+
+
+def bytes_and_f1(record):
+    """A round's bytes by peer and kind, and its local and global F1."""
+    return (record["bytes_sent_by_peer"], record["bytes_received_by_peer"],
+            record["local_test"]["f1"], record["global_test"]["f1"])
+
+
+def test_the_final_fit_changes_the_last_rounds_f1_and_no_byte(data_dir, tmp_path):
+    """FedProto with a hub (node 0) and four clients, half drawn: with train.final_fit every
+    client trains once more after the last aggregation and is evaluated after it, so its
+    last F1 differs from the same run's without the fit; every byte, every earlier round and
+    the hub (no data: no fit) are the same."""
+    runs = {}
+    for fit in (False, True):
+        config = mnist_config(data_dir, 1000, name=f"fit{fit}", nodes=5, rounds=3, seed=7,
+                              algorithm="fedproto", participation=0.5,
+                              topology={"kind": "star", "hub": 0},
+                              train={"threads": 1, "final_fit": fit})
+        (tmp_path / str(fit)).mkdir()
+        runs[fit] = run_in_process(config, tmp_path / str(fit))
+        assert [n["status"] for n in runs[fit]] == ["finished"] * 5
+    for plain, fitted in zip(runs[False], runs[True], strict=True):
+        assert [bytes_and_f1(r) for r in plain["rounds"][:-1]] == [
+            bytes_and_f1(r) for r in fitted["rounds"][:-1]]
+        assert bytes_and_f1(plain["rounds"][-1])[:2] == bytes_and_f1(fitted["rounds"][-1])[:2]
+        assert (plain["bytes_sent"], plain["bytes_received"]) == (fitted["bytes_sent"],
+                                                                   fitted["bytes_received"])
+        assert plain["rounds"][-1]["final_fit"] is None
+    hub, clients = runs[True][0], runs[True][1:]
+    assert hub["rounds"][-1]["final_fit"] is None
+    assert bytes_and_f1(hub["rounds"][-1]) == bytes_and_f1(runs[False][0]["rounds"][-1])
+    assert all(set(c["rounds"][-1]["final_fit"]) >= {"loss", "ce_loss", "proto_loss"}
+               for c in clients)
+    assert all(c["rounds"][-1]["local_test"]["f1"] != p["rounds"][-1]["local_test"]["f1"]
+               for c, p in zip(clients, runs[False][1:], strict=True))

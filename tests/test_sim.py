@@ -279,18 +279,22 @@ def test_a_sim_of_fewer_nodes_than_start_the_arenas_still_counts_what_a_node_add
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("algorithm, final_fit", [("fedavg", False), ("fedproto", False),
+                                                  ("fedhp", True)])
 def test_a_hub_star_at_half_participation_runs_alike_on_local_processes_and_the_sim(
-        tmp_path, data_dir):
-    """A hub (node 0) and four FedAvg clients, two drawn per round: real processes and the
-    sim give every node the same bytes by round, peer and kind and the same F1; only the
-    drawn clients train, the hub trains none, and nobody waits for a client not drawn."""
+        tmp_path, data_dir, algorithm, final_fit):
+    """A hub (node 0) and four clients, two drawn per round: real processes and the sim
+    give every node the same bytes by round, peer and kind and the same F1 (FedHP's after
+    the final fit); only the drawn clients train, the hub trains none, and nobody waits for
+    a client not drawn."""
     runs = {}
     for backend in ("local", "sim"):
         (tmp_path / backend).mkdir()
         options = ("--backend", backend, "--set", "train.threads=1", "--set",
-                   "participation=0.5", "--set", "deploy.memory=512m")
+                   "participation=0.5", "--set", "deploy.memory=512m", "--set",
+                   f"train.final_fit={str(final_fit).lower()}")
         done, _, nodes = run_federation(tmp_path / backend, data_dir, backend, nodes=5,
-                                        rounds=3, algorithm="fedavg", topology="star",
+                                        rounds=3, algorithm=algorithm, topology="star",
                                         topology_extra="hub = 0", options=options)
         assert done.returncode == 0, done.stderr
         assert [n["status"] for n in nodes] == ["finished"] * 5
@@ -305,3 +309,4 @@ def test_a_hub_star_at_half_participation_runs_alike_on_local_processes_and_the_
             record = node["rounds"][round_]
             assert record["participants"] == drawn and record["missing_peers"] == []
             assert bool(record["train"]) == (node["node"] in drawn)
+    assert [bool(n["rounds"][-1]["final_fit"]) for n in nodes] == [False] + [final_fit] * 4

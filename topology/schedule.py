@@ -268,10 +268,11 @@ class Schedule:
 
     def _carries(self, round_: int, u: int, v: int) -> bool:
         """Whether edge u -> v moves anything in round `round_` under partial participation:
-        both ends take part, or it is the hub's to any client in the last round."""
-        hub = self.participation.hub
-        return self.takes_part(round_, u) and (self.takes_part(round_, v)
-                                               or (u == hub and round_ == self.rounds))
+        both ends take part; from the hub, to the clients drawn for the next round (they
+        start it from the hub's aggregate) and to every client in the last round."""
+        if u == self.participation.hub:
+            return round_ == self.rounds or v in self.chosen(round_ + 1)
+        return self.takes_part(round_, u) and self.takes_part(round_, v)
 
     def chosen(self, round_: int) -> frozenset[int]:
         """The nodes other than the hub drawn to train and send in round `round_`."""

@@ -145,6 +145,11 @@ class Algorithm(abc.ABC):
     def payload(self) -> dict[str, Payload]:
         """What this node would send to its out-neighbours now, by kind."""
 
+    def served_payload(self) -> dict[str, Payload]:
+        """What a hub (topology.hub) sends its clients after aggregating their updates, by
+        kind; by default what it would send now (a model's aggregate is its model)."""
+        return self.payload()
+
     def addressed(self, kind: str, payload: Payload,
                   recipients: Sequence[int]) -> list[tuple[Payload, Sequence[int]]]:
         """Who gets which payload of `kind`: an honest node sends every recipient the same

@@ -13,7 +13,7 @@ Deviations:
   in-neighbours that arrived this round (weights = their training-sample counts), so a
   fully connected topology gives every node the server's average and sparser ones a gossip
   average. A star with `topology.hub` is the paper's client/server: the hub averages the
-  drawn clients' models and they adopt its average.
+  drawn clients' models and the clients drawn next adopt its average before they train.
 - Every client trains every round unless `participation` (the paper's fraction C) is below
   1: then the drawn nodes only, the same draw on every node.
 - The model is the teacher-role model of [model] (single-model algorithm); all nodes must

@@ -35,15 +35,18 @@ Choices and deviations:
   element-wise Gram matrix (no BLAS), so every process on the machine gets bit-identical
   anchors. The result is cast to float32. For C <= d + 1 the optimum is the regular
   simplex, L_U = -1/(C - 1); 1000 steps reach about -0.1108 of -0.1111 for C = 10.
-- Serverless aggregation: each node aggregates its own prototypes with its in-neighbours'.
+- Serverless aggregation: each node aggregates its own prototypes with its in-neighbours'
+  (a star with `topology.hub` is the paper's server: the hub aggregates the drawn clients'
+  and sends the result, `served_payload`, to the clients drawn next and, in the last
+  round, to all).
   Eq. (5) as printed, (1/K_t) sum_i (N_i^j / N_i) pi_i^j, has weights that do not sum to
   one and would shrink the prototypes; we use the normalised count-weighted mean
   sum_i N_i^j pi_i^j / sum_i N_i^j (`aggregate_prototypes`), which is the stated intent
   ("weighting their contribution according to the number of examples of each class").
   A node sends only the rows of classes it has samples of (with their counts); classes no
   contributor has keep the node's local prototype.
-- The paper's final personalisation step (one last local fit after the last round) is not
-  done: the runtime has no round after the last aggregation.
+- The paper's final personalisation step (one last local fit after the last round) is
+  `train.final_fit`, off by default.
 - The backbone's initial weights are the same on every node (seeded by ``config.seed``),
   as in the rest of protofed; the backbone itself never leaves the node.
 """
@@ -57,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from node.aggregation import aggregate_prototypes, nearest_prototype
+from node.aggregation import aggregate_prototypes, class_totals, nearest_prototype
 from node.algorithms.base import PROTOTYPE, Algorithm, NodeData, Payload, Refusal, Updates
 from node.algorithms.common import (
     build_role,
@@ -175,6 +178,8 @@ class FedHP(Algorithm):
                                  weight_decay=h.weight_decay)
         self.prototype_optimizer = Adam([self.prototypes], lr=h.prototype_lr)
         self.counts = torch.bincount(data.train_y.cpu(), minlength=data.num_classes)
+        # the samples behind the last aggregate, by class (a hub's payload)
+        self.aggregated_counts = torch.zeros_like(self.counts)
 
     def _loss_terms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """Eq. (1) on a batch; backbone and prototypes both descend on it."""
@@ -192,6 +197,11 @@ class FedHP(Algorithm):
     def payload(self) -> dict[str, Payload]:
         return {"prototypes": prototype_payload(self.prototypes.detach(), self.counts)}
 
+    def served_payload(self) -> dict[str, Payload]:
+        """A hub's Eq. (5) aggregate: the classes its clients sent, with their counts summed."""
+        return {"prototypes": prototype_payload(self.prototypes.detach(),
+                                                self.aggregated_counts)}
+
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         num_classes, dim = self.prototypes.shape
         update = gather(own, received, self.node_id, num_classes, dim,
@@ -199,6 +209,7 @@ class FedHP(Algorithm):
                         norm_bound=self.config.aggregation.norm_bound)
         global_prototypes, known = aggregate_prototypes(
             update.prototypes, **self.config.aggregation.kwargs())
+        self.aggregated_counts = class_totals(update.prototypes)
         known = known.to(self.device)
         with torch.no_grad():
             self.prototypes[known] = global_prototypes.to(self.device,

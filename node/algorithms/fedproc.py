@@ -157,7 +157,8 @@ class FedProc(Algorithm):
             self._compute_local_prototypes()
             self.global_prototypes = self.local_prototypes.to(self.device)
             self.known = (self.local_counts > 0).to(self.device)
-        alpha = alpha_schedule(round_, self.config.rounds)
+        # train.final_fit trains once more after the last round: at the last round's alpha
+        alpha = alpha_schedule(min(round_, self.config.rounds), self.config.rounds)
         # zeros keep every key when there is nothing to train on
         stats = {"loss": 0.0, "gpc_loss": 0.0, "ce_loss": 0.0} | local_sgd(
             (self.net,), {"loss": (self.optimizer,)}, self.data, self.config, self.node_id,

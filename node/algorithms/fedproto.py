@@ -19,9 +19,10 @@ Paper: Tan et al., "FedProto: Federated Prototype Learning across Heterogeneous 
   the global prototypes (``nearest_prototype``).
 
 Deviations:
-- No server: every node aggregates its own prototypes with those of its in-neighbours that
-  arrived this round; with a fully connected topology every node holds the server's
-  global prototypes.
+- No server by default: every node aggregates its own prototypes with those of its
+  in-neighbours that arrived this round; with a fully connected topology every node holds
+  the server's global prototypes. A star with `topology.hub` is the paper's server: the
+  hub aggregates the drawn clients' prototypes and sends them (`served_payload`) on.
 - Local prototypes are computed after the round's local training, in eval mode, with the
   final local weights over the whole local train set (the paper's definition), not
   accumulated from the training mini-batches.
@@ -48,6 +49,7 @@ from node.algorithms.common import (
     classify,
     local_sgd,
     new_optimizer,
+    prototype_payload,
 )
 from node.algorithms.fedproto_losses import fedproto_loss, paper_lambda
 from node.algorithms.prototype_base import PrototypeAlgorithm
@@ -88,6 +90,10 @@ class FedProto(PrototypeAlgorithm):
 
     def payload(self) -> dict[str, Payload]:
         return {"prototypes": self.local_prototype_payload()}
+
+    def served_payload(self) -> dict[str, Payload]:
+        """A hub's global prototypes with the class counts behind them (its clients')."""
+        return {"prototypes": prototype_payload(self.global_prototypes, self.global_counts)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gather(own, received, self.node_id, self.data.num_classes, self.dim,

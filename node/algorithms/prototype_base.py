@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from node.aggregation import aggregate_prototypes
+from node.aggregation import aggregate_prototypes, class_totals
 from node.algorithms.base import Algorithm, Payload, Refusal, Updates
 from node.algorithms.common import (
     adopt,
@@ -32,6 +32,7 @@ class PrototypeAlgorithm(Algorithm):
         self.known = torch.zeros(classes, dtype=torch.bool, device=self.device)
         self.local_prototypes = torch.zeros(classes, dim)
         self.local_counts = torch.zeros(classes, dtype=torch.int64)
+        self.global_counts = torch.zeros(classes, dtype=torch.int64)  # the samples behind them
 
     def refresh_local_prototypes(self, model: nn.Module) -> None:
         """The class means of `model`'s embeddings over the local train set (kept as they
@@ -56,6 +57,7 @@ class PrototypeAlgorithm(Algorithm):
         prototypes, known = self.combine(contributions, **self.config.aggregation.kwargs())
         self.global_prototypes = prototypes.to(self.device)
         self.known = known.to(self.device)
+        self.global_counts = class_totals(contributions)
 
 
 class ModelAndPrototypes(PrototypeAlgorithm):
