@@ -100,7 +100,14 @@ def render(cells: list[dict]) -> str:
     """report.md: Table 1 beside ours, then what each client sent and received."""
     rows: dict[str, dict[str, list[float]]] = {}
     paper_key: dict[str, str] = {}
-    for cell in sorted(cells, key=lambda c: (c["hub"] is None, c["algorithm"], c["seed"])):
+    order = list(ALGORITHM_LABELS)  # the paper's rows: FedAvg, FedProto, FedHP
+
+    def place(cell: dict) -> tuple:
+        known = cell["algorithm"] in order
+        return (cell["hub"] is None, not known,
+                order.index(cell["algorithm"]) if known else 0, cell["algorithm"],
+                cell["seed"])
+    for cell in sorted(cells, key=place):
         name = row_name(cell)
         rows.setdefault(name, {}).setdefault(cell["partition"], []).append(
             client_accuracy(cell))

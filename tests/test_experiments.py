@@ -754,3 +754,5 @@ def test_the_fedhp_protocol_table_sets_the_clients_mean_accuracy_beside_the_pape
     assert "| FedProto | 81.00 (1 seed) | 84.40 ± 0.67 | -3.40 * |" in table
     assert "| FedHP, fully_connected, no server | 96.00 (1 seed) | 96.04 ± 0.14 | -0.04 |" in table
     assert "| FedAvg | IID | 100 | 300 | 900 | 300 |" in table
+    rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| Fed")]
+    assert rows[:3] == ["| FedAvg", "| FedProto", "| FedHP, fully_connected, no server"]
