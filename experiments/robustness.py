@@ -52,7 +52,7 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # samples of the peer's classes by half the cut this node's own round made on its own).
 # Every screen named in each, so that a change of default does not change a defence.
 OFF = {"validation": 0.0, "distance": 0.0, "distance_refuse": 1.0, "influence": 0.0,
-       "prototype_validation": False, "unjudged": "keep"}
+       "prototype_validation": False, "unjudged": "keep", "claim_cap": 2.0}
 DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "validated": {**OFF, "rule": "mean", "validation": 0.5},
             "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},
@@ -70,6 +70,8 @@ DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
                              "influence": 1.5}}
 # guarded_wide holding out the models no screen can judge (aggregation.unjudged = "hold")
 DEFENCES["held"] = {**DEFENCES["guarded_wide"], "unjudged": "hold"}
+# guarded_wide weighing no claim above the median claim (aggregation.claim_cap = 1)
+DEFENCES["capped"] = {**DEFENCES["guarded_wide"], "claim_cap": 1.0}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
 # The defences the default is chosen among on every split, with and without the plan (the
@@ -458,7 +460,9 @@ def render(results: dict, command: str) -> str:
              "(`clipped2` with prototype validation and the influence screen at 1.5) and "
              "`guarded_wide` (`guarded` refusing beyond 10 times the median: distance_refuse "
              "5; today's default) and `held` (`guarded_wide` holding out of the round a model "
-             "no screen can judge: aggregation.unjudged = \"hold\"). Sections marked \"no plan\" ran "
+             "no screen can judge: aggregation.unjudged = \"hold\") and `capped` "
+             "(`guarded_wide` weighing no claim above the median claim: "
+             "aggregation.claim_cap = 1). Sections marked \"no plan\" ran "
              "with aggregation.use_plan = false: every node weighs its peers by their "
              "bounded claims. "
              "With one attacker node 0 holds a "

@@ -522,6 +522,8 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
            f"{c.aggregation.distance}")
     _check(1 <= c.aggregation.distance_refuse <= 10, source, "aggregation.distance_refuse",
            f"must be in [1, 10], got {c.aggregation.distance_refuse}")
+    _check(1 <= c.aggregation.claim_cap <= 100, source, "aggregation.claim_cap",
+           f"must be in [1, 100], got {c.aggregation.claim_cap}")
     _check(c.aggregation.unjudged in ("hold", "keep"), source, "aggregation.unjudged",
            f"must be \"hold\" or \"keep\", got {c.aggregation.unjudged!r}")
     _check(0 <= c.aggregation.influence <= 100, source, "aggregation.influence",

@@ -246,6 +246,10 @@ class AggregationConfig:
     holds, and no global prototype of a class this node lacks is known yet: round 1):
     "hold" leaves it out of the round's mix (its prototypes kept), "keep" mixes it in,
     bounded by the norm bound and the distance clip alone."""
+    claim_cap: float = 2.0
+    """Without the plan (use_plan = false), a peer's claimed sample count, and each class
+    count it claims, weighs at most this many times the median claim of this round (this
+    node's own among them); in [1, 100]."""
     use_plan: bool = True
     """Weigh peers by the federation's data plan (each node's samples and classes, known to
     every node of a simulation); false: by what each peer claims, bounded against the other

@@ -166,7 +166,8 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
                                               prototype_validation=False,
                                               distance_refuse=1.0, use_plan=True,
                                               unjudged="keep"),
-            train=types.SimpleNamespace(eval_batch_size=2), seed=1),
+            train=types.SimpleNamespace(eval_batch_size=2), seed=1,
+            topology=types.SimpleNamespace(hub=None)),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
                                    num_classes=3, plan=plan),
         node_id=0, distrusted={}, profile=Profile(), start_state={"w": torch.eye(3)})
@@ -226,7 +227,8 @@ def test_a_model_that_knows_nothing_fails_validation_against_a_start_worse_than_
                                               prototype_validation=False,
                                               distance_refuse=1.0, use_plan=True,
                                               unjudged="keep"),
-            train=types.SimpleNamespace(eval_batch_size=2), seed=1),
+            train=types.SimpleNamespace(eval_batch_size=2), seed=1,
+            topology=types.SimpleNamespace(hub=None)),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
                                    num_classes=3, plan=plan),
         node_id=0, distrusted={}, profile=Profile(), start_state={"w": 3 * torch.eye(3)[[1, 0, 2]]})

@@ -98,6 +98,7 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 
                                         prototype_validation=prototype_validation)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
+                                     topology=types.SimpleNamespace(hub=None),
                                      train=types.SimpleNamespace(eval_batch_size=2)),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x, test_y=y, num_classes=3,
                                    plan=plan),
@@ -276,6 +277,11 @@ def test_without_a_plan_a_lying_sample_count_weighs_twice_the_median_at_most():
     update = gather(own, received, 0)
     # median{4, 4, 4, 1e6} = 4: cap 8
     assert [weight for _, weight in update.states] == [4, 4, 4, 8]
+    # aggregation.claim_cap = 1: no claim above the median's 4; a claim of 6 among claims
+    # of 4 and 2 (median{4, 2, 6, 1e6} = 5) is cut to 5
+    capped = gather(own, {**received, 2: _sent(torch.eye(3), samples=2),
+                          1: _sent(torch.eye(3), samples=6)}, 0, claim_cap=1.0)
+    assert [weight for _, weight in capped.states] == [4, 5, 2, 5]
 
 
 def test_use_plan_false_makes_a_node_weigh_claims_though_it_has_a_plan():

@@ -36,7 +36,7 @@ from node.algorithms.common import (
     state_payload,
 )
 from node.algorithms.losses import cross_entropy
-from node.intake import combined_state, gather, plan_of, screened
+from node.intake import combined_state, gathered, screened
 from node.settings import FederationConfig
 
 
@@ -68,8 +68,7 @@ class FedAvg(Algorithm):
         return {"model": state_payload(self.model, self.data.train_y, self.data.num_classes)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
-        update = gather(own, received, self.node_id, plan=plan_of(self),
-                        norm_bound=self.config.aggregation.norm_bound)
+        update = gathered(self, own, received)
         update = screened(self, self.model, update)
         state = combined_state(self, update)
         adopt(self, self.model, state)

@@ -68,7 +68,7 @@ from node.algorithms.common import (
     prototype_payload,
 )
 from node.algorithms.settings import FedHPSettings
-from node.intake import gather, plan_of
+from node.intake import gathered
 from node.optimizers import SGD, Adam
 from node.settings import FederationConfig
 
@@ -204,9 +204,7 @@ class FedHP(Algorithm):
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         num_classes, dim = self.prototypes.shape
-        update = gather(own, received, self.node_id, num_classes, dim,
-                        plan=plan_of(self),
-                        norm_bound=self.config.aggregation.norm_bound)
+        update = gathered(self, own, received, num_classes, dim)
         global_prototypes, known = aggregate_prototypes(
             update.prototypes, **self.config.aggregation.kwargs())
         self.aggregated_counts = class_totals(update.prototypes)

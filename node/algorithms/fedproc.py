@@ -58,7 +58,7 @@ from node.algorithms.common import (
     train_prototypes,
 )
 from node.algorithms.settings import FedProcSettings
-from node.intake import combined_state, gather, plan_of, screened
+from node.intake import combined_state, gathered, screened
 from node.settings import FederationConfig
 
 PROJECTION_DIM = 256  # "the projection head consists of a 2-layer MLP with an output size of 256"
@@ -175,10 +175,8 @@ class FedProc(Algorithm):
                 "prototypes": prototype_payload(self.local_prototypes, self.local_counts)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
-        update = gather(own, received, self.node_id, self.data.num_classes,
-                        self.local_prototypes.shape[1],
-                        plan=plan_of(self),
-                        norm_bound=self.config.aggregation.norm_bound)
+        update = gathered(self, own, received, self.data.num_classes,
+                          self.local_prototypes.shape[1])
         update = screened(self, self.net, update)
         state = combined_state(self, update)
         adopt(self, self.net, state)

@@ -54,7 +54,7 @@ from node.algorithms.common import (
 from node.algorithms.fedproto_losses import fedproto_loss, paper_lambda
 from node.algorithms.prototype_base import PrototypeAlgorithm
 from node.algorithms.settings import FedProtoSettings
-from node.intake import gather, plan_of
+from node.intake import gathered
 from node.settings import FederationConfig
 
 
@@ -96,9 +96,7 @@ class FedProto(PrototypeAlgorithm):
         return {"prototypes": prototype_payload(self.global_prototypes, self.global_counts)}
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
-        update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
-                        plan=plan_of(self),
-                        norm_bound=self.config.aggregation.norm_bound)
+        update = gathered(self, own, received, self.data.num_classes, self.dim)
         self.combine_prototypes(update.prototypes)
         return update.refusals
 

@@ -18,7 +18,7 @@ from node.algorithms.common import (
     state_payload,
     train_prototypes,
 )
-from node.intake import combined_state, gather, plan_of, screened
+from node.intake import combined_state, gathered, screened
 
 
 class PrototypeAlgorithm(Algorithm):
@@ -82,9 +82,7 @@ class ModelAndPrototypes(PrototypeAlgorithm):
         return model_then_prototypes(self.config, self.kinds)
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
-        update = gather(own, received, self.node_id, self.data.num_classes, self.dim,
-                        plan=plan_of(self),
-                        norm_bound=self.config.aggregation.norm_bound)
+        update = gathered(self, own, received, self.data.num_classes, self.dim)
         update = screened(self, self.shared_model if "model" in own else None, update)
         if "model" in own:
             state = combined_state(self, update)

@@ -18,6 +18,7 @@ from torch import nn
 
 from node.aggregation import aggregate_states, reputation_aggregate, state_norm
 from node.algorithms.base import Algorithm, DataPlan, Payload, Refusal
+from node.defences import CLAIM_FACTOR
 from node.intake import distance, influence, prototype_validation, unjudged, validation
 from node.intake.checks import (
     MAX_SAMPLES,
@@ -33,7 +34,8 @@ from node.intake.checks import (
 from node.intake.norms import models_within_bound, prototypes_within_class_bounds
 from node.intake.weights import claimed, planned
 
-__all__ = ["MAX_SAMPLES", "SCREENS", "Contributions", "combined_state", "gather", "screened"]
+__all__ = ["MAX_SAMPLES", "SCREENS", "Contributions", "combined_state", "gather", "gathered",
+           "screened"]
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,8 @@ def plan_of(algorithm: Algorithm) -> DataPlan | None:
 
 def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Payload]],
            node_id: int, num_classes: int = 0, dim: int = 0,
-           plan: DataPlan | None = None, norm_bound: float = 0.0) -> Contributions:
+           plan: DataPlan | None = None, norm_bound: float = 0.0,
+           claim_cap: float = CLAIM_FACTOR) -> Contributions:
     """Check every peer's update against this node's own; a bad one is left out and named.
 
     The model is checked when `own` has a "model" payload, the prototypes (expanded to
@@ -91,7 +94,7 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     claims = {} if plan is not None else classes_claimed(checked, model_claims)
     if plan is None:
         checked = claimed(states[0][1] if with_model else None,
-                          prototypes[0][1] if with_prototypes else None, checked)
+                          prototypes[0][1] if with_prototypes else None, checked, claim_cap)
     kept = dict(each_or_refused(checked, models_within_bound(state_norm(reference), checked,
                                                                norm_bound),
                                   node_id, refusals, rule="norm_bound", what="model"))
@@ -108,6 +111,15 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
                     refusal.peer, refusal.rule, refusal.reason)
     return Contributions(states, prototypes, sorted(refusals, key=lambda r: r.peer),
                          list(kept), {peer: claims[peer] for peer in kept if peer in claims})
+
+
+def gathered(algorithm: Algorithm, own: Mapping[str, Payload],
+             received: Mapping[int, Mapping[str, Payload]], num_classes: int = 0,
+             dim: int = 0) -> Contributions:
+    """`gather` with the algorithm's node, data plan (`plan_of`), norm bound and claim cap."""
+    settings = algorithm.config.aggregation
+    return gather(own, received, algorithm.node_id, num_classes, dim, plan=plan_of(algorithm),
+                  norm_bound=settings.norm_bound, claim_cap=settings.claim_cap)
 
 
 def classes_claimed(checked: Mapping[int, tuple],

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import torch
 
 from node.algorithms.base import DataPlan
-from node.defences import bounded_claims, bounded_class_claims
+from node.defences import CLAIM_FACTOR, bounded_claims, bounded_class_claims
 from node.errors import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -42,22 +42,22 @@ def planned(peer: int, state: tuple | None, protos: tuple | None, plan: DataPlan
 
 
 def claimed(own_samples: int | None, own_counts: torch.Tensor | None,
-            checked: Mapping[int, tuple]) -> dict[int, tuple]:
+            checked: Mapping[int, tuple], cap: float = CLAIM_FACTOR) -> dict[int, tuple]:
     """Checked (state, prototypes, norm) updates with each claimed sample count and class
-    count bounded against the others' claims and this node's own (without a plan, what a
-    peer says it holds is all there is to weigh it by)."""
+    count bounded at `cap` times the median of the others' claims and this node's own
+    (without a plan, what a peer says it holds is all there is to weigh it by)."""
     peers = sorted(checked)
     out = {peer: list(checked[peer]) for peer in peers}
     with_states = [p for p in peers if checked[p][0] is not None]
     if own_samples is not None and with_states:
         capped = bounded_claims(float(own_samples),
-                                [float(checked[p][0][1]) for p in with_states])
+                                [float(checked[p][0][1]) for p in with_states], cap)
         for peer, weight in zip(with_states, capped, strict=True):
             out[peer][0] = (checked[peer][0][0], int(weight))
     with_protos = [p for p in peers if checked[p][1] is not None]
     if own_counts is not None and with_protos:
         rows = bounded_class_claims(own_counts.tolist(),
-                                    [checked[p][1][1].tolist() for p in with_protos])
+                                    [checked[p][1][1].tolist() for p in with_protos], cap)
         for peer, row in zip(with_protos, rows, strict=True):
             prototypes, counts = checked[peer][1]
             out[peer][1] = (prototypes, torch.tensor(row, dtype=counts.dtype))
