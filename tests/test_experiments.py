@@ -756,3 +756,11 @@ def test_the_fedhp_protocol_table_sets_the_clients_mean_accuracy_beside_the_pape
     assert "| FedAvg | IID | 100 | 300 | 900 | 300 |" in table
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| Fed")]
     assert rows[:3] == ["| FedAvg", "| FedProto", "| FedHP, fully_connected, no server"]
+
+
+def test_the_committed_fedhp_protocol_report_is_what_its_cells_regenerate():
+    from experiments.fedhp_protocol import CELLS_NAME, DEFAULT_OUT, read_cells, render
+    folder = REPO / DEFAULT_OUT
+    cells = read_cells(folder / CELLS_NAME)
+    assert cells, "no cells committed"
+    assert (folder / "report.md").read_text().startswith(render(cells))
