@@ -5,7 +5,7 @@ out), mean ± std over seeds, beside the paper's mean ± std over its 5 runs.
 
     python -m experiments.fedhp_protocol experiments/results/fedhp-protocol [--out DIR]
         folds every finished cell into DIR/cells.jsonl (one line a cell, a cell run again
-        replacing its line), then writes DIR/report.md from that file alone
+        replacing its line), then writes DIR/fedhp-protocol.md from that file alone
     python -m experiments.fedhp_protocol --report-only [--out DIR]
 """
 
@@ -97,7 +97,7 @@ def figure_text(values: list[float]) -> str:
 
 
 def render(cells: list[dict]) -> str:
-    """report.md: Table 1 beside ours, then what each client sent and received."""
+    """The report: Table 1 beside ours, then what each client sent and received."""
     rows: dict[str, dict[str, list[float]]] = {}
     paper_key: dict[str, str] = {}
     order = list(ALGORITHM_LABELS)  # the paper's rows: FedAvg, FedProto, FedHP
@@ -156,9 +156,12 @@ def render(cells: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+REPORT_NAME = "fedhp-protocol.md"
+
+
 def write_report(out: Path) -> str:
-    """Rewrite OUT/report.md from OUT/cells.jsonl; its path."""
-    path = out / "report.md"
+    """Rewrite OUT/fedhp-protocol.md from OUT/cells.jsonl (OUT/notes.md after it); its path."""
+    path = out / REPORT_NAME
     notes = out / "notes.md"
     text = render(read_cells(out / CELLS_NAME))
     if notes.is_file():
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", type=Path, nargs="?", help="experiments/results/<matrix>")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the report's folder")
     parser.add_argument("--report-only", action="store_true",
-                        help="rebuild report.md from cells.jsonl alone")
+                        help="rebuild the report from cells.jsonl alone")
     args = parser.parse_args(argv)
     if not args.report_only:
         if args.results is None or not args.results.is_dir():

@@ -759,8 +759,8 @@ def test_the_fedhp_protocol_table_sets_the_clients_mean_accuracy_beside_the_pape
 
 
 def test_the_committed_fedhp_protocol_report_is_what_its_cells_regenerate():
-    from experiments.fedhp_protocol import CELLS_NAME, DEFAULT_OUT, read_cells, render
+    from experiments.fedhp_protocol import CELLS_NAME, DEFAULT_OUT, REPORT_NAME, read_cells, render
     folder = REPO / DEFAULT_OUT
     cells = read_cells(folder / CELLS_NAME)
     assert cells, "no cells committed"
-    assert (folder / "report.md").read_text().startswith(render(cells))
+    assert (folder / REPORT_NAME).read_text().startswith(render(cells))

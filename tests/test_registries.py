@@ -101,11 +101,12 @@ def test_the_codec_names_are_the_codecs():
 
 
 def test_the_architecture_names_are_the_built_models():
-    assert set(ARCHITECTURES) == {"cnn", *RESNET_WIDTHS} == {"cnn", *RESNET_BLOCKS}
+    assert set(ARCHITECTURES) == {"cnn", "fedavg_cnn", *RESNET_WIDTHS} \
+        == {"cnn", "fedavg_cnn", *RESNET_BLOCKS}
     assert {arch for pair in (*PAPER_PAIRS.values(), USER_DATASET_PAIR) for arch in pair} \
         <= set(ARCHITECTURES)
     for arch in ARCHITECTURES:
         widths = check_widths(arch, None)
-        model = build_model(arch, in_channels=1, image_size=8, num_classes=3, embedding_dim=4,
+        model = build_model(arch, in_channels=1, image_size=16, num_classes=3, embedding_dim=4,
                             channels=[1] * len(widths))
         assert model.classifier.out_features == 3, arch
