@@ -400,3 +400,15 @@ def neighbours_in(edges, node):
 def peers_of(refusals) -> list[int]:
     """The peers of an aggregation's refusals, each once, in order."""
     return sorted({refusal.peer for refusal in refusals})
+
+
+def assert_hub_rounds_drawn(nodes: list[dict], rounds: int, drawn: int) -> None:
+    """Every round of a hub star (hub node 0): `drawn` clients, the same set in every node's
+    record, nobody missing, and only the drawn clients trained."""
+    for round_ in range(1, rounds + 1):
+        chosen = nodes[0]["rounds"][round_]["participants"]
+        assert len(chosen) == drawn and 0 not in chosen
+        for node in nodes:
+            record = node["rounds"][round_]
+            assert record["participants"] == chosen and record["missing_peers"] == []
+            assert bool(record["train"]) == (node["node"] in chosen)

@@ -545,13 +545,7 @@ def test_a_hub_star_at_half_participation_runs_in_containers(client, node_image,
     _, nodes = helpers.read_results(workdir / "results" / "dk-hub")
     assert [n["status"] for n in nodes] == ["finished"] * 5
     assert nodes[0]["train_samples"] == 0
-    for round_ in (1, 2, 3):
-        drawn = nodes[0]["rounds"][round_]["participants"]
-        assert len(drawn) == 2 and 0 not in drawn
-        for node in nodes:
-            record = node["rounds"][round_]
-            assert record["participants"] == drawn and record["missing_peers"] == []
-            assert bool(record["train"]) == (node["node"] in drawn)
+    helpers.assert_hub_rounds_drawn(nodes, rounds=3, drawn=2)
     by_id = {n["node"]: n for n in nodes}
     for sender in nodes:
         for peer, kinds in sender["bytes_sent_by_peer"].items():

@@ -18,7 +18,7 @@ from node.sim.wire import (
     retransmission_seconds,
     wire_bytes,
 )
-from tests.helpers import run_federation
+from tests.helpers import assert_hub_rounds_drawn, run_federation
 from topology.links import Link
 
 FIVE_MBIT = 5_000_000
@@ -302,11 +302,5 @@ def test_a_hub_star_at_half_participation_runs_alike_on_local_processes_and_the_
     for local, sim in zip(runs["local"], runs["sim"], strict=True):
         assert comparable(local) == comparable(sim)
     nodes = runs["local"]
-    for round_ in (1, 2, 3):
-        drawn = nodes[0]["rounds"][round_]["participants"]
-        assert len(drawn) == 2 and 0 not in drawn
-        for node in nodes:
-            record = node["rounds"][round_]
-            assert record["participants"] == drawn and record["missing_peers"] == []
-            assert bool(record["train"]) == (node["node"] in drawn)
+    assert_hub_rounds_drawn(nodes, rounds=3, drawn=2)
     assert [bool(n["rounds"][-1]["final_fit"]) for n in nodes] == [False] + [final_fit] * 4
