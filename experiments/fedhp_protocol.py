@@ -7,6 +7,10 @@ out), mean ± std over seeds, beside the paper's mean ± std over its 5 runs.
         folds every finished cell into DIR/cells.jsonl (one line a cell, a cell run again
         replacing its line), then writes DIR/fedhp-protocol.md from that file alone
     python -m experiments.fedhp_protocol --report-only [--out DIR]
+
+DIR/local.jsonl, when present (rows of `python -m experiments.fedhp_local`: sampled clients
+of a cell trained alone), adds a table of what those clients reach alone beside what the
+same clients reached in the cell.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from experiments.report import _partition
 
 DEFAULT_OUT = Path("experiments/reports/fedhp-protocol")
 CELLS_NAME = "cells.jsonl"
+ALONE_NAME = "local.jsonl"
 PARTITIONS = ("iid", "dirichlet:0.3", "dirichlet:1")
 PARTITION_LABELS = {"iid": "IID", "dirichlet:0.3": "Dir(0.3)", "dirichlet:1": "Dir(1.0)"}
 ALGORITHM_LABELS = {"fedavg": "FedAvg", "fedproto": "FedProto", "fedhp": "FedHP"}
@@ -156,6 +161,37 @@ def render(cells: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_alone(cells: list[dict], alone: list[dict]) -> str:
+    """The clients trained alone (`experiments.fedhp_local` rows) beside the same clients'
+    accuracy in their cell (when it is archived): what the exchange adds, paired by client."""
+    if not alone:
+        return ""
+    by_key = {c["key"]: {n["node"]: n["local_accuracy"] for n in c["nodes"]} for c in cells}
+    lines = ["", ("The same protocol without the exchange (`python -m experiments.fedhp_local`, "
+                  "rows in `local.jsonl`): clients sampled evenly from a cell, each trained "
+                  "alone with the cell's trainer, data, draws and seeds (the rounds it is "
+                  "drawn for and the last fit), then scored on its local test set; beside "
+                  "it the same clients in the cell, and the paired difference (mean ± std "
+                  "over the clients)."), "",
+             "| cell | change | clients | alone % | in the cell % | the exchange adds |",
+             "|---|---|---|---|---|---|"]
+    for row in alone:
+        accuracies = [100.0 * n["accuracy"] for n in row["nodes"]]
+        in_cell = by_key.get(row["key"], {})
+        paired = [(100.0 * in_cell[n["node"]], 100.0 * n["accuracy"]) for n in row["nodes"]
+                  if in_cell.get(n["node"]) is not None]
+        cell_text, adds_text = "-", "-"
+        if len(paired) == len(accuracies):
+            cell_text = f"{statistics.fmean(c for c, _ in paired):.2f}"
+            gains = [c - a for c, a in paired]
+            spread = f" ± {statistics.stdev(gains):.2f}" if len(gains) > 1 else ""
+            adds_text = f"{statistics.fmean(gains):+.2f}{spread}"
+        change = ", ".join(f"`{s}`" for s in row["settings"]) or "none"
+        lines.append(f"| {row['key']} | {change} | {len(accuracies)} | "
+                     f"{statistics.fmean(accuracies):.2f} | {cell_text} | {adds_text} |")
+    return "\n".join(lines) + "\n"
+
+
 REPORT_NAME = "fedhp-protocol.md"
 
 
@@ -163,7 +199,8 @@ def write_report(out: Path) -> str:
     """Rewrite OUT/fedhp-protocol.md from OUT/cells.jsonl (OUT/notes.md after it); its path."""
     path = out / REPORT_NAME
     notes = out / "notes.md"
-    text = render(read_cells(out / CELLS_NAME))
+    cells = read_cells(out / CELLS_NAME)
+    text = render(cells) + render_alone(cells, read_cells(out / ALONE_NAME))
     if notes.is_file():
         text += "\n" + notes.read_text()
     path.write_text(text)

@@ -758,9 +758,47 @@ def test_the_fedhp_protocol_table_sets_the_clients_mean_accuracy_beside_the_pape
     assert rows[:3] == ["| FedAvg", "| FedProto", "| FedHP, fully_connected, no server"]
 
 
+def test_the_alone_table_pairs_each_client_with_itself_in_the_cell():
+    from experiments.fedhp_protocol import render_alone
+    cell = _protocol_cell("fedhp", 1, [0.90, 0.96, 0.93])  # clients 1, 2, 3
+    alone = [{"key": cell["key"], "settings": ["train.batch_size=10"],
+              "nodes": [{"node": 1, "accuracy": 0.91}, {"node": 3, "accuracy": 0.90}]},
+             {"key": "not-archived", "settings": [], "nodes": [{"node": 1, "accuracy": 0.5}]}]
+    table = render_alone([cell], alone)
+    # clients 1 and 3: alone 91 and 90 (90.50), in the cell 90 and 93 (91.50); the exchange
+    # adds -1 and +3: +1.00 ± sqrt(8) = 2.83
+    assert (f"| {cell['key']} | `train.batch_size=10` | 2 | 90.50 | 91.50 | +1.00 ± 2.83 |"
+            in table)
+    assert "| not-archived | none | 1 | 50.00 | - | - |" in table
+    assert render_alone([cell], []) == ""
+
+
 def test_the_committed_fedhp_protocol_report_is_what_its_cells_regenerate():
-    from experiments.fedhp_protocol import CELLS_NAME, DEFAULT_OUT, REPORT_NAME, read_cells, render
+    from experiments.fedhp_protocol import (
+        ALONE_NAME,
+        CELLS_NAME,
+        DEFAULT_OUT,
+        REPORT_NAME,
+        read_cells,
+        render,
+        render_alone,
+    )
     folder = REPO / DEFAULT_OUT
     cells = read_cells(folder / CELLS_NAME)
     assert cells, "no cells committed"
-    assert (folder / REPORT_NAME).read_text().startswith(render(cells))
+    expected = render(cells) + render_alone(cells, read_cells(folder / ALONE_NAME))
+    assert (folder / REPORT_NAME).read_text().startswith(expected)
+
+
+def test_a_protocol_client_trained_alone_trains_the_rounds_it_is_drawn_for_and_the_last_fit():
+    from experiments.fedhp_local import cell_federation, drawn_rounds, sampled_clients, train_alone
+    from node.topology_settings import participation
+    assert sampled_clients(101, 0, 4) == [1, 26, 51, 76]
+    _, config = cell_federation("fedhp-server", "iid", 1, ["rounds=3", "train.epochs=1"])
+    draws = participation(config)
+    # 10 of the 100 clients a round: client 1 in rounds 1, 2 and 9 of the first 12 (seed 1)
+    assert drawn_rounds(draws, 101, 12, 1) == [1, 2, 9] == [r for r in range(1, 13)
+                                                         if 1 in draws.chosen(101, r)]
+    row = train_alone(config, 1)
+    assert row["rounds_trained"] == len([1, 2]) + 1  # rounds 1 and 2 of 3, the last fit
+    assert set(row["by_rule"]) == {"prototype"} and 0.0 < row["accuracy"] <= 1.0
