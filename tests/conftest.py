@@ -1,5 +1,6 @@
-"""Shared fixtures: where the real datasets live, one torch thread on a shared machine, and
-the CurveZMQ keyrings of a small federation."""
+"""Shared fixtures: where the real datasets live, one torch thread on a shared machine, the
+CurveZMQ keyrings of a small federation, and the Docker engine, node image and installed
+wheel of the Docker test files (tests/docker_support.py)."""
 
 import os
 from pathlib import Path
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from node.net.security import generate_keys, load_keyring, write_keys
+from tests.docker_support import client, installed, node_image  # noqa: F401 (fixtures)
 from tests.helpers import REPO
 
 
@@ -38,10 +40,14 @@ def rings(tmp_path):
     return [load_keyring(folder, i, 3) for i in range(3)]
 
 
-# The longest files first: with each file whole on one worker (`--dist loadfile`), the
-# Docker tests (about 4 of the suite's 14 worker-minutes) start at once on one worker while
-# the others share the rest, instead of starting last.
-FIRST = ("tests/test_docker.py", "tests/test_federation.py")
+# The longest files first (`--durations` on a quiet machine): with each file whole on one
+# worker (`--dist loadfile`), the longest start at once on the workers and the short ones
+# fill in after, instead of a long one starting last. The Docker tests were one file of
+# 5.4 worker-minutes, longer than the rest of the suite on the other workers: a file each
+# for lifecycle, files and graphs now.
+FIRST = ("tests/test_federation.py", "tests/test_sim.py", "tests/test_docker_lifecycle.py",
+         "tests/test_docker_files.py", "tests/test_docker_graphs.py", "tests/test_contract.py",
+         "tests/test_docs.py", "tests/test_poison.py", "tests/test_docker.py")
 
 
 def pytest_collection_modifyitems(items):

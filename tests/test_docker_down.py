@@ -1,6 +1,6 @@
 """`protofed down` against a `protofed up` that removes the same run at the same moment:
 what down reports, and how every container is stopped at once, without an engine (the
-engine-backed tests are in test_docker.py)."""
+engine-backed ones are in test_docker_lifecycle.py)."""
 
 from types import SimpleNamespace
 
