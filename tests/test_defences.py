@@ -254,3 +254,26 @@ def test_an_erasure_that_lies_claims_none_of_the_classes_it_lowers():
     assert sum(attacks.claim_without([10, 3, 2, 4], [1, 3])) == 19
     assert attacks.claim_without([0, 3], [1]) == [0, 3]  # nothing left to claim: honest
     assert "erasure_lie" in attacks.ATTACKS
+
+
+def test_the_diagnosis_strips_the_label_flippers_prototypes_and_keeps_its_model():
+    from experiments.diagnose_label_flip import without_prototypes
+    from node.algorithms.profe import ProFe
+    from tests.helpers import CPU, tiny_config, tiny_data
+    data = tiny_data()
+
+    def trained(kind):
+        torch.manual_seed(1)  # both start from the same weights, as a federation's nodes do
+        node = kind(tiny_config(), data, CPU, 0)
+        node.train_round(1)
+        return node
+    flipper = trained(without_prototypes(ProFe, "label_flip"))
+    full = trained(attacks.attacker_class(ProFe, "label_flip"))
+    sent, honest_shape = flipper.payload(), full.payload()
+    assert len(honest_shape["prototypes"].tensors["classes"]) == 3
+    assert [len(sent["prototypes"].tensors[k]) for k in ("prototypes", "classes", "counts")] \
+        == [0, 0, 0]
+    # the model is the flipper's, as sent by the full attack
+    assert all(torch.equal(sent["model"].tensors[k], honest_shape["model"].tensors[k])
+               for k in honest_shape["model"].tensors)
+    assert without_prototypes(ProFe, "sign_flip") is not flipper.__class__
