@@ -136,4 +136,4 @@ def finish_without_launcher(run_dir: Path, by: str) -> tuple[dict, RunFiles] | N
         else "failed"
     (run_dir / RUN_FILE).write_text(json.dumps({**document, "status": status}, indent=1))
     log.info("run %s: its launcher was gone; %s wrote its summary", run_dir.name, by)
-    return summary, write_run_files(run_dir, records)
+    return summary, write_run_files(run_dir, records, federation.config.report.pictures)

@@ -155,7 +155,8 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
                                 dict(run.exit_codes))
         if on_summary is not None:
             on_summary(summary)
-        files = write_run_files(plan.results_dir, records)
+        files = write_run_files(plan.results_dir, records,
+                                plan.federation.config.report.pictures)
     finally:
         if page is not None:
             page.terminate()
@@ -199,7 +200,7 @@ def _watch(run, config: FederationConfig, progress, say: Callable[[str], None],
     (interrupted, out of time). Whatever happens, the run's logs are kept and its nodes
     removed."""
     interrupted = out_of_time = False
-    show = _preloading(progress.show)
+    show = _preloading(progress.show) if config.report.pictures else progress.show
 
     def show_and_export(records) -> None:
         show(records)

@@ -450,6 +450,10 @@ class ReportConfig:
     """Evaluate each node on its test sets every this many rounds; round 0 and a node's
     last round always. A round between has no F1 (blank in rounds.csv, left out of the
     pictures and of the round's mean F1)."""
+    pictures: bool = True
+    """Draw the run's pictures (PNG and SVG) when it ends; false: rounds.csv and
+    phases.csv only, and `protofed report RUN` draws them later (about 2 s of CPU a run
+    saved: for sweeps of many runs)."""
 
 
 @dataclass(frozen=True)

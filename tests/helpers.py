@@ -187,9 +187,16 @@ def receive_until(transport, condition, what, timeout=60.0):
 
 def write_config(tmp_path, data_dir, name, *, nodes=3, rounds=2, algorithm="profe",
                  topology="fully_connected", codec="int16", startup=60, round_timeout=60,
-                 deploy="", extra="", topology_extra=""):
+                 deploy="", extra="", topology_extra="", pictures=False):
     """A small federation config file: MNIST subset of 1,500, short timeouts; `deploy`
-    adds lines to [deploy], `topology_extra` to [topology], `extra` whole tables."""
+    adds lines to [deploy], `topology_extra` to [topology], `extra` whole tables. No
+    pictures unless asked (`pictures`): drawing them is about 2 s of CPU a run, a third of
+    a small run's, and the tests that read them ask."""
+    setting = f"pictures = {str(pictures).lower()}"
+    if "[report]" in extra:
+        extra = extra.replace("[report]", f"[report]\n{setting}", 1)
+    else:
+        extra = f"{extra}\n[report]\n{setting}\n"
     text = f"""
 name = "{name}"
 nodes = {nodes}

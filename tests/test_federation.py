@@ -37,7 +37,7 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def three_fc(workdir, data_dir):
-    return run_federation(workdir, data_dir, "three-fc")
+    return run_federation(workdir, data_dir, "three-fc", pictures=True)
 
 
 def test_every_node_finishes_and_the_table_is_printed(three_fc):

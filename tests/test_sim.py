@@ -171,7 +171,8 @@ def test_a_straggler_misses_the_round_deadline_in_virtual_time(tmp_path, data_di
 def test_protofed_up_on_the_sim_backend_writes_what_a_local_run_writes(tmp_path, data_dir):
     links = '[links]\nbandwidth = "5mbit"\ndelay = "20ms"\n[report]\ntarget_f1 = 0.05\n'
     done, summary, nodes = run_federation(tmp_path, data_dir, "simrun", nodes=4, rounds=2,
-                                          options=("--backend", "sim"), extra=links)
+                                          options=("--backend", "sim"), extra=links,
+                                          pictures=True)
     assert done.returncode == 0, done.stderr
     # the capacity check measured the nodes as threads of one process
     assert re.search(r"memory: about [0-9.]+ GiB for 4 sim nodes \(measured [0-9]+ MiB "

@@ -31,6 +31,8 @@ PICTURES = ("topology", "bytes_per_round", "f1_per_round")
 DYNAMIC_PICTURES = ("consensus_per_round", "edge_activity")
 PICTURE_SIZES = {"bytes_per_round": (10.0, 4.4)}  # two panels side by side
 FORMATS = ("png", "svg")
+PICTURES_OFF = ("no pictures drawn (report.pictures = false): `protofed report RUN` draws "
+                "them")
 PICTURES_HINT = ("pictures need matplotlib, which this environment lacks (protofed depends on "
                  "it): pip install matplotlib")
 
@@ -200,11 +202,14 @@ def write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = CSV_COLUM
     return path
 
 
-def write_run_files(run_dir: Path, records: list[NodeRecord]) -> RunFiles:
-    """rounds.csv, phases.csv and, when matplotlib is installed, the pictures, in
-    `run_dir`."""
+def write_run_files(run_dir: Path, records: list[NodeRecord],
+                    pictures: bool = True) -> RunFiles:
+    """rounds.csv, phases.csv and, when asked (`pictures`) and matplotlib is installed, the
+    pictures, in `run_dir`."""
     table = write_csv(run_dir / CSV_NAME, round_rows(records))
     write_csv(run_dir / PHASES_CSV, phase_rows(records), PHASE_COLUMNS)
+    if not pictures:
+        return RunFiles(table, (), PICTURES_OFF)
     try:
         pictures = draw(run_dir, records)
     except ImportError:
