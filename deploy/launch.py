@@ -155,8 +155,7 @@ def launch(config: FederationConfig, source: Path, overrides: Sequence[str],
                                 dict(run.exit_codes))
         if on_summary is not None:
             on_summary(summary)
-        files = write_run_files(plan.results_dir, records,
-                                plan.federation.config.report.pictures)
+        files = write_run_files(plan.results_dir, records, config.report.pictures)
     finally:
         if page is not None:
             page.terminate()
