@@ -171,9 +171,10 @@ def render_alone(cells: list[dict], alone: list[dict]) -> str:
                   "rows in `local.jsonl`): clients sampled evenly from a cell, each trained "
                   "alone with the cell's trainer, data, draws and seeds (the rounds it is "
                   "drawn for and the last fit), then scored on its local test set; beside "
-                  "it the same clients in the cell, and the paired difference (mean ± std "
-                  "over the clients)."), "",
-             "| cell | change | clients | alone % | in the cell % | the exchange adds |",
+                  "it the same clients in the cell as it ran, and the paired difference "
+                  "(mean ± std over the clients): what the exchange adds, and for a row "
+                  "with a change, what it adds less what the change adds alone."), "",
+             "| cell | change alone | clients | alone % | in the cell % | cell - alone |",
              "|---|---|---|---|---|---|"]
     for row in alone:
         accuracies = [100.0 * n["accuracy"] for n in row["nodes"]]

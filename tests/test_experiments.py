@@ -765,8 +765,8 @@ def test_the_alone_table_pairs_each_client_with_itself_in_the_cell():
               "nodes": [{"node": 1, "accuracy": 0.91}, {"node": 3, "accuracy": 0.90}]},
              {"key": "not-archived", "settings": [], "nodes": [{"node": 1, "accuracy": 0.5}]}]
     table = render_alone([cell], alone)
-    # clients 1 and 3: alone 91 and 90 (90.50), in the cell 90 and 93 (91.50); the exchange
-    # adds -1 and +3: +1.00 ± sqrt(8) = 2.83
+    # clients 1 and 3: alone 91 and 90 (90.50), in the cell 90 and 93 (91.50); the cell
+    # less alone: -1 and +3: +1.00 ± sqrt(8) = 2.83
     assert (f"| {cell['key']} | `train.batch_size=10` | 2 | 90.50 | 91.50 | +1.00 ± 2.83 |"
             in table)
     assert "| not-archived | none | 1 | 50.00 | - | - |" in table
