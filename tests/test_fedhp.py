@@ -209,3 +209,26 @@ def test_predict_is_the_nearest_prototype():
         distances = torch.cdist(z, node.prototypes)
     assert torch.equal(node.predict(x), distances.argmin(dim=1))
     assert torch.equal(node.predict(x), F.softmax(-distances, dim=1).argmax(dim=1))
+
+
+def test_in_the_features_space_the_prototypes_live_where_the_embedding_layer_reads():
+    """[fedhp] space = "features": the embedding layer is gone from the backbone, and the
+    prototypes (and what a node sends) have the width of the features it read."""
+    data = tiny_data(classes=4, labelled=3, test=4)
+    node = synthetic_node("fedhp", data, seed=3, fedhp={"space": "features"})
+    embedded = fedhp_node()
+    width = embedded.net.embed.in_features  # the default CNN's pooled features of 1x8x8
+    assert node.prototypes.shape == node.anchors.shape == (4, width) != (4, 8)
+    assert not any(name.startswith("embed.") for name, _ in node.net.named_parameters())
+    node.net.eval()
+    _, z = node.net(data.train_x[:2])
+    assert torch.equal(z, node.net.features(data.train_x[:2]).flatten(1))  # ReLU'd already
+    node.train_round(1)
+    assert node.payload()["prototypes"].tensors["prototypes"].shape == (3, width)
+
+
+def test_an_unknown_prototype_space_is_refused_naming_the_key():
+    from node.config import from_dict
+    from node.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"fedhp.space must be one of"):
+        from_dict({"algorithm": "fedhp", "fedhp": {"space": "conv"}})

@@ -26,6 +26,10 @@ Pi = {pi_j} in R^d (d = the embedding dimension). Only the prototypes travel.
   softmax.
 
 Choices and deviations:
+- The prototypes' space: the model's embedding layer (`model.embed`, ReLU), the space every
+  method here shares; `[fedhp] space = "features"` drops that layer and puts them in the
+  features it reads, as the paper's MNIST setting does ("The latent embedding dimension ...
+  is 1024 for MNIST": FedAvg's CNN's flattened convolution features).
 - Serverless initialisation: the paper computes the initial prototypes on the server and
   broadcasts them. Here every node computes them itself from ``config.seed`` alone
   (`hyperspherical_prototypes`): a seeded CPU torch.Generator draws a Gaussian start, and a
@@ -166,10 +170,13 @@ class FedHP(Algorithm):
                  node_id: int) -> None:
         super().__init__(config, data, device, node_id)
         self.net = build_role(config, data, "teacher", node_id)
+        h = self.settings
         dim = self.net.classifier.in_features
         self.net.classifier = nn.Identity()  # FedHP uses only the backbone
+        if h.space == "features":  # the paper's: the features the embedding layer reads
+            dim = self.net.embed.in_features
+            self.net.embed = nn.Identity()  # its ReLU then leaves the ReLU'd features as they are
         self.net.to(device)
-        h = self.settings
         anchors = hyperspherical_prototypes(data.num_classes, dim, config.seed, h.init_steps)
         self.anchors = anchors.to(device)
         self.prototypes = nn.Parameter(anchors.clone().to(device))

@@ -130,9 +130,13 @@ class FedProcSettings:
         return found
 
 
+FEDHP_SPACES = ("embedding", "features")
+
+
 @dataclass(frozen=True)
 class FedHPSettings:
-    """[fedhp]: anchor weight lambda, prototype Adam lr, backbone weight decay, L_U init steps."""
+    """[fedhp]: anchor weight lambda, prototype Adam lr, backbone weight decay, L_U init steps,
+    the prototypes' space."""
 
     weight: float = 0.1
     """The anchor loss's weight lambda."""
@@ -142,10 +146,16 @@ class FedHPSettings:
     """The backbone's weight decay (its SGD: lr and momentum from [train])."""
     init_steps: int = 1000
     """Steps of the seeded hyperspherical initialisation of the prototypes (L_U)."""
+    space: str = "embedding"
+    """Where the prototypes live: "embedding" (the model's embedding layer, as every method
+    here) or "features" (the features that layer reads, its own weights left out: the
+    FedHP paper's 1,024 convolution features of FedAvg's MNIST CNN)."""
 
     def problems(self) -> list[tuple[str, str]]:
         found = [(key, f"must be non-negative, got {getattr(self, key)}")
                  for key in ("weight", "weight_decay") if getattr(self, key) < 0]
+        if self.space not in FEDHP_SPACES:
+            found.append(("space", f"must be one of {FEDHP_SPACES}, got {self.space!r}"))
         if self.prototype_lr <= 0:
             found.append(("prototype_lr", f"must be positive, got {self.prototype_lr}"))
         if self.init_steps < 1:
