@@ -190,7 +190,7 @@ def write_config(tmp_path, data_dir, name, *, nodes=3, rounds=2, algorithm="prof
                  deploy="", extra="", topology_extra="", pictures=False):
     """A small federation config file: MNIST subset of 1,500, short timeouts; `deploy`
     adds lines to [deploy], `topology_extra` to [topology], `extra` whole tables. No
-    pictures unless asked (`pictures`): drawing them is about 2 s of CPU a run, a third of
+    pictures unless asked (`pictures`): drawing them is about 2 s of CPU a run, a quarter of
     a small run's, and the tests that read them ask."""
     setting = f"pictures = {str(pictures).lower()}"
     if "[report]" in extra:
