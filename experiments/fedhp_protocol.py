@@ -38,6 +38,9 @@ PAPER = {("fedavg", "iid"): (97.75, 0.25), ("fedavg", "dirichlet:0.3"): (97.61, 
          ("fedhp", "iid"): (96.04, 0.14), ("fedhp", "dirichlet:0.3"): (96.82, 0.21),
          ("fedhp", "dirichlet:1"): (96.53, 0.10)}
 TOLERANCE = 2.0  # points: within this of the paper's mean counts as reproduced
+# The matrices' names for the protocol's own cells (fedhp-protocol.toml, -decentralised.toml);
+# a cell of any other variant (an ablation's) gets a row of its own, named by its variant.
+PROTOCOL_VARIANTS = ("fedavg-server", "fedproto-server", "fedhp-server", "fedhp")
 
 
 def cell_of(run_dir: Path) -> dict | None:
@@ -50,7 +53,11 @@ def cell_of(run_dir: Path) -> dict | None:
         return None
     if summary.get("failed_nodes"):
         return None
-    return {"key": run_dir.name, "algorithm": config["algorithm"],
+    try:  # the matrix's variant name, written beside the run by experiments.run
+        variant = json.loads((run_dir / "cell.json").read_text())["algorithm"]
+    except (OSError, ValueError, KeyError):
+        variant = None
+    return {"key": run_dir.name, "algorithm": config["algorithm"], "variant": variant,
             "partition": _partition(config["data"]), "topology": config["topology"]["kind"],
             "hub": config["topology"].get("hub"), "seed": config["seed"],
             "rounds": config["rounds"], "participation": config.get("participation", 1.0),
@@ -87,8 +94,11 @@ def client_accuracy(cell: dict) -> float:
 
 
 def row_name(cell: dict) -> str:
-    """The table row a cell belongs to: the method, with its graph when it has no server."""
+    """The table row a cell belongs to: the method, with its graph when it has no server and
+    its variant when an ablation changed the protocol."""
     name = ALGORITHM_LABELS.get(cell["algorithm"], cell["algorithm"])
+    if cell.get("variant") not in (None, *PROTOCOL_VARIANTS):
+        name = f"{name} ({cell['variant']})"
     return name if cell["hub"] is not None else f"{name}, {cell['topology']}, no server"
 
 
@@ -111,6 +121,7 @@ def render(cells: list[dict]) -> str:
         known = cell["algorithm"] in order
         return (cell["hub"] is None, not known,
                 order.index(cell["algorithm"]) if known else 0, cell["algorithm"],
+                cell.get("variant") not in (None, *PROTOCOL_VARIANTS),
                 cell["seed"])
     for cell in sorted(cells, key=place):
         name = row_name(cell)

@@ -746,7 +746,13 @@ def test_the_fedhp_protocol_table_sets_the_clients_mean_accuracy_beside_the_pape
     cells = [_protocol_cell("fedavg", 1, [0.97, 0.99]), _protocol_cell("fedavg", 2, [0.96, 0.96]),
              _protocol_cell("fedproto", 1, [0.80, 0.82]),
              _protocol_cell("fedhp", 1, [0.95, 0.97], hub=None)]
-    table = render(cells)
+    ablation = {**_protocol_cell("fedhp", 1, [0.94, 0.96]), "key": "fedhp-b10",
+                "variant": "fedhp-server-b10"}
+    table = render(cells + [ablation, {**_protocol_cell("fedhp", 2, [0.90, 0.92]),
+                                       "variant": "fedhp-server"}])
+    # the ablation's cell in a row of its own, beside the paper's FedHP figure
+    assert "| FedHP (fedhp-server-b10) | 95.00 (1 seed) | 96.04 ± 0.14 | -1.04 |" in table
+    assert "| FedHP | 91.00 (1 seed) | 96.04 ± 0.14 | -5.04 * |" in table
     # FedAvg: clients 98.0 and 96.0 (the hub's 0 left out): 97.00 ± sqrt(2) = 1.41, 0.75
     # below the paper's 97.75; FedProto one seed, 81.00, 3.40 below 84.40: beyond 2 points
     assert "| FedAvg | 97.00 ± 1.41 (2 seeds) | 97.75 ± 0.25 | -0.75 | - | 97.61 ± 0.21 | -" \
@@ -755,7 +761,8 @@ def test_the_fedhp_protocol_table_sets_the_clients_mean_accuracy_beside_the_pape
     assert "| FedHP, fully_connected, no server | 96.00 (1 seed) | 96.04 ± 0.14 | -0.04 |" in table
     assert "| FedAvg | IID | 100 | 300 | 900 | 300 |" in table
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| Fed")]
-    assert rows[:3] == ["| FedAvg", "| FedProto", "| FedHP, fully_connected, no server"]
+    assert rows[:5] == ["| FedAvg", "| FedProto", "| FedHP", "| FedHP (fedhp-server-b10)",
+                        "| FedHP, fully_connected, no server"]
 
 
 def test_the_alone_table_pairs_each_client_with_itself_in_the_cell():
