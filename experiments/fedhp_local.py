@@ -24,6 +24,7 @@ import torch
 from experiments.run import Cell, cell_config, load_matrix
 from node import config as config_module
 from node.algorithms import create
+from node.errors import ConfigError
 from node.runtime import evaluate, load_node_data
 from node.topology_settings import participation
 from topology.participation import Participation
@@ -49,8 +50,14 @@ def drawn_rounds(participation: Participation, nodes: int, rounds: int, client: 
 
 def cell_federation(algorithm: str, partition: str, seed: int, settings: list[str],
                     matrix_path: Path = MATRIX):
-    """The cell's validated config, with the `settings` overrides applied."""
+    """The cell's validated config, with the `settings` overrides applied; ConfigError
+    naming what is not a cell of the matrix."""
     matrix = load_matrix(matrix_path)
+    for axis, value in (("algorithms", algorithm), ("partitions", partition),
+                        ("seeds", seed)):
+        if value not in matrix[axis]:
+            raise ConfigError(f"{matrix_path}: {value!r} is not one of its {axis} "
+                              f"{matrix[axis]}")
     cell = Cell(algorithm, matrix["datasets"][0], partition, matrix["topologies"][0],
                 matrix["codecs"][0], matrix["nodes"][0], seed)
     raw = cell_config(matrix, cell, Path("unused"), backend="sim")
@@ -88,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     torch.set_num_threads(args.threads)
-    key, config = cell_federation(args.algorithm, args.partition, args.seed, args.settings,
-                                  args.matrix)
+    try:
+        key, config = cell_federation(args.algorithm, args.partition, args.seed,
+                                      args.settings, args.matrix)
+    except ConfigError as exc:
+        print(f"experiments.fedhp_local: {exc}", file=sys.stderr)
+        return 2
     clients = sampled_clients(config.nodes, config.topology.hub, args.clients)
     started, rows = time.monotonic(), []
     for done, client in enumerate(clients, 1):

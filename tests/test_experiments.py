@@ -809,3 +809,14 @@ def test_a_protocol_client_trained_alone_trains_the_rounds_it_is_drawn_for_and_t
     row = train_alone(config, 1)
     assert row["rounds_trained"] == len([1, 2]) + 1  # rounds 1 and 2 of 3, the last fit
     assert set(row["by_rule"]) == {"prototype"} and 0.0 < row["accuracy"] <= 1.0
+
+
+def test_clients_alone_refuse_what_is_not_a_cell_in_one_line(tmp_path, capsys):
+    from experiments.fedhp_local import main
+    out = tmp_path / "local.jsonl"
+    for argv, named in ((["--partition", "dirichlet:0.7"], "'dirichlet:0.7' is not one of"),
+                        (["--seed", "9"], "9 is not one of its seeds"),
+                        (["--set", "fedhp.spce=x"], "--set fedhp.spce: unknown key 'spce'")):
+        assert main([*argv, "--out", str(out)]) == 2
+        assert named in capsys.readouterr().err
+    assert not out.exists()
