@@ -106,9 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scores", action="store_true",
                         help="the full attack, scored on each receiver's unclaimed classes")
     args = parser.parse_args(argv)
+    cells = {}
+    for key in args.keys:
+        try:
+            cells[key] = robustness.Cell.parse(key)
+        except (ValueError, IndexError):
+            parser.error(f"{key}: not a cell key of experiments.robustness "
+                         "(split/Nx/topology/rule/attack/sSEED[/noplan])")
+        if cells[key].attack != "label_flip":
+            parser.error(f"{key}: not a label_flip cell")
     if args.scores:
-        for key in args.keys:
-            found = scores_under_attack(robustness.Cell.parse(key))
+        for key, cell in cells.items():
+            found = scores_under_attack(cell)
             for who, values in found.items():
                 print(key, who, json.dumps({
                     "judged": len(values), "median": round(statistics.median(values), 3),
@@ -120,10 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         row = json.loads(line)
         committed[row["key"]] = row  # the last row of a key is the one the report reads
     robustness.attacker_class = without_prototypes
-    for key in args.keys:
-        cell = robustness.Cell.parse(key)
-        if cell.attack != "label_flip":
-            parser.error(f"{key}: not a label_flip cell")
+    for key, cell in cells.items():
         stripped = honest_mean(robustness.run_cell(cell, str(default_data_dir())),
                                cell.attackers)
         figures = {"model only": f"{stripped:.4f}"}

@@ -277,3 +277,12 @@ def test_the_diagnosis_strips_the_label_flippers_prototypes_and_keeps_its_model(
     assert all(torch.equal(sent["model"].tensors[k], honest_shape["model"].tensors[k])
                for k in honest_shape["model"].tensors)
     assert without_prototypes(ProFe, "sign_flip") is not flipper.__class__
+
+
+def test_the_diagnosis_refuses_a_key_that_is_no_label_flip_cell_in_one_line(capsys):
+    from experiments.diagnose_label_flip import main
+    for key, named in (("nonsense", "not a cell key"),
+                       ("classes20/1x/ring/guarded_wide/sign_flip/s1", "not a label_flip cell")):
+        with pytest.raises(SystemExit) as stopped:
+            main([key])
+        assert stopped.value.code == 2 and named in capsys.readouterr().err
