@@ -93,11 +93,16 @@ def client_accuracy(cell: dict) -> float:
     return 100.0 * statistics.fmean(clients)
 
 
+def is_ablation(cell: dict) -> bool:
+    """Whether the cell is of a variant other than the protocol's own (an ablation's)."""
+    return cell.get("variant") not in (None, *PROTOCOL_VARIANTS)
+
+
 def row_name(cell: dict) -> str:
     """The table row a cell belongs to: the method, with its graph when it has no server and
     its variant when an ablation changed the protocol."""
     name = ALGORITHM_LABELS.get(cell["algorithm"], cell["algorithm"])
-    if cell.get("variant") not in (None, *PROTOCOL_VARIANTS):
+    if is_ablation(cell):
         name = f"{name} ({cell['variant']})"
     return name if cell["hub"] is not None else f"{name}, {cell['topology']}, no server"
 
@@ -121,7 +126,7 @@ def render(cells: list[dict]) -> str:
         known = cell["algorithm"] in order
         return (cell["hub"] is None, not known,
                 order.index(cell["algorithm"]) if known else 0, cell["algorithm"],
-                cell.get("variant") not in (None, *PROTOCOL_VARIANTS),
+                is_ablation(cell),
                 cell["seed"])
     for cell in sorted(cells, key=place):
         name = row_name(cell)

@@ -187,11 +187,12 @@ def receive_until(transport, condition, what, timeout=60.0):
 
 def write_config(tmp_path, data_dir, name, *, nodes=3, rounds=2, algorithm="profe",
                  topology="fully_connected", codec="int16", startup=60, round_timeout=60,
-                 deploy="", extra="", topology_extra="", pictures=False):
+                 deploy="", extra="", topology_extra="", pictures=False, absent=None):
     """A small federation config file: MNIST subset of 1,500, short timeouts; `deploy`
     adds lines to [deploy], `topology_extra` to [topology], `extra` whole tables. No
     pictures unless asked (`pictures`): drawing them is about 2 s of CPU a run, a quarter of
-    a small run's, and the tests that read them ask."""
+    a small run's, and the tests that read them ask. `absent`: timeouts.absent, the seconds
+    a node waits each round for a peer known gone (the default's when None)."""
     setting = f"pictures = {str(pictures).lower()}"
     if "[report]" in extra:
         extra = extra.replace("[report]", f"[report]\n{setting}", 1)
@@ -217,6 +218,7 @@ codec = "{codec}"
 startup = {startup}
 round = {round_timeout}
 shutdown = 5
+{"" if absent is None else f"absent = {absent}"}
 [deploy]
 results_dir = "{tmp_path / "results"}"
 {deploy}

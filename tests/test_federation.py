@@ -238,8 +238,7 @@ def test_a_killed_node_is_started_again_and_rejoins_the_running_federation(workd
     # they are still in the run when it is back, however loaded the machine, at the CPU of
     # 12 rounds (60 rounds of training once gave it that room)
     rounds = 12
-    config = write_config(workdir, data_dir, name, rounds=rounds)
-    config.write_text(config.read_text().replace("shutdown = 5", "shutdown = 5\nabsent = 5"))
+    config = write_config(workdir, data_dir, name, rounds=rounds, absent=5)
     with protofed_up(config, name, "--set", "deploy.restarts=1") as (process, run_dir):
         os.kill(wait_for_training_nodes(run_dir, 3)[2], signal.SIGKILL)
         _, stderr = process.communicate(timeout=300)

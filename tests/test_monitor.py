@@ -194,9 +194,8 @@ def test_the_page_follows_a_real_federation(tmp_path, data_dir):
     # about half a second each (2,000 images a node); once node 2 is dead the others wait
     # for it 1 s a round, not the round timeout
     config = write_config(tmp_path, data_dir, name, nodes=3, rounds=200, algorithm="fedavg",
-                          codec="fp32", round_timeout=4, deploy="restarts = 0")
-    config.write_text(config.read_text().replace("shutdown = 5", "shutdown = 5\nabsent = 1")
-                      .replace("subset = 1500", "subset = 6000"))
+                          codec="fp32", round_timeout=4, deploy="restarts = 0", absent=1)
+    config.write_text(config.read_text().replace("subset = 1500", "subset = 6000"))
     run_dir = tmp_path / "results" / name
     port = free_port()
     driver = chromium()
