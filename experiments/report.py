@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -787,10 +788,89 @@ def distillation_verdict(profe: SeedStats, twin: SeedStats) -> str:
 def seeds_above(ours: list[CellResult], theirs: list[CellResult]) -> str:
     """"2 of 3": in how many shared seeds (same partition and initial models) the first
     group's final macro-F1, mean over nodes, is above the second's."""
+    differences = paired_differences(ours, theirs)
+    return f"{sum(d > 0 for d in differences)} of {len(differences)}"
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """ProFe minus its twin over the seeds both ran: a paired test of the mean difference."""
+
+    seeds: int
+    above: int  # seeds in which the difference is positive
+    mean: float  # mean of the per-seed differences
+    std: float  # their sample standard deviation
+    t: float  # mean / (std / sqrt(seeds)): Student's paired t, seeds - 1 degrees of freedom
+    p: float  # exact two-sided sign-flip (permutation) p-value
+
+
+def paired_differences(ours: list[CellResult], theirs: list[CellResult]) -> list[float]:
+    """Per shared seed (the same partition and initial models), the first group's final
+    macro-F1 minus the second's, each a mean over the run's nodes; in seed order."""
     theirs_by_seed = {c.seed: statistics.fmean(c.final_f1) for c in theirs}
-    shared = [c for c in ours if c.seed in theirs_by_seed]
-    above = sum(statistics.fmean(c.final_f1) > theirs_by_seed[c.seed] for c in shared)
-    return f"{above} of {len(shared)}"
+    return [statistics.fmean(c.final_f1) - theirs_by_seed[c.seed]
+            for c in sorted(ours, key=lambda c: c.seed) if c.seed in theirs_by_seed]
+
+
+def sign_flip_p(differences: list[float]) -> float:
+    """Exact two-sided p-value of the paired permutation test: the share of the 2^n sign
+    assignments whose mean is at least as far from 0 as the observed one (n <= 20)."""
+    n = len(differences)
+    if not 0 < n <= 20:
+        raise ValueError(f"sign_flip_p takes 1 to 20 differences, got {n}")
+    observed = abs(sum(differences)) - 1e-12  # ties count as at least as extreme
+    extreme = sum(abs(sum(d if mask >> i & 1 else -d for i, d in enumerate(differences)))
+                  >= observed for mask in range(1 << n))
+    return extreme / (1 << n)
+
+
+def paired_test(differences: list[float]) -> PairedTest | None:
+    """The paired t statistic and the exact sign-flip p-value (None under 2 seeds)."""
+    if len(differences) < 2:
+        return None
+    mean, std = statistics.fmean(differences), statistics.stdev(differences)
+    if std > 0:
+        t = mean / (std / math.sqrt(len(differences)))
+    else:  # every seed moved by the same amount: t is unbounded, or undefined at 0
+        t = math.copysign(math.inf, mean) if mean else math.nan
+    return PairedTest(seeds=len(differences), above=sum(d > 0 for d in differences),
+                      mean=mean, std=std, t=t, p=sign_flip_p(differences))
+
+
+# The level below which the paired test calls a difference beyond chance, and the fewest
+# seeds at which the exact sign-flip p-value can fall below it (its floor is 2 / 2^n: 0.031
+# at 6 seeds, 0.0625 at 5).
+PAIRED_ALPHA = 0.05
+PAIRED_MIN_SEEDS = 6
+
+
+def paired_table(results: list[CellResult]) -> list[str]:
+    """Per student width and setting with at least PAIRED_MIN_SEEDS shared seeds: ProFe
+    minus its twin, paired by seed, with its t statistic and exact permutation p-value."""
+    rows = []
+    for row in HEADROOM_ROWS:
+        for setting in _settings(results):
+            group = [r for r in results if r.setting == setting]
+            test = paired_test(paired_differences(_method_cells(group, row.profe),
+                                                  _method_cells(group, row.twin)))
+            if test is None or test.seeds < PAIRED_MIN_SEEDS:
+                continue
+            verdict = (("ProFe above" if test.mean > 0 else "ProFe below")
+                       if test.p < PAIRED_ALPHA else "no difference shown")
+            rows.append(f"| {row.student} | {setting[0]} | {setting[1]} | {test.seeds} | "
+                        f"{test.above} of {test.seeds} | {100 * test.mean:+.2f} | "
+                        f"{100 * test.std:.2f} | {test.t:.2f} ({test.seeds - 1}) | "
+                        f"{test.p:.4f} | {verdict} |")
+    if not rows:
+        return []
+    return [(f"Paired over seeds (settings with at least {PAIRED_MIN_SEEDS} seeds of both): "
+             "each seed's ProFe minus its twin's final macro-F1 (means over nodes, points). "
+             "t is Student's paired t (degrees of freedom in brackets); p is the exact "
+             "two-sided sign-flip permutation p-value over all 2^n sign assignments of the "
+             f"differences; a difference is called beyond chance when p < {PAIRED_ALPHA:g}."),
+            "", ("| student | dataset | partition | seeds | seeds above | mean difference | "
+                 "std of differences | t (df) | p | verdict |"),
+            "|---|---|---|---|---|---|---|---|---|---|", *rows]
 
 
 def headroom_table(results: list[CellResult]) -> list[str]:
@@ -833,7 +913,8 @@ def headroom_table(results: list[CellResult]) -> list[str]:
         if verdicts[row.student]:
             lines.append(f"- Student {row.student}: ProFe against its no-distillation twin: "
                          f"{'; '.join(verdicts[row.student])}.")
-    return lines
+    paired = paired_table(results)
+    return lines + ([""] + paired if paired else [])
 
 
 # ---- each paper's headline setting ----

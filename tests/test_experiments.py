@@ -820,3 +820,46 @@ def test_clients_alone_refuse_what_is_not_a_cell_in_one_line(tmp_path, capsys):
         assert main([*argv, "--out", str(out)]) == 2
         assert named in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_sign_flip_p_counts_sign_assignments_by_hand():
+    # differences 1, 2, 3 (mean 2): of the 8 sign assignments only +++ and --- reach |mean| 2
+    assert report.sign_flip_p([1.0, 2.0, 3.0]) == 2 / 8
+    # 1, -1, 2: observed |sum| 2; sums of the 8: 2, 0, 4, -2, 2, ... -> |sum| >= 2 in 6 of 8
+    # (+1-1+2=2, -1-1+2=0, +1+1+2=4, -1+1+2=2, +1-1-2=-2, -1-1-2=-4, +1+1-2=0, -1+1-2=-2)
+    assert report.sign_flip_p([1.0, -1.0, 2.0]) == 6 / 8
+    with pytest.raises(ValueError, match="1 to 20"):
+        report.sign_flip_p([])
+
+
+def test_paired_test_by_hand():
+    # differences 1, 2, 3: mean 2, sample std 1, t = 2 / (1 / sqrt 3) = 3.464
+    test = report.paired_test([1.0, 2.0, 3.0])
+    assert (test.seeds, test.above, test.mean, test.std, test.p) == (3, 3, 2.0, 1.0, 0.25)
+    assert test.t == pytest.approx(2 * 3 ** 0.5)
+    assert report.paired_test([0.5]) is None
+    assert report.paired_test([0.2, 0.2]).t == float("inf")
+
+
+def test_paired_table_tests_profe_against_its_twin_over_six_seeds(tmp_path):
+    root = tmp_path / "results"
+    root.mkdir()
+    # 1/4 student, six seeds, ProFe above its twin by 0.01 .. 0.06 points of F1 (mean 0.035,
+    # sample std 0.018708): t = 0.035 / (0.018708 / sqrt 6) = 4.583; only the all-plus and
+    # all-minus of the 64 sign assignments reach |mean| 0.035: p = 2 / 64 = 0.0312
+    for seed in range(1, 7):
+        write_cell(root, "profe-quarter", "int16", "classes:0.2", [1, 1], [1, 1], [1, 1],
+                   [0.1, 0.5 + seed / 100], seed=seed)
+        write_cell(root, "profe-quarter-no-distillation", "int16", "classes:0.2", [1, 1],
+                   [1, 1], [1, 1], [0.1, 0.5], seed=seed)
+    # 1/8 student, three seeds only: no paired row
+    for seed in range(1, 4):
+        write_cell(root, "profe-eighth", "int16", "classes:0.2", [1, 1], [1, 1], [1, 1],
+                   [0.1, 0.6], seed=seed)
+        write_cell(root, "profe-eighth-no-distillation", "int16", "classes:0.2", [1, 1], [1, 1],
+                   [1, 1], [0.1, 0.5], seed=seed)
+    out = tmp_path / "r"
+    text = report.write_report(report.archive_results(root, out), out).read_text()
+    assert ("| 1/4 | mnist | classes:0.2 | 6 | 6 of 6 | +3.50 | 1.87 | 4.58 (5) | 0.0312 | "
+            "ProFe above |") in text
+    assert "| 1/8 | mnist | classes:0.2 | 3 |" not in text
