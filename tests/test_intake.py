@@ -375,3 +375,42 @@ def test_validation_shares_one_budget_among_the_in_neighbours_down_to_a_floor():
     few, many = validation_samples(node, 72), validation_samples(node, 1)
     assert len(few[1]) == 64 and len(many[1]) == 256
     assert torch.equal(few[0], many[0][:64])  # the smaller draw starts the larger one
+
+
+class CountingReads(dict):
+    """A payload's tensors that count their reads (a received message decodes on each)."""
+
+    reads = 0
+
+    def __getitem__(self, name):
+        CountingReads.reads += 1
+        return super().__getitem__(name)
+
+
+def test_a_checked_model_is_decoded_once_when_kept_and_on_every_read_when_not():
+    from node.intake.checks import checked_state
+    reference = {"w": torch.zeros(3), "b": torch.zeros(1)}
+    payload = Payload(CountingReads(w=torch.tensor([3.0, 0.0, 4.0]), b=torch.tensor([0.0])),
+                      {"samples": 2})
+    for keep, reads in ((True, 2), (False, 2 + 2 * 3)):
+        CountingReads.reads = 0
+        state, samples, norm = checked_state(reference, payload, keep_decoded=keep)
+        assert (samples, norm) == (2, 5.0)
+        for _ in range(3):
+            assert state["w"].tolist() == [3.0, 0.0, 4.0] and state["b"].tolist() == [0.0]
+        assert CountingReads.reads == reads
+
+
+def test_a_model_is_refused_naming_the_parameter_that_is_not_finite_or_the_overflow():
+    from node.errors import ProtocolError
+    from node.intake.checks import checked_state
+    reference = {"w": torch.zeros(2, dtype=torch.float64), "b": torch.zeros(1)}
+
+    def sent(w, b=0.0):
+        return Payload({"w": torch.tensor(w, dtype=torch.float64), "b": torch.tensor([b])},
+                       {"samples": 1})
+    with pytest.raises(ProtocolError, match="parameter b holds NaN"):
+        checked_state(reference, sent([1.0, 2.0], float("nan")))
+    # finite values whose squares overflow float64 (1e200² = 1e400)
+    with pytest.raises(ProtocolError, match="too large to square"):
+        checked_state(reference, sent([1e200, 0.0]))

@@ -21,6 +21,7 @@ from node.algorithms.base import Algorithm, DataPlan, Payload, Refusal
 from node.defences import CLAIM_FACTOR
 from node.intake import distance, influence, prototype_validation, unjudged, validation
 from node.intake.checks import (
+    DECODED_BUDGET,
     MAX_SAMPLES,
     Contributions,
     checked_class_claim,
@@ -29,6 +30,7 @@ from node.intake.checks import (
     each_or_refused,
     own_prototypes,
     require_kind,
+    state_bytes,
     without_peers,
 )
 from node.intake.norms import models_within_bound, prototypes_within_class_bounds
@@ -77,9 +79,11 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     classes = (num_classes or len(own["model"].meta.get("classes", ()))) if with_model else 0
     model_claims: dict[int, list[int]] = {}
 
+    keep_decoded = len(received) * state_bytes(reference) <= DECODED_BUDGET
+
     def check(peer: int, update: Mapping[str, Payload]) -> tuple:
-        model = (checked_state(reference, require_kind(update, "model")) if with_model
-                 else None)
+        model = (checked_state(reference, require_kind(update, "model"), keep_decoded)
+                 if with_model else None)
         if model is not None:
             claim = checked_class_claim(update["model"], model[1], classes)
             if claim is not None:

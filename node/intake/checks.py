@@ -5,6 +5,7 @@ failed), and the bundle of what passed (Contributions)."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,12 @@ log = logging.getLogger(__name__)
 
 # A peer's claimed sample count weighs its update; beyond any real dataset it only poisons.
 MAX_SAMPLES = 2**31 - 1
+
+
+# The decoded models of one round's in-neighbours are kept, read once, while together they
+# fit in this many bytes: every screen and the average then read them without decoding
+# again. Beyond it (large models, many neighbours), each read decodes again (ReadAs).
+DECODED_BUDGET = 256 * 2**20
 
 
 class ReadAs(Mapping[str, torch.Tensor]):
@@ -42,12 +49,18 @@ class ReadAs(Mapping[str, torch.Tensor]):
         return len(self._dtypes)
 
 
-def checked_state(reference: Mapping[str, torch.Tensor],
-                  payload: Payload) -> tuple[Mapping[str, torch.Tensor], int, float]:
-    """A received model's tensors (read lazily, see ReadAs), weight and norm, after checking
-    names and shapes match ours and every value is finite."""
+def state_bytes(state: Mapping[str, torch.Tensor]) -> int:
+    """The bytes a model's tensors take in memory."""
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def checked_state(reference: Mapping[str, torch.Tensor], payload: Payload,
+                  keep_decoded: bool = False) -> tuple[Mapping[str, torch.Tensor], int, float]:
+    """A received model's tensors, weight and norm, after checking names and shapes match
+    ours and every value is finite. The tensors are the ones decoded for the checks where
+    `keep_decoded`, else read lazily (ReadAs)."""
     tensors = {name: payload.tensors[name] for name in payload.tensors}  # read once for the
-    # checks (a received message decodes on every read), freed on return
+    # checks (a received message decodes on every read)
     if set(tensors) != set(reference):
         raise ProtocolError("model parameters differ from this node's model: "
                             f"{sorted(set(tensors) ^ set(reference))[:3]}")
@@ -55,13 +68,17 @@ def checked_state(reference: Mapping[str, torch.Tensor],
         if tuple(tensors[name].shape) != tuple(ref.shape):
             raise ProtocolError(f"parameter {name} has shape {tuple(tensors[name].shape)}, "
                                 f"expected {tuple(ref.shape)}")
-        if tensors[name].is_floating_point() and not bool(tensors[name].isfinite().all()):
-            raise ProtocolError(f"parameter {name} holds NaN or infinite values")
+    norm = state_norm(tensors)
+    if not math.isfinite(norm):  # one pass: a NaN or an infinity makes the norm one too
+        for name, t in tensors.items():
+            if t.is_floating_point() and not bool(t.isfinite().all()):
+                raise ProtocolError(f"parameter {name} holds NaN or infinite values")
+        raise ProtocolError("model values too large to square: its norm overflows")
     samples = payload.meta.get("samples", 0)
     if not 1 <= samples <= MAX_SAMPLES:
         raise ProtocolError(f"model weight 'samples' must be in 1..{MAX_SAMPLES}, got {samples}")
-    return (ReadAs(payload.tensors, {name: ref.dtype for name, ref in reference.items()}),
-            samples, state_norm(tensors))
+    dtypes = {name: ref.dtype for name, ref in reference.items()}
+    return (ReadAs(tensors if keep_decoded else payload.tensors, dtypes), samples, norm)
 
 
 def checked_class_claim(payload: Payload, samples: int, classes: int) -> list[int] | None:

@@ -26,8 +26,15 @@ def layer_of(name: str) -> str:
     return name.rsplit(".", 1)[0]
 
 
+def in_float64(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A model's floating-point tensors in float64, converted once for every peer's
+    `layer_distances` from it."""
+    return {name: t.to(torch.float64) for name, t in state.items() if t.is_floating_point()}
+
+
 def layer_distances(own: dict[str, torch.Tensor], peer) -> dict[str, float]:
-    """Per layer, the Euclidean distance between two models' floating-point tensors in it."""
+    """Per layer, the Euclidean distance between two models' floating-point tensors in it
+    (`own` may be given `in_float64`, as the screens do)."""
     squares: dict[str, float] = {}
     for name, t in own.items():
         if t.is_floating_point():
@@ -43,7 +50,7 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     bound = settings.distance * settings.distance_refuse
     if settings.distance <= 0 or not update.peers:
         return {}
-    own = {name: t.detach() for name, t in model.state_dict().items()}
+    own = in_float64({name: t.detach() for name, t in model.state_dict().items()})
     distances = [layer_distances(own, state) for state, _ in update.states[1:]]
     # kept for `clipped`, which measures the peers this round keeps from the same model
     algorithm.layer_distances = dict(zip(update.peers, distances, strict=True))
@@ -69,7 +76,8 @@ def clipped(algorithm: Algorithm, model: nn.Module, update: Contributions) -> Co
         return update
     own = {name: t.detach() for name, t in model.state_dict().items()}
     measured = getattr(algorithm, "layer_distances", {})  # by the screen, this round
-    distances = [measured[peer] if peer in measured else layer_distances(own, state)
+    own64 = in_float64(own) if any(peer not in measured for peer in update.peers) else {}
+    distances = [measured[peer] if peer in measured else layer_distances(own64, state)
                  for peer, (state, _) in zip(update.peers, update.states[1:], strict=True)]
     algorithm.layer_distances = {}
     states, notes = list(update.states), []

@@ -9,7 +9,6 @@ loss, by amounts too varied to single one out."""
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -30,30 +29,56 @@ def mixed(own: Mapping[str, torch.Tensor], peer: Mapping[str, torch.Tensor],
             else t.clone() for name, t in own.items()}
 
 
+def head_prefix(model: nn.Module) -> str | None:
+    """The state-dict prefix of `model`'s `classifier` ("classifier."), None without one."""
+    head = getattr(model, "classifier", None)
+    return next((f"{name}." for name, module in model.named_modules() if module is head),
+                None) if head is not None else None
+
+
+def head_state(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The classifier's tensors of a whole model's state, named as the classifier names them."""
+    return {name[len(prefix):]: t for name, t in state.items() if name.startswith(prefix)}
+
+
 @torch.no_grad()
 def prototype_losses(model: nn.Module, prototypes: torch.Tensor | None,
-                     known: torch.Tensor | None) -> list[float | None]:
+                     known: torch.Tensor | None,
+                     head_tensors: Mapping[str, torch.Tensor] | None = None
+                     ) -> list[float | None]:
     """Per class, the cross-entropy of `model`'s classifier on the class's prototype (None
-    for a class without one, or a model without a `classifier`)."""
+    for a class without one, or a model without a `classifier`); with `head_tensors`, the
+    classifier computes with those instead of its own (`head_state` of another model): the
+    screens judge a peer's classifier without loading the peer's whole model."""
     head = getattr(model, "classifier", None)
     if prototypes is None or known is None or head is None or not bool(known.any()):
         classes = 0 if known is None else len(known)
         return [None] * classes
     weight = next(head.parameters())
-    logits = head(prototypes.to(weight.device, weight.dtype)).double().cpu()
+    inputs = prototypes.to(weight.device, weight.dtype)
+    if head_tensors is None:
+        logits = head(inputs)
+    else:
+        logits = torch.func.functional_call(
+            head, {name: t.to(weight.device, weight.dtype) for name, t in head_tensors.items()},
+            (inputs,))
+    logits = logits.double().cpu()
     labels = torch.arange(len(known))
     losses = torch.nn.functional.cross_entropy(logits, labels, reduction="none").tolist()
     return [loss if bool(k) else None for loss, k in zip(losses, known.cpu(), strict=True)]
 
 
 def class_losses(model: nn.Module, y: torch.Tensor, num_classes: int,
-                 prototypes: torch.Tensor | None,
-                 known: torch.Tensor | None) -> list[float | None]:
+                 prototypes: torch.Tensor | None, known: torch.Tensor | None,
+                 head_tensors: Mapping[str, torch.Tensor] | None = None
+                 ) -> list[float | None]:
     """Per class this node holds no sample of (`y`: its samples' labels), `model`'s loss on
-    the class's global prototype; None for a class held here (validation's to judge) or
-    without a prototype. Non-finite losses read as inf."""
+    the class's global prototype (with `head_tensors`: see `prototype_losses`); None for a
+    class held here (validation's to judge) or without a prototype. Non-finite losses read
+    as inf."""
     held = torch.bincount(y.cpu(), minlength=num_classes) > 0
-    on_prototypes = prototype_losses(model, prototypes, known) or [None] * num_classes
+    on_prototypes = (prototype_losses(model, prototypes, known, head_tensors)
+                     or [None] * num_classes)
     out: list[float | None] = []
     for c in range(num_classes):
         value = None if bool(held[c]) or c >= len(on_prototypes) else on_prototypes[c]
@@ -84,15 +109,19 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     prototypes, known = root_prototypes(algorithm)
     if prototypes is None or known is None or not bool(known.any()):
         return {}  # no global prototype yet (round 1), or an algorithm without them
-    own_state = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    prefix = head_prefix(model)
+    if prefix is None:
+        return {}  # nothing to measure the prototypes with
+    # only the classifier meets the prototypes: the mix of the rest would change nothing
+    own_head = head_state({name: t.detach() for name, t in model.state_dict().items()},
+                          prefix)
     own_weight = float(update.states[0][1])
     base = class_losses(model, y, data.num_classes, prototypes, known)
-    scratch = copy.deepcopy(model)
     rows = []
     for index in range(len(update.peers)):
         state, weight = update.states[index + 1]
-        scratch.load_state_dict(mixed(own_state, state, mixing_share(own_weight, float(weight))))
-        rows.append(excess(class_losses(scratch, y, data.num_classes, prototypes, known),
+        mix = mixed(own_head, head_state(state, prefix), mixing_share(own_weight, float(weight)))
+        rows.append(excess(class_losses(model, y, data.num_classes, prototypes, known, mix),
                            base))
     scores = class_excess_scores(rows)
     log.debug("node %d: influence scores %s", algorithm.node_id,

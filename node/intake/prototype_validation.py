@@ -8,7 +8,6 @@ prototype of its class worse than guessing (`bar_of`)."""
 
 from __future__ import annotations
 
-import copy
 import math
 
 from torch import nn
@@ -16,7 +15,7 @@ from torch import nn
 from node.algorithms.base import Algorithm, Refusal
 from node.defences import prototype_class_loss
 from node.intake.checks import Contributions
-from node.intake.influence import prototype_losses, root_prototypes
+from node.intake.influence import head_prefix, head_state, prototype_losses, root_prototypes
 from node.intake.validation import peer_class_weights
 
 RULE = "prototype_validation"
@@ -43,10 +42,12 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
         return {}
     data = algorithm.data
     held = [n > 0 for n in data.train_y.bincount(minlength=data.num_classes).tolist()]
-    scratch = copy.deepcopy(model)
-    if algorithm.start_state is not None:
-        scratch.load_state_dict(algorithm.start_state)
-    start_losses = prototype_losses(scratch, prototypes, known)
+    prefix = head_prefix(model)
+    if prefix is None:
+        return {}  # no classifier to measure on the prototypes
+    start = (None if algorithm.start_state is None
+             else head_state(algorithm.start_state, prefix))
+    start_losses = prototype_losses(model, prototypes, known, start)
     refused = {}
     for index, peer in enumerate(update.peers):
         claimed = peer_class_weights(algorithm, update, index)
@@ -54,8 +55,9 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
         start = prototype_class_loss(start_losses, weights)
         if start is None:
             continue  # no class of the peer's lacked here with a global prototype
-        scratch.load_state_dict(dict(update.states[index + 1][0]))
-        loss = prototype_class_loss(prototype_losses(scratch, prototypes, known), weights)
+        peer_head = head_state(update.states[index + 1][0], prefix)
+        loss = prototype_class_loss(prototype_losses(model, prototypes, known, peer_head),
+                                    weights)
         bar = bar_of(start, data.num_classes)
         if loss is None or not math.isfinite(loss) or loss > bar:
             refused[peer] = Refusal(
