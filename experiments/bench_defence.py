@@ -39,20 +39,25 @@ def overrides(nodes: int, rounds: int, defence: str, results: str) -> list[str]:
             *(f"aggregation.{key}={json.dumps(value)}" for key, value in settings.items())]
 
 
-def per_round(records) -> dict[str, float]:
-    """Medians over nodes and rounds after the first: the aggregation step's seconds, the
-    round's CPU seconds, and the aggregation's share of the round."""
+def per_round(records) -> dict:
+    """Medians over nodes and rounds after the first: the aggregation step's seconds and the
+    round's CPU seconds; the run's CPU seconds over those node-rounds, in all and per phase
+    (node.profile.PHASES, summed)."""
     aggregation, cpu = [], []
+    phases: dict[str, float] = {}
     for record in records:
         rounds = [r for r in record.rounds if r.round >= 1]
         for before, after in itertools.pairwise(rounds):
             aggregation.append(after.aggregation_seconds)
             cpu.append(after.cpu_seconds - before.cpu_seconds)
+            for phase, (_, cpu_seconds) in (after.phases or {}).items():
+                phases[phase] = phases.get(phase, 0.0) + cpu_seconds
     if not cpu:
         raise ValueError("no round after the first was recorded")
     return {"aggregation_seconds": statistics.median(aggregation),
             "round_cpu_seconds": statistics.median(cpu),
-            "rounds_measured": len(cpu)}
+            "rounds_measured": len(cpu), "cpu_seconds": sum(cpu),
+            "phase_cpu_seconds": dict(sorted(phases.items()))}
 
 
 def measure(nodes: int, rounds: int, defence: str) -> dict:
@@ -94,7 +99,41 @@ def render(found: list[dict], command: str) -> str:
         lines.append(f"| {cell['nodes']} | `{cell['defence']}` | "
                      f"{cell['aggregation_seconds']:.3f} | {cell['round_cpu_seconds']:.3f} | "
                      f"{added} | {share:.0%} | {cell['refusals']} | {f1} |")
-    return "\n".join(lines) + "\n"
+    phases = phase_lines(found, base)
+    return "\n".join(lines + ([""] + phases if phases else [])) + "\n"
+
+
+# The phases shown in the per-phase table, the screens first (node.profile.PHASES).
+SHOWN_PHASES = ("validation", "distance", "influence", "prototype_validation", "aggregation",
+                "decode", "train", "teacher", "evaluation_global", "evaluation_local")
+
+
+def phase_lines(found: list[dict], base: dict[int, dict]) -> list[str]:
+    """Per cell that recorded its phases: the run's CPU seconds per node-round after the
+    first, against `mean`'s at the same size, and each phase's share of them."""
+    cells = sorted((c for c in found if c.get("phase_cpu_seconds")),
+                   key=lambda c: (c["nodes"], MEASURED.index(c["defence"])))
+    if not cells:
+        return []
+    lines = [("The whole run's CPU seconds per node-round after the first (every node's "
+              "thread), against `mean`'s at the same size, and where they went (phases of "
+              "the node records: `node.profile`; the screens are validation, distance, "
+              "influence and prototype validation; aggregation is the checks, bounds and "
+              "combination):"), "",
+             "| nodes | defence | CPU s per node-round | x `mean` | "
+             + " | ".join(p.replace("_", " ") for p in SHOWN_PHASES) + " | other |",
+             "|---|---|---|---|" + "---|" * (len(SHOWN_PHASES) + 1)]
+    for cell in cells:
+        per = cell["cpu_seconds"] / cell["rounds_measured"]
+        plain = base.get(cell["nodes"])
+        ratio = (f"{cell['cpu_seconds'] / plain['cpu_seconds']:.2f}x"
+                 if plain and plain.get("cpu_seconds") and cell is not plain else "-")
+        phases = cell["phase_cpu_seconds"]
+        total = sum(phases.values())
+        shown = [phases.get(p, 0.0) / total for p in SHOWN_PHASES]
+        lines.append(f"| {cell['nodes']} | `{cell['defence']}` | {per:.3f} | {ratio} | "
+                     + " | ".join(f"{v:.0%}" for v in shown) + f" | {1 - sum(shown):.0%} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -585,15 +585,29 @@ def test_a_defences_cost_is_the_aggregation_step_beside_the_rounds_cpu_after_rou
     from experiments import bench_defence
 
     def record(cpu, aggregation):
+        # each round's phases: validation 0.1 CPU s, train the rest of the aggregation's
         return types.SimpleNamespace(rounds=[
-            types.SimpleNamespace(round=r, cpu_seconds=c, aggregation_seconds=a)
+            types.SimpleNamespace(round=r, cpu_seconds=c, aggregation_seconds=a,
+                                  phases={"validation": [9.0, 0.1], "train": [9.0, a]})
             for r, (c, a) in enumerate(zip(cpu, aggregation, strict=True))])
     # round 0 and round 1 (start-up, warm-up) are not measured: rounds 2 and 3 are
     records = [record([1.0, 3.0, 4.0, 5.5], [0.0, 0.9, 0.2, 0.4]),
                record([1.0, 3.0, 4.2, 5.2], [0.0, 0.9, 0.3, 0.1])]
     found = bench_defence.per_round(records)
+    # CPU: (1.0 + 1.5) + (1.2 + 1.0) = 4.7; phases of the four rounds: validation 4 x 0.1,
+    # train 0.2 + 0.4 + 0.3 + 0.1 = 1.0
     assert found == {"aggregation_seconds": pytest.approx(0.25),
-                     "round_cpu_seconds": pytest.approx(1.1), "rounds_measured": 4}
+                     "round_cpu_seconds": pytest.approx(1.1), "rounds_measured": 4,
+                     "cpu_seconds": pytest.approx(4.7),
+                     "phase_cpu_seconds": {"train": pytest.approx(1.0),
+                                           "validation": pytest.approx(0.4)}}
+    # the phase table: 4.7 / 4 = 1.175 a node-round, 4.7 / 2.35 = 2x `mean`'s; of the
+    # phases' 1.4 s, validation 0.4 (29%) and train 1.0 (71%)
+    cell = {"nodes": 10, "defence": "guarded_wide", **found}
+    plain = {"nodes": 10, "defence": "mean", **found, "cpu_seconds": 2.35}
+    table = bench_defence.phase_lines([cell, plain], {10: plain})
+    assert table[-1].startswith("| 10 | `guarded_wide` | 1.175 | 2.00x | 29% | 0% |")
+    assert "| 71% |" in table[-1] and table[-1].endswith("| 0% |")
     settings = bench_defence.overrides(10, 3, "distance2", "/r")
     assert "aggregation.distance=2.0" in settings and "aggregation.influence=0.0" in settings
 
