@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from experiments.report import _partition
+from experiments.report import partition_label
 
 DEFAULT_OUT = Path("experiments/reports/fedhp-protocol")
 CELLS_NAME = "cells.jsonl"
@@ -58,7 +58,7 @@ def cell_of(run_dir: Path) -> dict | None:
     except (OSError, ValueError, KeyError):
         variant = None
     return {"key": run_dir.name, "algorithm": config["algorithm"], "variant": variant,
-            "partition": _partition(config["data"]), "topology": config["topology"]["kind"],
+            "partition": partition_label(config["data"]), "topology": config["topology"]["kind"],
             "hub": config["topology"].get("hub"), "seed": config["seed"],
             "rounds": config["rounds"], "participation": config.get("participation", 1.0),
             "nodes": [{"node": n["node"], "local_accuracy": n["local_accuracy"],

@@ -217,7 +217,9 @@ def read_archive(path: Path) -> tuple[list[dict], list[dict]]:
     return json.loads(lines[0])["runs"], [json.loads(line) for line in lines[1:]]
 
 
-def _partition(data: dict) -> str:
+def partition_label(data: dict) -> str:
+    """A config's `data` table as the matrices name its partition: "iid", "classes:0.2",
+    "dirichlet:0.5"."""
     if data["partition"] == "classes":
         return f"classes:{data['classes_fraction']:g}"
     if data["partition"] == "dirichlet":
@@ -280,7 +282,7 @@ def parse_record(record: dict) -> CellResult | None:
     cpu = [c for c in (_cpu_per_round(n) for n in finished) if c is not None]
     return CellResult(
         key=record["key"], method=method, codec=codec_label(config["exchange"]),
-        dataset=config["data"]["dataset"], partition=_partition(config["data"]),
+        dataset=config["data"]["dataset"], partition=partition_label(config["data"]),
         topology=config["topology"]["kind"], nodes=config["nodes"], seed=config["seed"],
         rule=rule,
         bytes_sent=tuple(n.bytes_sent for n in finished),
