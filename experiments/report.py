@@ -758,12 +758,18 @@ class HeadroomRow:
 
 
 # experiments/matrices/headroom.toml and headroom-half.toml; the 1/2 student's 20%-classes
-# cells come from `paper`, `paper-ablation` and `paper-seeds`.
+# cells come from `paper`, `paper-ablation` and `paper-seeds`. The "no screen" rows are
+# experiments/matrices/teacher-seeds.toml: ten seeds on one code version, the paper's
+# intake (no screen, no norm bound), beside the same FedAvg.
 HEADROOM_ROWS = (
     HeadroomRow("1/2", (8, 16), "profe", "profe-no-distillation", "fedavg-student"),
     HeadroomRow("1/4", (4, 8), "profe-quarter", "profe-quarter-no-distillation",
                 "fedavg-quarter"),
     HeadroomRow("1/8", (2, 4), "profe-eighth", "profe-eighth-no-distillation", "fedavg-eighth"),
+    HeadroomRow("1/2, no screen", (8, 16), "profe-unscreened",
+                "profe-unscreened-no-distillation", "fedavg-student"),
+    HeadroomRow("1/4, no screen", (4, 8), "profe-quarter-unscreened",
+                "profe-quarter-unscreened-no-distillation", "fedavg-quarter"),
 )
 
 

@@ -251,12 +251,22 @@ def test_headroom_judges_profe_against_its_twin_with_cpu_per_round(tmp_path):
 
 
 def test_headroom_rows_name_the_widths_their_matrix_runs(tmp_path):
-    matrix = run.load_matrix(REPO / "experiments" / "matrices" / "headroom.toml")
-    configs = {c.algorithm: from_dict(run.cell_config(matrix, c, tmp_path))
-               for c in run.cells(matrix)}
-    for row in report.HEADROOM_ROWS[1:]:
-        assert tuple(configs[row.profe].model.student_channels) == row.channels
-        assert tuple(configs[row.twin].model.student_channels) == row.channels
+    from node.architectures import STUDENT_CNN_CHANNELS
+    configs = {}
+    for name in ("paper-seeds-baseline.toml", "headroom.toml", "teacher-seeds.toml"):
+        matrix = run.load_matrix(REPO / "experiments" / "matrices" / name)
+        configs |= {c.algorithm: from_dict(run.cell_config(matrix, c, tmp_path))
+                    for c in run.cells(matrix)}
+    for row in report.HEADROOM_ROWS:
+        if row.profe == "profe":
+            continue  # the default ProFe's cells come from the `paper` matrices
+        unscreened = "unscreened" in row.profe
+        for variant in (row.profe, row.twin):
+            settings = configs[variant].aggregation
+            assert (settings.validation == 0.0 and settings.norm_bound == 0.0
+                    and settings.distance == 0.0) == unscreened, variant
+            channels = configs[variant].model.student_channels or STUDENT_CNN_CHANNELS
+            assert tuple(channels) == row.channels, variant
         assert configs[row.twin].methods["profe"].alpha_s == 0.0
         assert configs[row.profe].methods["profe"].alpha_s > 0.0
         assert tuple(configs[row.fedavg].model.teacher_channels) == row.channels
