@@ -24,8 +24,11 @@ MAX_SAMPLES = 2**31 - 1
 
 # The decoded models of one round's in-neighbours are kept, read once, while together they
 # fit in this many bytes: every screen and the average then read them without decoding
-# again. Beyond it (large models, many neighbours), each read decodes again (ReadAs).
-DECODED_BUDGET = 256 * 2**20
+# again. Beyond it (large models, many neighbours), each read decodes again (ReadAs): 100
+# nodes on one machine, fully connected, would otherwise each hold 99 decoded models beside
+# their wire forms (41 MiB a node for the quick example's model; docs/experiments.md, the
+# scale report: the wire form was kept to bring that federation's peak down).
+DECODED_BUDGET = 16 * 2**20
 
 
 class ReadAs(Mapping[str, torch.Tensor]):

@@ -37,8 +37,9 @@ def head_prefix(model: nn.Module) -> str | None:
 
 
 def head_state(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """The classifier's tensors of a whole model's state, named as the classifier names them."""
-    return {name[len(prefix):]: t for name, t in state.items() if name.startswith(prefix)}
+    """The classifier's tensors of a whole model's state, named as the classifier names them
+    (only they are read: a received model decodes each tensor it is asked for)."""
+    return {name[len(prefix):]: state[name] for name in state if name.startswith(prefix)}
 
 
 @torch.no_grad()
