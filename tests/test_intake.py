@@ -414,3 +414,22 @@ def test_a_model_is_refused_naming_the_parameter_that_is_not_finite_or_the_overf
     # finite values whose squares overflow float64 (1e200² = 1e400)
     with pytest.raises(ProtocolError, match="too large to square"):
         checked_state(reference, sent([1e200, 0.0]))
+
+
+def test_gather_keeps_the_decoded_models_only_while_the_in_neighbours_fit_the_budget(
+        monkeypatch):
+    from node import intake
+    own = {"model": Payload({"w": torch.zeros(4)}, {"samples": 2})}  # 16 bytes a model
+
+    def received():
+        return {peer: {"model": Payload(CountingReads(w=torch.ones(4)), {"samples": 2})}
+                for peer in (1, 2)}
+    # two in-neighbours of 16 bytes: kept within 32 bytes (a later read decodes nothing),
+    # read from the message again within 31 (once for each of the two models)
+    for budget, later_reads in ((32, 0), (31, 2)):
+        monkeypatch.setattr(intake, "DECODED_BUDGET", budget)
+        update = gather(own, received(), 0)
+        CountingReads.reads = 0
+        for state, _ in update.states[1:]:
+            assert state["w"].tolist() == [1.0] * 4
+        assert CountingReads.reads == later_reads
