@@ -32,9 +32,10 @@ DECODED_BUDGET = 16 * 2**20
 
 
 class ReadAs(Mapping[str, torch.Tensor]):
-    """A checked model read lazily: each lookup reads the received tensor (a message kept in
-    its wire form decodes again) in this node's dtype. Averaging then decodes one tensor of
-    one peer at a time, instead of holding every neighbour's model decoded at once."""
+    """A checked model read in this node's dtype: from the tensors the checks decoded
+    (within DECODED_BUDGET), or lazily, each lookup reading the received tensor (a message
+    kept in its wire form decodes again), so that averaging decodes one tensor of one peer
+    at a time instead of holding every neighbour's model decoded at once."""
 
     __slots__ = ("_dtypes", "_tensors")
 

@@ -45,9 +45,9 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     prefix = head_prefix(model)
     if prefix is None:
         return {}  # no classifier to measure on the prototypes
-    start = (None if algorithm.start_state is None
-             else head_state(algorithm.start_state, prefix))
-    start_losses = prototype_losses(model, prototypes, known, start)
+    start_head = (None if algorithm.start_state is None
+                  else head_state(algorithm.start_state, prefix))
+    start_losses = prototype_losses(model, prototypes, known, start_head)
     refused = {}
     for index, peer in enumerate(update.peers):
         claimed = peer_class_weights(algorithm, update, index)
