@@ -21,29 +21,31 @@ ROUNDS = 3
 CHANCE_F1 = 0.1  # ten classes
 
 
-def small_federation(data_dir, algorithm):
+def small_federation(data_dir, algorithm, subset=3000, rounds=ROUNDS):
     """Three nodes, three rounds on 3,000 MNIST samples."""
     # FedProc trains its output layer only late (alpha = 1 - t/T): a larger step
-    return mnist_config(data_dir, 3000, name=f"contract-{algorithm}", nodes=3, rounds=ROUNDS,
+    return mnist_config(data_dir, subset, name=f"contract-{algorithm}", nodes=3, rounds=rounds,
                         seed=11, algorithm=algorithm, fedhp={"init_steps": 200},
                         train={"device": "cpu", "lr": 0.05 if algorithm == "fedproc" else 0.01})
 
 
-@pytest.fixture(scope="module", params=sorted(ALGORITHMS))
-def runs(request, data_dir, tmp_path_factory):
-    """The same federation run twice, for one algorithm."""
+def _run(config, results_dir):
     threads = torch.get_num_threads()
     try:
-        config = small_federation(data_dir, request.param)
-        return request.param, [run_in_memory(memory_federation(config),
-                                             tmp_path_factory.mktemp(request.param))
-                               for _ in range(2)]
+        return run_in_memory(memory_federation(config), results_dir)
     finally:
         torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="module", params=sorted(ALGORITHMS))
+def runs(request, data_dir, tmp_path_factory):
+    """The small federation, for one algorithm: (algorithm, its nodes' records)."""
+    return request.param, _run(small_federation(data_dir, request.param),
+                                tmp_path_factory.mktemp(request.param))
+
+
 def test_every_node_finishes_and_learns_well_above_chance(runs):
-    algorithm, (nodes, _) = runs
+    algorithm, nodes = runs
     for node in nodes:
         assert node["status"] == "finished" and node["rounds_done"] == ROUNDS
         assert [r["round"] for r in node["rounds"]] == list(range(ROUNDS + 1))
@@ -53,7 +55,7 @@ def test_every_node_finishes_and_learns_well_above_chance(runs):
 
 
 def test_bytes_sent_to_a_peer_are_the_bytes_it_received_kind_by_kind(runs):
-    algorithm, (nodes, _) = runs
+    algorithm, nodes = runs
     for sender in nodes:
         sent = {kind for kind, n in sender["bytes_sent_by_kind"].items()
                 if n and kind != "control"}
@@ -68,7 +70,7 @@ def test_the_message_bound_from_the_model_holds_every_message_with_room(runs):
     """exchange.max_message_bytes = 0: the bound each node computes before its first round
     is larger than all the bytes of one kind it received from one peer in any round (one
     message, or two for a kind sent in two exchange steps), so no message came near it."""
-    algorithm, (nodes, _) = runs
+    algorithm, nodes = runs
     for node in nodes:
         largest = max(n for record in node["rounds"]
                       for kinds in record["bytes_received_by_peer"].values()
@@ -78,7 +80,7 @@ def test_the_message_bound_from_the_model_holds_every_message_with_room(runs):
 
 
 def test_the_reported_rule_is_recorded_beside_every_other(runs):
-    algorithm, (nodes, _) = runs
+    algorithm, nodes = runs
     reported = ALGORITHMS[algorithm].reported_rule
     for node in nodes:
         for split in ("global_test", "local_test"):
@@ -91,9 +93,14 @@ def test_the_reported_rule_is_recorded_beside_every_other(runs):
                 assert evaluation[metric] == evaluation["by_rule"][reported][metric]
 
 
-def test_the_same_seed_gives_the_same_results(runs):
-    _, (first, second) = runs
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_the_same_seed_gives_the_same_results(algorithm, data_dir, tmp_path):
+    """Two runs of the same config, node by node and round by round (on 900 samples and two
+    rounds: every code path a round takes, at a third of the learning run's cost)."""
+    config = small_federation(data_dir, algorithm, subset=900, rounds=2)
+    first, second = (_run(config, tmp_path / name) for name in ("a", "b"))
     for a, b in zip(first, second, strict=True):
+        assert len(a["rounds"]) == 3
         assert [r["global_test"] for r in a["rounds"]] == [r["global_test"] for r in b["rounds"]]
         assert [r["train"] for r in a["rounds"]] == [r["train"] for r in b["rounds"]]
         assert a["bytes_sent_by_peer"] == b["bytes_sent_by_peer"]
