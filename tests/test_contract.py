@@ -22,7 +22,8 @@ CHANCE_F1 = 0.1  # ten classes
 
 
 def small_federation(data_dir, algorithm, subset=3000, rounds=ROUNDS):
-    """Three nodes, three rounds on 3,000 MNIST samples."""
+    """Three nodes on `subset` MNIST samples for `rounds` rounds (3,000 and three: the
+    learning run)."""
     # FedProc trains its output layer only late (alpha = 1 - t/T): a larger step
     return mnist_config(data_dir, subset, name=f"contract-{algorithm}", nodes=3, rounds=rounds,
                         seed=11, algorithm=algorithm, fedhp={"init_steps": 200},
@@ -30,6 +31,7 @@ def small_federation(data_dir, algorithm, subset=3000, rounds=ROUNDS):
 
 
 def _run(config, results_dir):
+    """The federation's records, run in this process; torch's thread count restored."""
     threads = torch.get_num_threads()
     try:
         return run_in_memory(memory_federation(config), results_dir)
@@ -95,12 +97,13 @@ def test_the_reported_rule_is_recorded_beside_every_other(runs):
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_the_same_seed_gives_the_same_results(algorithm, data_dir, tmp_path):
-    """Two runs of the same config, node by node and round by round (on 900 samples and two
-    rounds: every code path a round takes, at a third of the learning run's cost)."""
+    """Two runs of the same config, node by node and round by round, on a smaller federation
+    than the learning run's (900 samples, two rounds: a first round and one that uses what
+    the first exchanged)."""
     config = small_federation(data_dir, algorithm, subset=900, rounds=2)
     first, second = (_run(config, tmp_path / name) for name in ("a", "b"))
     for a, b in zip(first, second, strict=True):
-        assert len(a["rounds"]) == 3
+        assert len(a["rounds"]) == config.rounds + 1
         assert [r["global_test"] for r in a["rounds"]] == [r["global_test"] for r in b["rounds"]]
         assert [r["train"] for r in a["rounds"]] == [r["train"] for r in b["rounds"]]
         assert a["bytes_sent_by_peer"] == b["bytes_sent_by_peer"]
