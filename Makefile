@@ -25,9 +25,11 @@ run: venv
 	$(DATA_ENV) $(BIN)/protofed up -c $(CONFIG)
 
 # Three workers on two cores, each test file whole in one of them: most of a federation or
-# container test is waiting for processes.
+# container test is waiting for processes. --no-loadscope-reorder keeps the files in the
+# order tests/conftest.py gives them (xdist would otherwise send the files with the most
+# tests first, and the Docker files, few tests but long, last).
 test: venv
-	$(DATA_ENV) $(BIN)/python -m pytest -q -n 3 --dist loadfile
+	$(DATA_ENV) $(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 # A three-engine Docker Swarm with a registry on this machine (root, Docker installed): see
 # docs/backends.md ("A federation across machines"); the lab is left up for the next run

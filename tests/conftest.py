@@ -41,8 +41,9 @@ def rings(tmp_path):
 
 
 # The longest files first (`--durations` on a quiet machine): with each file whole on one
-# worker (`--dist loadfile`), the longest start at once on the workers and the short ones
-# fill in after, instead of a long one starting last. The Docker tests were one file of
+# worker (`--dist loadfile`) and this order kept (`--no-loadscope-reorder`, as `make test`
+# runs), the longest start at once on the workers and the short ones fill in after, instead
+# of a long one starting last. The Docker tests were one file of
 # 5.4 worker-minutes, longer than the rest of the suite on the other workers: a file each
 # for lifecycle, files and graphs now.
 FIRST = ("tests/test_federation.py", "tests/test_sim.py", "tests/test_docker_lifecycle.py",
