@@ -25,9 +25,9 @@ run: venv
 	$(DATA_ENV) $(BIN)/protofed up -c $(CONFIG)
 
 # Three workers on two cores, each test file whole in one of them: most of a federation or
-# container test is waiting for processes. --no-loadscope-reorder keeps the files in the
-# order tests/conftest.py gives them (xdist would otherwise send the files with the most
-# tests first, and the Docker files, few tests but long, last).
+# container test is waiting for processes. --no-loadscope-reorder (pytest-xdist 3.8) keeps
+# the files in the order tests/conftest.py gives them: since 3.5 xdist sends the files with
+# the most tests first, and the Docker files, few tests but long, went last.
 test: venv
 	$(DATA_ENV) $(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
