@@ -28,7 +28,10 @@ run: venv
 # container test is waiting for processes. --no-loadscope-reorder (pytest-xdist 3.8) keeps
 # the files in the order tests/conftest.py gives them: since 3.5 xdist sends the files with
 # the most tests first, and the Docker files, few tests but long, went last.
+# The packages are compiled first: where PYTHONDONTWRITEBYTECODE is set (as on this
+# project's machines) every launcher the tests start would compile them again.
 test: venv
+	$(BIN)/python -m compileall -q protofed node topology quant deploy experiments
 	$(DATA_ENV) $(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 # A three-engine Docker Swarm with a registry on this machine (root, Docker installed): see
