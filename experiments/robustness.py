@@ -52,7 +52,7 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # samples of the peer's classes by half the cut this node's own round made on its own).
 # Every screen named in each, so that a change of default does not change a defence.
 OFF = {"validation": 0.0, "distance": 0.0, "distance_refuse": 1.0, "influence": 0.0,
-       "prototype_validation": False, "unjudged": "keep", "claim_cap": 2.0}
+       "prototype_validation": False, "unjudged": "keep", "claim_cap": 2.0, "norm_floor": 0.0}
 DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "validated": {**OFF, "rule": "mean", "validation": 0.5},
             "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},
@@ -72,6 +72,8 @@ DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
 DEFENCES["held"] = {**DEFENCES["guarded_wide"], "unjudged": "hold"}
 # guarded_wide weighing no claim above the median claim (aggregation.claim_cap = 1)
 DEFENCES["capped"] = {**DEFENCES["guarded_wide"], "claim_cap": 1.0}
+# guarded_wide leaving out prototypes below a third of the reference (aggregation.norm_floor)
+DEFENCES["floored"] = {**DEFENCES["guarded_wide"], "norm_floor": 3.0}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
 # The defences the default is chosen among on every split, with and without the plan (the
@@ -462,7 +464,10 @@ def render(results: dict, command: str) -> str:
              "5; today's default) and `held` (`guarded_wide` holding out of the round a model "
              "no screen can judge: aggregation.unjudged = \"hold\") and `capped` "
              "(`guarded_wide` weighing no claim above the median claim: "
-             "aggregation.claim_cap = 1). Sections marked \"no plan\" ran "
+             "aggregation.claim_cap = 1) and `floored` (`guarded_wide` leaving out each "
+             "prototype below a third of the reference, the median of each contributor's "
+             "median prototype norm: aggregation.norm_floor = 3). Sections marked \"no "
+             "plan\" ran "
              "with aggregation.use_plan = false: every node weighs its peers by their "
              "bounded claims. "
              "With one attacker node 0 holds a "

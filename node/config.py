@@ -513,6 +513,9 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
     _check(c.aggregation.norm_bound == 0 or c.aggregation.norm_bound >= 1, source,
            "aggregation.norm_bound", "must be 0 (no bound) or at least 1, got "
            f"{c.aggregation.norm_bound}")
+    _check(c.aggregation.norm_floor == 0 or c.aggregation.norm_floor >= 1, source,
+           "aggregation.norm_floor", "must be 0 (no floor) or at least 1, got "
+           f"{c.aggregation.norm_floor}")
     _check(0 <= c.aggregation.trust_memory < 1, source, "aggregation.trust_memory",
            f"must be in [0, 1), got {c.aggregation.trust_memory}")
     _check(0 <= c.aggregation.validation <= 1, source, "aggregation.validation",

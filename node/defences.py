@@ -36,6 +36,23 @@ def class_references(own: Sequence[float | None],
     return references
 
 
+def floor_reference(own: Sequence[float | None],
+                    peers: Sequence[Sequence[float | None]]) -> float:
+    """The norm a prototype is floored against: the median over this node (`own`) and each
+    peer (`peers[p]`) of its median prototype norm (None: no such class; rows without any
+    skipped). One vote each: a peer sending ten zero rows moves it no more than one with
+    two, where a median over rows would fall to 0 with them."""
+    medians = [statistics.median(norms) for row in [own, *peers]
+               if (norms := [n for n in row if n is not None])]
+    return statistics.median(medians) if medians else 0.0
+
+
+def below_norm_floor(norm: float, reference: float, floor: float) -> bool:
+    """True when `norm` is below `reference` / `floor` (never with `floor` 0 or a reference
+    of 0)."""
+    return floor > 0 and reference > 0 and norm * floor < reference
+
+
 def clip_scores(distances: Sequence[float], radius: float) -> list[float]:
     """Per in-neighbour, the share of its pull that self-centred clipping keeps: 1 within
     `radius` of this node's model, radius / distance beyond."""

@@ -33,7 +33,11 @@ from node.intake.checks import (
     state_bytes,
     without_peers,
 )
-from node.intake.norms import models_within_bound, prototypes_within_class_bounds
+from node.intake.norms import (
+    models_within_bound,
+    prototypes_above_floor,
+    prototypes_within_class_bounds,
+)
 from node.intake.weights import claimed, planned
 
 __all__ = ["MAX_SAMPLES", "SCREENS", "Contributions", "combined_state", "gather", "gathered",
@@ -58,7 +62,7 @@ def plan_of(algorithm: Algorithm) -> DataPlan | None:
 def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Payload]],
            node_id: int, num_classes: int = 0, dim: int = 0,
            plan: DataPlan | None = None, norm_bound: float = 0.0,
-           claim_cap: float = CLAIM_FACTOR) -> Contributions:
+           claim_cap: float = CLAIM_FACTOR, norm_floor: float = 0.0) -> Contributions:
     """Check every peer's update against this node's own; a bad one is left out and named.
 
     The model is checked when `own` has a "model" payload, the prototypes (expanded to
@@ -67,7 +71,8 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     it, whatever it claims: one peer cannot outweigh the others by claiming more. A model
     with a norm beyond `norm_bound` times the reference (`norm_reference`) is refused, and
     so is each prototype beyond `norm_bound` times its class's reference
-    (`node.defences.class_references`).
+    (`node.defences.class_references`); with a `norm_floor`, first each prototype below
+    the floor (`node.intake.norms.prototypes_above_floor`).
     """
     with_model, with_prototypes = "model" in own, "prototypes" in own
     reference = own["model"].tensors if with_model else {}
@@ -102,6 +107,9 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     kept = dict(each_or_refused(checked, models_within_bound(state_norm(reference), checked,
                                                                norm_bound),
                                   node_id, refusals, rule="norm_bound", what="model"))
+    if with_prototypes and norm_floor > 0:  # before the bound: its references without them
+        kept, refused_rows = prototypes_above_floor(prototypes[0], kept, norm_floor)
+        refusals += refused_rows
     if with_prototypes and norm_bound > 0:
         kept, refused_rows = prototypes_within_class_bounds(prototypes[0], kept, norm_bound)
         refusals += refused_rows
@@ -123,7 +131,8 @@ def gathered(algorithm: Algorithm, own: Mapping[str, Payload],
     """`gather` with the algorithm's node, data plan (`plan_of`), norm bound and claim cap."""
     settings = algorithm.config.aggregation
     return gather(own, received, algorithm.node_id, num_classes, dim, plan=plan_of(algorithm),
-                  norm_bound=settings.norm_bound, claim_cap=settings.claim_cap)
+                  norm_bound=settings.norm_bound, claim_cap=settings.claim_cap,
+                  norm_floor=settings.norm_floor)
 
 
 def classes_claimed(checked: Mapping[int, tuple],

@@ -10,7 +10,7 @@ import torch
 
 from node.aggregation import beyond_norm_bound, norm_reference
 from node.algorithms.base import Refusal
-from node.defences import class_references
+from node.defences import below_norm_floor, class_references, floor_reference
 from node.errors import ProtocolError
 
 
@@ -58,6 +58,32 @@ def prototypes_within_class_bounds(own: tuple[torch.Tensor, torch.Tensor],
         refusals += [Refusal(peer, f"prototype of class {c}", "norm_bound",
                              f"norm {norms[c]:.4g}, more than {bound:g} times the class's "
                              f"reference {references[c]:.4g}") for c in beyond]
+    return out, refusals
+
+
+def prototypes_above_floor(own: tuple[torch.Tensor, torch.Tensor],
+                           updates: dict[int, tuple], floor: float,
+                           ) -> tuple[dict[int, tuple], list[Refusal]]:
+    """Each peer's prototypes with every class below the floor (`floor_reference` over 1 /
+    `floor`) taken out (its count set to 0), and a refusal for each class taken out: a
+    zeroed or shrunken prototype, at the counts its sender claims, pulls the class's
+    global prototype towards 0 and the embeddings ProFe trains towards it."""
+    having = {peer: protos for peer, (_, protos) in updates.items() if protos is not None}
+    peer_norms = {peer: _row_norms(protos) for peer, protos in having.items()}
+    reference = floor_reference(_row_norms(own), list(peer_norms.values()))
+    refusals, out = [], dict(updates)
+    for peer, norms in peer_norms.items():
+        below = [c for c, n in enumerate(norms)
+                 if n is not None and below_norm_floor(n, reference, floor)]
+        if not below:
+            continue
+        prototypes, counts = having[peer]
+        counts = counts.clone()
+        counts[below] = 0
+        out[peer] = (updates[peer][0], (prototypes, counts))
+        refusals += [Refusal(peer, f"prototype of class {c}", "norm_floor",
+                             f"norm {norms[c]:.4g}, less than the reference {reference:.4g} "
+                             f"over {floor:g}") for c in below]
     return out, refusals
 
 
