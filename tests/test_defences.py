@@ -13,10 +13,12 @@ from node.aggregation import reputation_aggregate
 from node.algorithms.base import DataPlan, Payload
 from node.defences import (
     LOSS_FLOOR,
+    below_norm_floor,
     class_references,
     class_weighted_mean,
     clip_scores,
     fails_validation,
+    floor_reference,
     loss_to_beat,
     relative_trust,
     required_factor,
@@ -34,6 +36,20 @@ def test_a_class_is_bounded_by_its_own_norms_and_a_lone_class_by_every_row():
     assert class_references(own, peers) == pytest.approx([1.05, 2.0, 2.2])
     # below three contributors this node's own norm is the reference
     assert class_references([3.0], [[10.0]]) == [3.0]
+
+
+def test_the_floor_reference_gives_each_contributor_one_vote_so_ten_zero_rows_move_it_little():
+    own = [20.0, None, 22.0]  # median 21
+    honest = [None, 18.0, 16.0]  # median 17
+    zeros = [0.0, 0.0, 0.0]  # every class, all zero: median 0
+    # contributors' medians 21, 17, 0: their median 17 (over rows it would be 0: 5 of 7)
+    assert floor_reference(own, [honest, zeros]) == 17.0
+    assert floor_reference(own, [honest]) == 19.0  # medians 21 and 17
+    assert floor_reference([None, None, None], [[None, 4.0, None]]) == 4.0  # no own row
+    assert floor_reference([None], [[None]]) == 0.0
+    # below 17 / 3 = 5.667 is out; a reference of 0 or a floor of 0 floors nothing
+    assert below_norm_floor(5.6, 17.0, 3.0) and not below_norm_floor(5.7, 17.0, 3.0)
+    assert not below_norm_floor(0.0, 17.0, 0.0) and not below_norm_floor(0.0, 0.0, 3.0)
 
 
 def test_clipping_keeps_all_of_a_pull_within_the_radius_and_radius_over_distance_beyond():

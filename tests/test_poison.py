@@ -126,6 +126,31 @@ def test_a_model_or_prototype_beyond_the_norm_bound_is_refused_and_one_within_ke
     assert gather(own, received, 0, num_classes=2, dim=2, norm_bound=0.0).rejected == []
 
 
+def test_a_prototype_below_the_floor_is_left_out_before_the_bound_measures_the_rest():
+    # own: classes 0 and 1, norms 20 and 22 (median 21); peer 1 honest, class 2 of norm 18;
+    # peer 2 claims all three classes with zero prototypes at the largest counts
+    own = {"prototypes": Payload({"prototypes": torch.tensor([[20.0, 0.0], [0.0, 22.0]]),
+                                  "classes": torch.tensor([0, 1]),
+                                  "counts": torch.tensor([5, 5])})}
+
+    def update(rows, classes, count):
+        return {"prototypes": Payload({"prototypes": torch.tensor(rows),
+                                       "classes": torch.tensor(classes),
+                                       "counts": torch.tensor([count] * len(classes))})}
+    received = {1: update([[18.0, 0.0]], [2], 5),
+                2: update([[0.0, 0.0]] * 3, [0, 1, 2], MAX_SAMPLES)}
+    # contributors' medians 21, 18, 0: reference 18, floor 18 / 3 = 6: peer 2's rows out
+    floored = gather(own, received, 0, num_classes=3, dim=2, norm_bound=3.0, norm_floor=3.0)
+    assert [(r.peer, r.what, r.rule) for r in floored.refusals] == [
+        (2, "prototype of class 0", "norm_floor"), (2, "prototype of class 1", "norm_floor"),
+        (2, "prototype of class 2", "norm_floor")]
+    assert "norm 0, less than the reference 18 over 3" in floored.refusals[0].reason
+    assert [c.tolist() for _, c in floored.prototypes] == [[5, 5, 0], [0, 0, 5], [0, 0, 0]]
+    # without the floor the zeros pass: 0 is within any bound, and they count at their claim
+    unfloored = gather(own, received, 0, num_classes=3, dim=2, norm_bound=3.0)
+    assert unfloored.refusals == [] and int(unfloored.prototypes[2][1].sum()) > 0
+
+
 def test_a_prototype_is_bounded_by_its_own_class_so_honest_non_iid_ones_pass():
     # own has class 0 only (norm 1); the peers' class-1 prototypes are 5 and 6 long: one
     # norm for all (the largest, 1) refused them; class 1's median (three contributors) does
