@@ -33,7 +33,9 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   together), free_rider (never trains; sends its first model every round);
 - prototype attacks, counts honest: proto_flip (each prototype negated), proto_swap (each
   class sent the prototype of the next class it has);
-- norm-bound probes: protozero (zero prototypes at the largest counts), scaled_model
+- norm-bound probes: protozero (zero prototypes at the largest counts), protosmall
+  (protozero that knows aggregation.norm_floor: each row its prototypes' mean direction, just
+  above the floor its own prototypes estimate; zeros where there is no floor), scaled_model
   (model times 10), bounded_poison (every value 1e4, every count 2^31-1);
 - withheld: not an attack but its ceiling, every update refused at the door.
 """
@@ -69,7 +71,8 @@ LIE = 100  # shift_and_lie claims this many times its samples and class counts
 MODEL_ATTACKS = ("sign_flip", "ipm", "alie", "gaussian", "adaptive", "class_erasure",
                  "class_shift", "targeted_flip", "shift_and_lie", "erasure_lie")
 PROTOTYPE_ATTACKS = ("proto_flip", "proto_swap")
-PROBES = ("protozero", "scaled_model", "bounded_poison")
+PROBES = ("protozero", "protosmall", "scaled_model", "bounded_poison")
+FLOOR_EDGE = 1.05  # protosmall's rows this many times the floor it estimates
 ATTACKS = ("none", "withheld", *MODEL_ATTACKS, "label_flip", "free_rider",
            *PROTOTYPE_ATTACKS, *PROBES)
 
@@ -456,6 +459,26 @@ def _protozero(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, 
     return out
 
 
+def _protosmall(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, Payload]:
+    """`_protozero` that knows the floor: every class's row the mean direction of its own
+    prototypes at FLOOR_EDGE x (their median norm / aggregation.norm_floor), its own median
+    standing for the receivers' reference; zeros where nodes set no floor."""
+    floor = algorithm.config.aggregation.norm_floor
+    out = _protozero(algorithm, payloads)
+    if "prototypes" not in payloads or floor <= 0:
+        return out
+    own = payloads["prototypes"].tensors["prototypes"].to(torch.float64)
+    if not len(own):
+        return out
+    direction = own.mean(dim=0)
+    length = FLOOR_EDGE * statistics.median(own.norm(dim=1).tolist()) / floor
+    row = (direction / max(float(direction.norm()), 1e-12) * length).to(torch.float32)
+    tensors = dict(out["prototypes"].tensors)
+    tensors["prototypes"] = row.expand_as(tensors["prototypes"]).clone()
+    out["prototypes"] = Payload(tensors, dict(out["prototypes"].meta))
+    return out
+
+
 def _scaled(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, Payload]:
     """The model's float tensors multiplied by SCALE."""
     out = dict(payloads)
@@ -481,7 +504,8 @@ def _withheld(algorithm: Algorithm, payloads: dict[str, Payload]) -> dict[str, P
 
 
 SENDERS: dict[str, Callable[[Algorithm, dict[str, Payload]], dict[str, Payload]]] = {
-    "bounded_poison": _poisoned, "protozero": _protozero, "scaled_model": _scaled,
+    "bounded_poison": _poisoned, "protozero": _protozero, "protosmall": _protosmall,
+    "scaled_model": _scaled,
     "withheld": _withheld,
     "proto_flip": lambda _a, p: _prototypes_replaced(p, lambda rows: -rows),
     "proto_swap": lambda _a, p: _prototypes_replaced(p, lambda rows: rows.roll(1, dims=0)),

@@ -302,3 +302,24 @@ def test_the_diagnosis_refuses_a_key_that_is_no_label_flip_cell_in_one_line(caps
         with pytest.raises(SystemExit) as stopped:
             main([key])
         assert stopped.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_protosmall_sends_every_class_its_mean_direction_just_above_the_floor_it_estimates():
+    own = {"prototypes": Payload({"prototypes": torch.tensor([[3.0, 4.0], [0.0, 10.0]]),
+                                  "classes": torch.tensor([1, 2]),
+                                  "counts": torch.tensor([7, 9])})}
+
+    def sent(floor):
+        algorithm = types.SimpleNamespace(
+            config=types.SimpleNamespace(aggregation=types.SimpleNamespace(norm_floor=floor)),
+            data=types.SimpleNamespace(num_classes=3))
+        return attacks.SENDERS["protosmall"](algorithm, own)["prototypes"].tensors
+    # own norms 5 and 10: median 7.5, floor 7.5 / 3 = 2.5, sent at 1.05 x 2.5 = 2.625, along
+    # the rows' mean (1.5, 7) / 7.159
+    rows = sent(3.0)
+    assert rows["classes"].tolist() == [0, 1, 2]
+    assert rows["counts"].tolist() == [attacks.MAX_SAMPLES] * 3
+    expected = torch.tensor([1.5, 7.0]) / math.hypot(1.5, 7.0) * 2.625
+    for row in rows["prototypes"]:
+        assert row.tolist() == pytest.approx(expected.tolist(), rel=1e-6)
+    assert sent(0.0)["prototypes"].abs().sum() == 0  # no floor: protozero's zeros
