@@ -33,11 +33,7 @@ from node.intake.checks import (
     state_bytes,
     without_peers,
 )
-from node.intake.norms import (
-    models_within_bound,
-    prototypes_above_floor,
-    prototypes_within_class_bounds,
-)
+from node.intake.norms import models_within_bound, prototypes_within_norms
 from node.intake.weights import claimed, planned
 
 __all__ = ["MAX_SAMPLES", "SCREENS", "Contributions", "combined_state", "gather", "gathered",
@@ -70,9 +66,7 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     weighs what the plan gives it and its prototypes count only the classes the plan gives
     it, whatever it claims: one peer cannot outweigh the others by claiming more. A model
     with a norm beyond `norm_bound` times the reference (`norm_reference`) is refused, and
-    so is each prototype beyond `norm_bound` times its class's reference
-    (`node.defences.class_references`); with a `norm_floor`, first each prototype below
-    the floor (`node.intake.norms.prototypes_above_floor`).
+    so is each prototype below `norm_floor` or beyond `norm_bound` (`prototypes_within_norms`).
     """
     with_model, with_prototypes = "model" in own, "prototypes" in own
     reference = own["model"].tensors if with_model else {}
@@ -107,12 +101,9 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     kept = dict(each_or_refused(checked, models_within_bound(state_norm(reference), checked,
                                                                norm_bound),
                                   node_id, refusals, rule="norm_bound", what="model"))
-    if with_prototypes and norm_floor > 0:  # before the bound: its references without them
-        kept, refused_rows = prototypes_above_floor(prototypes[0], kept, norm_floor)
-        refusals += refused_rows
-    if with_prototypes and norm_bound > 0:
-        kept, refused_rows = prototypes_within_class_bounds(prototypes[0], kept, norm_bound)
-        refusals += refused_rows
+    if with_prototypes:
+        kept, rows = prototypes_within_norms(prototypes[0], kept, norm_bound, norm_floor)
+        refusals += rows
     for state, protos in kept.values():  # in peer order
         if with_model:
             states.append(state)

@@ -87,6 +87,21 @@ def prototypes_above_floor(own: tuple[torch.Tensor, torch.Tensor],
     return out, refusals
 
 
+def prototypes_within_norms(own: tuple[torch.Tensor, torch.Tensor],
+                            updates: dict[int, tuple], bound: float, floor: float,
+                            ) -> tuple[dict[int, tuple], list[Refusal]]:
+    """`prototypes_above_floor` (with a `floor`), then `prototypes_within_class_bounds` on
+    what is left (with a `bound`): the bound's references without the floored rows."""
+    refusals: list[Refusal] = []
+    if floor > 0:
+        updates, refused = prototypes_above_floor(own, updates, floor)
+        refusals += refused
+    if bound > 0:
+        updates, refused = prototypes_within_class_bounds(own, updates, bound)
+        refusals += refused
+    return updates, refusals
+
+
 def bounded(what: str, norm: float, reference: float, bound: float) -> None:
     """ProtocolError when a peer's `norm` is beyond `bound` times the `reference`."""
     if beyond_norm_bound(norm, reference, bound):
