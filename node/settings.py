@@ -217,7 +217,7 @@ class AggregationConfig:
     """A peer's model, or a prototype of it, with a norm above this many times this node's
     own (its model; its largest prototype) is left out under every rule (0: never; else >= 1)."""
     norm_floor: float = 0.0
-    """A peer's prototype of a class with a norm below the reference over 1 / this factor
+    """A peer's prototype of a class with a norm below the reference divided by this factor
     is left out (the reference: the median over this node and its in-neighbours of each
     one's median prototype norm, one vote each); 0: no floor; else >= 1."""
     trust_memory: float = 0.5

@@ -119,7 +119,8 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
 def gathered(algorithm: Algorithm, own: Mapping[str, Payload],
              received: Mapping[int, Mapping[str, Payload]], num_classes: int = 0,
              dim: int = 0) -> Contributions:
-    """`gather` with the algorithm's node, data plan (`plan_of`), norm bound and claim cap."""
+    """`gather` with the algorithm's node, data plan (`plan_of`), norm bound, norm floor and
+    claim cap."""
     settings = algorithm.config.aggregation
     return gather(own, received, algorithm.node_id, num_classes, dim, plan=plan_of(algorithm),
                   norm_bound=settings.norm_bound, claim_cap=settings.claim_cap,

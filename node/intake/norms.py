@@ -37,54 +37,59 @@ def _row_norms(protos: tuple[torch.Tensor, torch.Tensor]) -> list[float | None]:
     return [n if int(k) > 0 else None for n, k in zip(norms, counts.tolist(), strict=True)]
 
 
+def _rows_taken_out(updates: dict[int, tuple], peer_norms: dict[int, list[float | None]],
+                    rule: str, reason_of: Callable[[float, int], str | None],
+                    ) -> tuple[dict[int, tuple], list[Refusal]]:
+    """`updates` with each class whose norm `reason_of(norm, class)` gives a reason for taken
+    out (its count set to 0), and a refusal under `rule` for each class taken out."""
+    refusals, out = [], dict(updates)
+    for peer, norms in peer_norms.items():
+        reasons = {c: why for c, n in enumerate(norms)
+                   if n is not None and (why := reason_of(n, c)) is not None}
+        if not reasons:
+            continue
+        state, (prototypes, counts) = updates[peer]
+        counts = counts.clone()
+        counts[list(reasons)] = 0
+        out[peer] = (state, (prototypes, counts))
+        refusals += [Refusal(peer, f"prototype of class {c}", rule, why)
+                     for c, why in reasons.items()]
+    return out, refusals
+
+
+def _peer_row_norms(updates: dict[int, tuple]) -> dict[int, list[float | None]]:
+    """Each peer with prototypes: its `_row_norms`."""
+    return {peer: _row_norms(protos) for peer, (_, protos) in updates.items()
+            if protos is not None}
+
+
 def prototypes_within_class_bounds(own: tuple[torch.Tensor, torch.Tensor],
                                    updates: dict[int, tuple], bound: float,
                                    ) -> tuple[dict[int, tuple], list[Refusal]]:
     """Each peer's prototypes with every class beyond `bound` times its class's reference
     taken out (its count set to 0), and a refusal for each class taken out."""
-    having = {peer: protos for peer, (_, protos) in updates.items() if protos is not None}
-    peer_norms = {peer: _row_norms(protos) for peer, protos in having.items()}
+    peer_norms = _peer_row_norms(updates)
     references = class_references(_row_norms(own), list(peer_norms.values()))
-    refusals, out = [], dict(updates)
-    for peer, norms in peer_norms.items():
-        beyond = [c for c, n in enumerate(norms)
-                  if n is not None and beyond_norm_bound(n, references[c], bound)]
-        if not beyond:
-            continue
-        prototypes, counts = having[peer]
-        counts = counts.clone()
-        counts[beyond] = 0
-        out[peer] = (updates[peer][0], (prototypes, counts))
-        refusals += [Refusal(peer, f"prototype of class {c}", "norm_bound",
-                             f"norm {norms[c]:.4g}, more than {bound:g} times the class's "
-                             f"reference {references[c]:.4g}") for c in beyond]
-    return out, refusals
+    return _rows_taken_out(
+        updates, peer_norms, "norm_bound",
+        lambda n, c: (f"norm {n:.4g}, more than {bound:g} times the class's reference "
+                      f"{references[c]:.4g}") if beyond_norm_bound(n, references[c], bound)
+        else None)
 
 
 def prototypes_above_floor(own: tuple[torch.Tensor, torch.Tensor],
                            updates: dict[int, tuple], floor: float,
                            ) -> tuple[dict[int, tuple], list[Refusal]]:
-    """Each peer's prototypes with every class below the floor (`floor_reference` over 1 /
-    `floor`) taken out (its count set to 0), and a refusal for each class taken out: a
+    """Each peer's prototypes with every class below the floor (`floor_reference` divided
+    by `floor`) taken out (its count set to 0), and a refusal for each class taken out: a
     zeroed or shrunken prototype, at the counts its sender claims, pulls the class's
     global prototype towards 0 and the embeddings ProFe trains towards it."""
-    having = {peer: protos for peer, (_, protos) in updates.items() if protos is not None}
-    peer_norms = {peer: _row_norms(protos) for peer, protos in having.items()}
+    peer_norms = _peer_row_norms(updates)
     reference = floor_reference(_row_norms(own), list(peer_norms.values()))
-    refusals, out = [], dict(updates)
-    for peer, norms in peer_norms.items():
-        below = [c for c, n in enumerate(norms)
-                 if n is not None and below_norm_floor(n, reference, floor)]
-        if not below:
-            continue
-        prototypes, counts = having[peer]
-        counts = counts.clone()
-        counts[below] = 0
-        out[peer] = (updates[peer][0], (prototypes, counts))
-        refusals += [Refusal(peer, f"prototype of class {c}", "norm_floor",
-                             f"norm {norms[c]:.4g}, less than the reference {reference:.4g} "
-                             f"over {floor:g}") for c in below]
-    return out, refusals
+    return _rows_taken_out(
+        updates, peer_norms, "norm_floor",
+        lambda n, _c: (f"norm {n:.4g}, less than the reference {reference:.4g} over "
+                       f"{floor:g}") if below_norm_floor(n, reference, floor) else None)
 
 
 def prototypes_within_norms(own: tuple[torch.Tensor, torch.Tensor],
