@@ -13,6 +13,14 @@ from collections.abc import Mapping, Sequence
 MEDIAN_QUORUM = 3
 
 
+def contributor_median(rows: Sequence[Sequence[float]]) -> float:
+    """The median over contributors of each one's median value (`rows[i]`: contributor i's
+    values, empty rows skipped; 0 when none has any). One vote each: a peer sending ten rows
+    moves it no more than one sending two, where a median over every row follows the ten."""
+    medians = [statistics.median(row) for row in rows if row]
+    return statistics.median(medians) if medians else 0.0
+
+
 def class_references(own: Sequence[float | None],
                      peers: Sequence[Sequence[float | None]]) -> list[float]:
     """Per class, the norm a peer's prototype of that class is bounded against.
@@ -20,12 +28,12 @@ def class_references(own: Sequence[float | None],
     `own[c]` is this node's prototype norm of class c (None when it has no such class),
     `peers[p][c]` the same for each peer. The reference of class c is the larger of this
     node's own norm and the median over every contributor of c (three or more); this
-    node's own alone below three; the median of every row's norm, all classes together,
-    for a class this node does not have and fewer than three contributors have. Honest
-    non-IID prototypes differ by class, so one norm for all classes refused them.
+    node's own alone below three; for a class this node does not have and fewer than three
+    contributors have, `floor_reference` (one vote per contributor: a peer sending rows of
+    every class must not outvote the two or four honest rows of a ring's neighbourhood).
+    Honest non-IID prototypes differ by class, so one norm for all classes refused them.
     """
-    everything = [n for row in [own, *peers] for n in row if n is not None]
-    overall = statistics.median(everything) if everything else 0.0
+    overall = floor_reference(own, peers)
     references = []
     for c, mine in enumerate(own):
         having = [n for n in [mine, *(row[c] for row in peers)] if n is not None]
@@ -38,13 +46,10 @@ def class_references(own: Sequence[float | None],
 
 def floor_reference(own: Sequence[float | None],
                     peers: Sequence[Sequence[float | None]]) -> float:
-    """The norm a prototype is floored against: the median over this node (`own`) and each
-    peer (`peers[p]`) of its median prototype norm (None: no such class; rows without any
-    skipped). One vote each: a peer sending ten zero rows moves it no more than one with
-    two, where a median over rows would fall to 0 with them."""
-    medians = [statistics.median(norms) for row in [own, *peers]
-               if (norms := [n for n in row if n is not None])]
-    return statistics.median(medians) if medians else 0.0
+    """The median over this node (`own`) and each peer (`peers[p]`) of its median prototype
+    norm (`contributor_median`; None: no such class): the norm a prototype is floored
+    against, and the bound's reference of a class too few contributors have."""
+    return contributor_median([[n for n in row if n is not None] for row in [own, *peers]])
 
 
 def below_norm_floor(norm: float, reference: float, floor: float) -> bool:
@@ -190,10 +195,11 @@ def bounded_claims(own: float, claims: Sequence[float],
 def bounded_class_claims(own: Sequence[int], peers: Sequence[Sequence[int]],
                          factor: float = CLAIM_FACTOR) -> list[list[int]]:
     """Each peer's claimed class counts, each capped at `factor` times the median count of
-    that class over every contributor of it (this node included; three or more), else of
-    every count claimed for any class: a lone liar cannot move a median of three."""
-    everything = [n for row in [own, *peers] for n in row if n > 0]
-    overall = statistics.median(everything) if everything else 0
+    that class over every contributor of it (this node included; three or more), else
+    `factor` times `contributor_median` of the counts claimed (one vote per contributor: a
+    peer claiming every class at the largest count moves it no more than one honest peer):
+    a lone liar cannot move a median of three."""
+    overall = contributor_median([[n for n in row if n > 0] for row in [own, *peers]])
     caps = []
     for c in range(len(own)):
         having = [n for n in [own[c], *(row[c] for row in peers)] if n > 0]

@@ -17,6 +17,7 @@ from node.defences import (
     class_references,
     class_weighted_mean,
     clip_scores,
+    contributor_median,
     fails_validation,
     floor_reference,
     loss_to_beat,
@@ -32,10 +33,23 @@ def test_a_class_is_bounded_by_its_own_norms_and_a_lone_class_by_every_row():
     own = [1.0, None, 2.0]
     peers = [[1.1, 5.0, None], [0.9, 4.0, 2.2], [1.2, None, 8.0]]
     # class 0: four contributors, max(own 1.0, median 1.05); class 1: this node lacks it
-    # and only two have it, so the median of all nine rows (2.0); class 2: max(2.0, 2.2)
-    assert class_references(own, peers) == pytest.approx([1.05, 2.0, 2.2])
+    # and only two have it, so the median of the contributors' medians (1.5, 3.05, 2.2,
+    # 4.6: 2.625); class 2: max(2.0, 2.2)
+    assert class_references(own, peers) == pytest.approx([1.05, 2.625, 2.2])
     # below three contributors this node's own norm is the reference
     assert class_references([3.0], [[10.0]]) == [3.0]
+
+
+def test_a_peer_sending_every_class_gets_one_vote_in_a_lacking_class_reference():
+    own = [20.0, None, None, 22.0]  # median 21
+    honest = [None, 18.0, 16.0, None]  # median 17
+    zeros = [0.0, 0.0, 0.0, 0.0]
+    # class 1: two contributors, the fallback: medians 21, 17, 0 -> 17 (over the eight rows
+    # it would be 0.0, and the honest 18 would be beyond any multiple of it)
+    assert class_references(own, [honest, zeros])[1] == 17.0
+    assert contributor_median([[20.0, 22.0], [18.0, 16.0], [0.0] * 4]) == 17.0
+    assert contributor_median([[], [5.0]]) == 5.0
+    assert contributor_median([]) == 0.0
 
 
 def test_the_floor_reference_gives_each_contributor_one_vote_so_ten_zero_rows_move_it_little():

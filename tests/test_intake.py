@@ -68,8 +68,17 @@ def test_a_class_count_is_capped_by_its_class_median_or_every_count_below_three_
     own = [10, 0, 5]
     peers = [[12, 0, 0], [1000, 3, 0], [8, 0, 6]]
     # class 0: four holders, median 11, cap 22; classes 1 and 2: fewer than three holders,
-    # the median of every count (3, 5, 6, 8, 10, 12, 1000: 8), cap 16
+    # the median of the holders' medians (7.5, 12, 501.5, 7: 9.75), cap 19.5
     assert bounded_class_claims(own, peers) == [[12, 0, 0], [22, 3, 0], [8, 0, 6]]
+
+
+def test_a_peer_claiming_every_class_gets_one_vote_in_the_fallback_cap():
+    own = [300, 320, 0, 0]  # median 310
+    honest = [0, 0, 280, 260]  # median 270
+    liar = [10**6] * 4  # median 10**6
+    # every class has two holders: the cap is 2 x median(310, 270, 10**6) = 620 (over the
+    # eight counts it would be 2 x 10**6 and the lie would pass whole)
+    assert bounded_class_claims(own, [honest, liar]) == [[0, 0, 280, 260], [620] * 4]
 
 
 class Head(nn.Module):
