@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from experiments import dynamic
-from experiments.robustness import read_results
+from experiments.robustness import CLIPPED, read_results
 from node.inprocess import memory_federation, run_in_memory
 
 OUT = Path("experiments/reports/prototype-bounds")
@@ -34,10 +34,14 @@ def run_cell(dataset: str, topology: str, seed: int, data_dir: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         nodes = run_in_memory(memory_federation(config), Path(tmp), timeout=3600)
     counts: dict[str, int] = {}
+    clipped = 0
     examples: list[dict] = []
     for record in nodes:
         for round_ in record["rounds"]:
             for refusal in round_.get("refusals", []):
+                if refusal["rule"] == CLIPPED:  # kept, its pull cut: not a refusal
+                    clipped += 1
+                    continue
                 kind = "prototype" if refusal["what"].startswith("prototype") else refusal["what"]
                 key = f"{refusal['rule']}: {kind}"
                 counts[key] = counts.get(key, 0) + 1
@@ -45,6 +49,7 @@ def run_cell(dataset: str, topology: str, seed: int, data_dir: str) -> dict:
                     examples.append({"node": record["node"], "round": round_["round"],
                                      **refusal})
     return {"key": f"{dataset}/{topology}/s{seed}", "refusals": counts, "examples": examples,
+            "clipped": clipped,
             "rounds": config.rounds, "nodes": config.nodes,
             "f1": round(sum(n["rounds"][-1]["global_test"]["f1"] for n in nodes) / len(nodes), 4),
             "seconds": round(time.monotonic() - started, 1)}
@@ -56,13 +61,17 @@ def render(results: dict[str, dict]) -> str:
              ("Produced by `python -m experiments.prototype_bounds`; rebuild from results.jsonl "
              "with `--report-only`. Every cell is one ProFe (int16) federation of "
              "`experiments.dynamic` (20 nodes, 8 rounds, 12,000 images, 20% of the classes "
-             "per node), nobody attacking: every refusal is of an honest update."), "",
-             "| dataset | topology | seed | refusals | mean final F1 |", "|---|---|---|---|---|"]
+             "per node), nobody attacking: every refusal is of an honest update. Models "
+             "the distance screen kept with their pull cut to its bound are counted apart "
+             "(clipped, kept): they are not refusals."), "",
+             "| dataset | topology | seed | refusals | clipped, kept | mean final F1 |",
+             "|---|---|---|---|---|---|"]
     for key in sorted(results):
         cell = results[key]
         dataset, topology, seed = key.split("/")
         refused = ", ".join(f"{what} {n}" for what, n in sorted(cell["refusals"].items()))
-        lines.append(f"| {dataset} | {topology} | {seed[1:]} | {refused or 0} | {cell['f1']} |")
+        lines.append(f"| {dataset} | {topology} | {seed[1:]} | {refused or 0} | "
+                     f"{cell.get('clipped', '-')} | {cell['f1']} |")
     total = sum(sum(c["refusals"].values()) for c in results.values())
     lines += ["", f"Total refusals over {len(results)} cells: {total}.", ""]
     refused = [(key, e) for key in sorted(results) for e in results[key]["examples"]]
@@ -80,25 +89,33 @@ def render(results: dict[str, dict]) -> str:
 
 
 def why(refused: list[tuple[str, dict]]) -> list[str]:
-    """Why the listed honest refusals happened, from their rounds."""
+    """Why the listed honest refusals happened, from their rules and rounds."""
     rounds = sorted({e["round"] for _, e in refused})
     lines = ["## Why", "", "Refusals listed by round: " + ", ".join(
         f"round {r}: {sum(e['round'] == r for _, e in refused)}" for r in rounds) + "."]
-    if rounds == [1]:
-        lines += ["", ("Every one listed is in round 1, before the first aggregation: each node's "
-                       "student has then been trained from the shared initial weights on its "
-                       "own two classes only, so the scale of its embeddings is its own. A "
-                       "prototype of a class the receiver lacks and fewer than three of its "
-                       "in-neighbours hold is bounded against the median norm of every "
-                       "prototype received (`node.defences.class_references`), and a "
-                       "neighbour whose embeddings grew 3 to 5 times larger than the others' "
-                       "in that first round is beyond it. From round 2 on every student "
-                       "starts from an aggregate, and no honest prototype is refused.")]
+    bounded = {e["round"] for _, e in refused if e["rule"] == "norm_bound"}
+    if bounded == {1}:
+        lines += ["", ("Every `norm_bound` refusal listed is in round 1, before the first "
+                       "aggregation: each node's student has then been trained from the "
+                       "shared initial weights on its own two classes only, so the scale of "
+                       "its embeddings is its own. A prototype of a class the receiver lacks "
+                       "and fewer than three of its in-neighbours hold is bounded against the "
+                       "median over the contributors of each one's median prototype norm "
+                       "(`node.defences.class_references`), and a neighbour whose embeddings "
+                       "grew 3 to 5 times larger than the others' in that first round is "
+                       "beyond it. From round 2 on every student starts from an aggregate, "
+                       "and no honest prototype is beyond the bound.")]
     if any(e["rule"] == "validation" for _, e in refused):
         lines += ["", ("The `validation` refusals (validation is on by default) are of models "
                        "whose round did not cut the loss on the receiver's samples of their "
                        "classes by the bar the receiver's own round set; the prototypes of a "
                        "refused model go with it.")]
+    if any(e["rule"] == "influence" for _, e in refused):
+        lines += ["", ("The `influence` refusals (from round 2, the first with global "
+                       "prototypes) are of models that, averaged with the receiver's own, "
+                       "raise its loss on the global prototype of a class it lacks more than "
+                       "the screen's margin beyond the class's median in-neighbour; the "
+                       "prototypes of a refused model go with it.")]
     return lines
 
 

@@ -546,11 +546,26 @@ def _listed_cells(path: Path) -> list[Cell]:
 
 
 def machine() -> str:
-    """What ran a cell, so rows from different machines are never paired unknowingly."""
+    """What ran a cell, so rows from different machines are never paired unknowingly: the
+    processor's model too, since the same code and seed end up to 0.001 of F1 apart on two
+    processors (their float kernels differ)."""
     import platform
 
     import torch
-    return f"{platform.machine()}, {os.cpu_count()} cpus, torch {torch.__version__}"
+    return (f"{platform.machine()}, {processor_model()}, {os.cpu_count()} cpus, "
+            f"torch {torch.__version__}")
+
+
+def processor_model() -> str:
+    """The processor's model name (/proc/cpuinfo on Linux), "unknown processor" elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown processor"
 
 
 def main(argv: list[str] | None = None) -> int:

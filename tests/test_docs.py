@@ -112,6 +112,9 @@ def test_the_readme_example_is_the_kept_run_of_quick_toml_as_protofed_printed_it
     assert table == format_table(summary, None)
 
 
+F1_ACROSS_PROCESSORS = 0.005  # what one run's F1 may differ by between two processors
+
+
 @pytest.mark.integration
 def test_quick_toml_still_trains_to_the_readme_examples_bytes_and_f1(tmp_path, data_dir):
     """A change of default (or of training) that moves quick.toml's figures must regenerate
@@ -123,11 +126,17 @@ def test_quick_toml_still_trains_to_the_readme_examples_bytes_and_f1(tmp_path, d
     run = protofed.run(REPO / "examples" / "quick.toml", backend="sim", progress=False,
                        overrides=[f"data.dir={data_dir}", f"deploy.results_dir={tmp_path}"])
 
-    def figures(summary):
-        return [(n["bytes_sent"], n["bytes_received"], round(n["global_f1"], 4),
-                 round(n["local_f1"], 4)) for n in summary["nodes"]]
-    assert figures(run.summary) == figures(kept), \
-        "quick.toml's figures moved: run `python -m experiments.readme_example`"
+    def traffic(summary):
+        return [(n["bytes_sent"], n["bytes_received"]) for n in summary["nodes"]]
+
+    def f1s(summary):
+        return [f for n in summary["nodes"] for f in (n["global_f1"], n["local_f1"])]
+    assert traffic(run.summary) == traffic(kept), \
+        "quick.toml's bytes moved: run `python -m experiments.readme_example`"
+    # bytes are exact on any machine; F1 only up to the processor's float kernels (the same
+    # code and seed end 0.0016 apart in one node's local F1 on two x86 processors)
+    assert f1s(run.summary) == pytest.approx(f1s(kept), abs=F1_ACROSS_PROCESSORS), \
+        "quick.toml's F1 moved: run `python -m experiments.readme_example`"
 
 
 def test_the_cli_page_names_every_column_of_rounds_csv():
