@@ -547,7 +547,7 @@ def _listed_cells(path: Path) -> list[Cell]:
 
 def machine() -> str:
     """What ran a cell, so rows from different machines are never paired unknowingly: the
-    processor's model too, since the same code and seed end up to 0.001 of F1 apart on two
+    processor's model too, since the same code and seed end up to 0.003 of F1 apart on two
     processors (their float kernels differ)."""
     import platform
 

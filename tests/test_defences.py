@@ -29,7 +29,7 @@ from node.intake import gather, screened
 from node.profile import Profile
 
 
-def test_a_class_is_bounded_by_its_own_norms_and_a_lone_class_by_every_row():
+def test_a_class_is_bounded_by_its_own_norms_and_a_lone_class_by_the_contributors_medians():
     own = [1.0, None, 2.0]
     peers = [[1.1, 5.0, None], [0.9, 4.0, 2.2], [1.2, None, 8.0]]
     # class 0: four contributors, max(own 1.0, median 1.05); class 1: this node lacks it

@@ -64,7 +64,7 @@ def test_a_claim_is_capped_at_twice_the_median_claim_with_this_nodes_own():
     assert bounded_claims(5, []) == []
 
 
-def test_a_class_count_is_capped_by_its_class_median_or_every_count_below_three_holders():
+def test_a_class_count_is_capped_by_its_class_median_or_the_holders_medians_below_three():
     own = [10, 0, 5]
     peers = [[12, 0, 0], [1000, 3, 0], [8, 0, 6]]
     # class 0: four holders, median 11, cap 22; classes 1 and 2: fewer than three holders,
