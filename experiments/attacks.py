@@ -53,7 +53,13 @@ from torch import nn
 
 from node.aggregation import clipping_radius
 from node.algorithms.base import Algorithm, Payload
-from node.defences import LOSS_FLOOR, class_weighted_mean, loss_to_beat, required_factor
+from node.defences import (
+    HELD_FLOOR,
+    LOSS_FLOOR,
+    class_weighted_mean,
+    loss_to_beat,
+    required_factor,
+)
 from node.intake import MAX_SAMPLES
 from node.intake.distance import layer_distances
 from node.intake.samples import loss_per_class
@@ -166,8 +172,8 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
     among them) between its model and those it received; under the distance screen, how far
     from its honest model it may go in each layer so that a receiver as far from that model
     as the median in-neighbour (d, in that layer) still finds it within the bound k x d
-    (sqrt(k^2 - 1) x d, the change orthogonal to the gap); the influence screen's bound,
-    just inside."""
+    (sqrt(k^2 - 1) x d, the change orthogonal to the gap); the influence screens' bound,
+    just inside (the held-class screen's floor where that screen is on)."""
     settings = algorithm.config.aggregation
     # half the bound: a receiver bounds against its own norm, which may be smaller
     norm = settings.norm_bound / 2 * float(trained.norm()) if settings.norm_bound else None
@@ -183,7 +189,13 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
         layers = {layer: EDGE * (settings.distance ** 2 - 1) ** 0.5
                   * statistics.median([0.0, *(row[layer] for row in apart)])
                   for layer in apart[0]}
-    influence = EDGE * settings.influence if getattr(settings, "influence", 0) > 0 else None
+    bars = [settings.influence] if getattr(settings, "influence", 0) > 0 else []
+    if getattr(settings, "held_influence", 0) > 0:
+        # the receivers' own classes are judged against the others' spread, which it
+        # cannot see: what always passes is the bar's floor (its proxy for a receiver's
+        # classes: the global prototypes of the classes it lacks)
+        bars.append(min(settings.held_influence, HELD_FLOOR))
+    influence = EDGE * min(bars) if bars else None
     return Limits(norm, distance, influence=influence, layers=layers, like=like)
 
 

@@ -1049,7 +1049,8 @@ def render(results: list[CellResult], runs: list[dict], notes: str, plots: list[
 # What the phase table groups together (node.profile.PHASES; the rest is "other").
 PHASE_GROUPS = {"training": ("train", "teacher"),
                 "evaluation": ("evaluation_local", "evaluation_global"),
-                "screens": ("distance", "validation", "prototype_validation", "influence"),
+                "screens": ("distance", "validation", "held_influence", "prototype_validation",
+                            "influence"),
                 "aggregation": ("aggregation",),
                 "messages": ("encode", "decode", "wait")}
 

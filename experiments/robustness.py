@@ -52,7 +52,8 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # samples of the peer's classes by half the cut this node's own round made on its own).
 # Every screen named in each, so that a change of default does not change a defence.
 OFF = {"validation": 0.0, "distance": 0.0, "distance_refuse": 1.0, "influence": 0.0,
-       "prototype_validation": False, "unjudged": "keep", "claim_cap": 2.0, "norm_floor": 0.0}
+       "prototype_validation": False, "unjudged": "keep", "claim_cap": 2.0, "norm_floor": 0.0,
+       "held_influence": 0.0}
 DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "validated": {**OFF, "rule": "mean", "validation": 0.5},
             "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},
@@ -74,6 +75,9 @@ DEFENCES["held"] = {**DEFENCES["guarded_wide"], "unjudged": "hold"}
 DEFENCES["capped"] = {**DEFENCES["guarded_wide"], "claim_cap": 1.0}
 # guarded_wide leaving out prototypes below a third of the reference (aggregation.norm_floor)
 DEFENCES["floored"] = {**DEFENCES["guarded_wide"], "norm_floor": 3.0}
+# guarded_wide judging each peer's mix on this node's own classes too, against the others'
+# spread (aggregation.held_influence)
+DEFENCES["guarded_own"] = {**DEFENCES["guarded_wide"], "held_influence": 1.5}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
 # The defences the default is chosen among on every split, with and without the plan (the

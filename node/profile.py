@@ -16,8 +16,8 @@ from node.clock import SYSTEM, Clock
 # In the order a round meets them. "record" is writing the node's record (and sketching
 # its model): the write after a round's record is made counts in the next round.
 PHASES = ("train", "teacher", "encode", "wait", "decode", "distance", "validation",
-          "prototype_validation", "influence", "aggregation", "evaluation_local",
-          "evaluation_global", "record", "other")
+          "held_influence", "prototype_validation", "influence", "aggregation",
+          "evaluation_local", "evaluation_global", "record", "other")
 
 
 class Profile:

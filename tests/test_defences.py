@@ -193,7 +193,7 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
     algorithm = types.SimpleNamespace(
         config=types.SimpleNamespace(
             aggregation=types.SimpleNamespace(validation=0.5, influence=0.0, distance=0.0,
-                                              prototype_validation=False,
+                                              prototype_validation=False, held_influence=0.0,
                                               distance_refuse=1.0, use_plan=True,
                                               unjudged="keep"),
             train=types.SimpleNamespace(eval_batch_size=2), seed=1,
@@ -254,7 +254,7 @@ def test_a_model_that_knows_nothing_fails_validation_against_a_start_worse_than_
     algorithm = types.SimpleNamespace(
         config=types.SimpleNamespace(
             aggregation=types.SimpleNamespace(validation=0.5, influence=0.0, distance=0.0,
-                                              prototype_validation=False,
+                                              prototype_validation=False, held_influence=0.0,
                                               distance_refuse=1.0, use_plan=True,
                                               unjudged="keep"),
             train=types.SimpleNamespace(eval_batch_size=2), seed=1,

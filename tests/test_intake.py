@@ -19,6 +19,7 @@ from node.defences import (
     layer_distance_scores,
     mixing_share,
     prototype_class_loss,
+    spread_bar,
 )
 from node.intake import gather, plan_of, screened
 from node.profile import Profile
@@ -96,7 +97,7 @@ class Head(nn.Module):
 
 def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
           known=(False, False, True), distance_refuse=1.0, prototype_validation=False,
-          validation=0.0, unjudged="hold"):
+          validation=0.0, unjudged="hold", held_influence=0.0):
     # samples of the classes `held` as one-hot inputs; the global prototypes of the
     # classes `known` are the one-hot vectors
     y = torch.tensor(held)
@@ -104,7 +105,8 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 
     aggregation = types.SimpleNamespace(validation=validation, influence=influence,
                                         distance=distance, distance_refuse=distance_refuse,
                                         use_plan=use_plan, unjudged=unjudged,
-                                        prototype_validation=prototype_validation)
+                                        prototype_validation=prototype_validation,
+                                        held_influence=held_influence)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
                                      topology=types.SimpleNamespace(hub=None),
@@ -159,6 +161,48 @@ def test_influence_judges_a_class_this_node_lacks_by_its_prototype():
     # before any global prototype is known (round 1) nothing is judged
     assert screened(_node(influence=1.0, known=(False, False, False)), Head(3 * torch.eye(3)),
                     gather(own, received, 0)).peers == [1, 2, 3]
+
+
+def test_the_held_class_bar_is_the_median_plus_eight_deviations_between_floor_and_margin():
+    # values {0, .1, .2, 5}: median .15, deviations {.15, .05, .05, 4.85}, their median .1:
+    # .15 + 8 x .1 = .95, inside [.4, 1.5]; a peer without a score (None) is not counted
+    assert spread_bar([0.1, 0.2, None, 5.0], 1.5) == pytest.approx(0.95)
+    # every mix alike (a spread of 0): the floor, .4, not 0
+    assert spread_bar([0.0, 0.0, 0.0, 2.0], 1.5) == pytest.approx(0.4)
+    # early rounds, mixes anywhere from -3 to 4 nats: median 0, deviation 2, 16 > the margin
+    assert spread_bar([-3.0, 2.0, -1.0, 4.0], 1.5) == pytest.approx(1.5)
+    assert spread_bar([], 1.5) == pytest.approx(0.4)
+
+
+def test_held_influence_refuses_a_lift_that_validation_cannot_see():
+    # this node holds classes 0 and 1 (samples e0, e0, e1, e1); peer 3 claims class 2 only,
+    # which this node lacks, so validation does not judge it; its classifier lifts class 2
+    # on every input (row 2 = [6, 6, 3]). Mixed half and half with this node's 3 I, row 2 is
+    # [3, 3, 3]: on e0 the logits [3, 0, 3], cross-entropy log(2 e^3 + 1) - 3 = 0.7178
+    # against this node's log(e^3 + 2) - 3 = 0.0949 (class 1 alike): 0.6229 over the
+    # median 0 of peers 1 and 2, which change nothing. The others' spread is 0: the bar is
+    # the floor, 0.4.
+    lifted = 3 * torch.eye(3)
+    lifted[2] = torch.tensor([6.0, 6.0, 3.0])
+    own = _sent(3 * torch.eye(3), classes=[2, 2, 0])
+    received = {1: _sent(3 * torch.eye(3), classes=[2, 2, 0]),
+                2: _sent(3 * torch.eye(3), classes=[0, 4, 0]),
+                3: _sent(lifted, classes=[0, 0, 4])}
+    excess = (math.log(2 * math.exp(3) + 1) - 3) - (math.log(math.exp(3) + 2) - 3)
+
+    def run(**settings):
+        node = _node(**{"use_plan": False, "validation": 0.5, "known": (False, False, False),
+                        "unjudged": "keep", **settings})
+        return screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
+
+    assert run().peers == [1, 2, 3]  # validation alone: peer 3 is not judged
+    update = run(held_influence=1.5)
+    assert update.peers == [1, 2]
+    [refusal] = update.refusals
+    assert (refusal.peer, refusal.rule) == (3, "held_influence")
+    assert f"{excess:.3g} nats" in refusal.reason and "at most 0.4" in refusal.reason
+    # a margin below the floor binds: 0.3; the bar never rises above the margin
+    assert "at most 0.3" in run(held_influence=0.3).refusals[0].reason
 
 
 def test_a_model_no_screen_can_judge_is_held_out_of_the_round_its_prototypes_kept():
@@ -442,3 +486,18 @@ def test_gather_keeps_the_decoded_models_only_while_the_in_neighbours_fit_the_bu
         for state, _ in update.states[1:]:
             assert state["w"].tolist() == [1.0] * 4
         assert CountingReads.reads == later_reads
+
+
+def test_an_attacker_that_knows_the_held_class_screen_keeps_under_its_floor():
+    # it cannot see the receivers' spread; what always passes is the floor (0.4 nats)
+    def limits(influence, held):
+        aggregation = types.SimpleNamespace(norm_bound=0.0, rule="mean", distance=0.0,
+                                            influence=influence, held_influence=held)
+        algorithm = types.SimpleNamespace(config=types.SimpleNamespace(
+            aggregation=aggregation), model=nn.Linear(2, 2))
+        return attacks.estimated_limits(algorithm, torch.zeros(6), None, ()).influence
+
+    assert limits(1.5, 0.0) == pytest.approx(attacks.EDGE * 1.5)
+    assert limits(1.5, 1.5) == pytest.approx(attacks.EDGE * 0.4)
+    assert limits(0.0, 0.3) == pytest.approx(attacks.EDGE * 0.3)
+    assert limits(0.0, 0.0) is None

@@ -3,9 +3,11 @@ every message passes (`checks`), the weight each carries (`weights`: the data pl
 bounded claims), the norm bounds (`norms`), then the screens that judge a model by what it
 does on this node's own data, one module each behind one interface (`Screen`):
 `distance` (per layer, against the median in-neighbour's; what it keeps is clipped to the
-bound), `validation` (on the receiver's samples of the peer's classes) and `influence` (on
-the global prototypes of the classes this node lacks, against the other in-neighbours')
-and `unjudged` (a model none of them could judge, held out of the round).
+bound), `validation` (on the receiver's samples of the peer's classes), `held_influence` (a
+peer's mix on the receiver's samples of every class it holds, against the other
+in-neighbours'), `influence` (on the global prototypes of the classes this node lacks,
+against the other in-neighbours') and `unjudged` (a model none of them could judge, held
+out of the round).
 What is refused is named in the node's record; nothing a peer sends can stop the round."""
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from torch import nn
 from node.aggregation import aggregate_states, reputation_aggregate, state_norm
 from node.algorithms.base import Algorithm, DataPlan, Payload, Refusal
 from node.defences import CLAIM_FACTOR
-from node.intake import distance, influence, prototype_validation, unjudged, validation
+from node.intake import (
+    distance,
+    held_influence,
+    influence,
+    prototype_validation,
+    unjudged,
+    validation,
+)
 from node.intake.checks import (
     DECODED_BUDGET,
     MAX_SAMPLES,
@@ -45,6 +54,7 @@ log = logging.getLogger(__name__)
 # the peers it refuses, each with why. Each sees only the peers the screens before it kept.
 Screen = Callable[[Algorithm, nn.Module, Contributions], dict[int, Refusal]]
 SCREENS: dict[str, Screen] = {"distance": distance.screen, "validation": validation.screen,
+                              "held_influence": held_influence.screen,
                               "prototype_validation": prototype_validation.screen,
                               "influence": influence.screen, "unjudged": unjudged.screen}
 

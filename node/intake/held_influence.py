@@ -1,0 +1,69 @@
+"""Influence on the classes this node holds: each in-neighbour's whole model averaged with
+this node's own alone, at their weights, and measured per class on this node's own samples
+(its only ground truth). Validation judges a peer on the peer's claimed classes alone, so a
+model that fits its claimed classes and pushes every other class down (a classifier lifted
+on its classes, a label flipper claiming the classes it maps to) passes it; mixed into this
+node's model it raises the loss on this node's classes far beyond what the other
+in-neighbours' mixes do. Honest mixes of other classes raise that loss too, by amounts that
+vary a great deal early in training and little once the federation agrees, so the bar is
+relative: `node.defences.spread_bar` over the in-neighbours' scores, at most
+aggregation.held_influence nats."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+
+import torch
+from torch import nn
+
+from node.algorithms.base import Algorithm, Refusal
+from node.defences import class_excess_scores, mixing_share, spread_bar
+from node.intake.checks import Contributions
+from node.intake.influence import excess, mixed
+from node.intake.samples import loss_per_class, validation_samples
+
+log = logging.getLogger(__name__)
+
+RULE = "held_influence"
+
+
+def held_class_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
+                      batch: int) -> list[float | None]:
+    """Per class, `model`'s mean loss on the samples of it in `x`, `y`; None for a class
+    without one. Non-finite losses read as inf."""
+    sums, total = loss_per_class(model, x, y, num_classes, batch)
+    return [None if n == 0 else (s / n if math.isfinite(s / n) else math.inf)
+            for s, n in zip(sums, total, strict=True)]
+
+
+@torch.no_grad()
+def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dict[int, Refusal]:
+    """The in-neighbours whose mix with this node's model raises the loss on one of this
+    node's classes beyond `spread_bar` of the others' scores (each score: the excess over
+    the class's median in-neighbour, `node.defences.class_excess_scores`)."""
+    margin = algorithm.config.aggregation.held_influence
+    if margin <= 0 or not update.peers:
+        return {}
+    x, y = validation_samples(algorithm, len(update.peers))
+    classes, batch = algorithm.data.num_classes, algorithm.config.train.eval_batch_size
+    own = {name: t.detach() for name, t in model.state_dict().items()}
+    own_weight = float(update.states[0][1])
+    scratch = copy.deepcopy(model)  # the node's own model is left as training has it
+    base = held_class_losses(scratch, x, y, classes, batch)
+    rows = []
+    for state, weight in update.states[1:]:
+        scratch.load_state_dict(mixed(own, state, mixing_share(own_weight, float(weight))))
+        rows.append(excess(held_class_losses(scratch, x, y, classes, batch), base))
+    scores = class_excess_scores(rows)
+    bar = spread_bar(scores, margin)
+    log.debug("node %d: held-class influence scores %s, bar %.3g", algorithm.node_id,
+              dict(zip(update.peers, scores, strict=True)), bar)
+    return {peer: Refusal(peer, "model and prototypes", RULE,
+                          f"averaged with this node's model it raises the loss on this "
+                          f"node's samples of a class {score:.3g} nats beyond the class's "
+                          f"median in-neighbour (at most {bar:.3g}: the others' spread, "
+                          f"at most {margin:g})")
+            for peer, score in zip(update.peers, scores, strict=True)
+            if score is not None and score > bar}
