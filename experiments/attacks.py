@@ -56,6 +56,7 @@ from node.algorithms.base import Algorithm, Payload
 from node.defences import (
     HELD_FLOOR,
     LOSS_FLOOR,
+    SPREAD_QUORUM,
     class_weighted_mean,
     loss_to_beat,
     required_factor,
@@ -193,8 +194,11 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
     if getattr(settings, "held_influence", 0) > 0:
         # the receivers' own classes are judged against the others' spread, which it
         # cannot see: what always passes is the bar's floor (its proxy for a receiver's
-        # classes: the global prototypes of the classes it lacks)
-        bars.append(min(settings.held_influence, HELD_FLOOR))
+        # classes: the global prototypes of the classes it lacks); where its own in-degree
+        # says the receivers have too few in-neighbours for a spread (a ring), the margin
+        few = len(seen) < SPREAD_QUORUM
+        bars.append(settings.held_influence if few else min(settings.held_influence,
+                                                            HELD_FLOOR))
     influence = EDGE * min(bars) if bars else None
     return Limits(norm, distance, influence=influence, layers=layers, like=like)
 

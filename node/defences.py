@@ -173,18 +173,25 @@ def class_excess_scores(excess: Sequence[Sequence[float | None]]) -> list[float 
 HELD_FLOOR = 0.4
 # ... and sits this many median absolute deviations above the median score.
 HELD_SPREAD = 8.0
+# The spread of fewer scores than this says nothing (a ring's two in-neighbours: one
+# honest neighbour of other classes is as far from the other as an attacker): `margin`.
+SPREAD_QUORUM = 4
 
 
 def spread_bar(scores: Sequence[float | None], margin: float, floor: float = HELD_FLOOR,
                spread: float = HELD_SPREAD) -> float:
     """The score above which an in-neighbour is out of line with the others: the median of
     this node's own (0) and every score, plus `spread` median absolute deviations, never
-    below `floor` nor above `margin`. Early in training honest mixes move this node's
-    classes by anything from 0 to several nats (the spread is wide: `margin` binds); once
-    the federation agrees they move them alike, and one that moves them by a multiple of the
-    others' spread stands out however small the absolute amount (a robust z-score: one
-    attacker among the scores barely moves a median or a MAD)."""
-    values = [0.0, *(s for s in scores if s is not None)]
+    below `floor` nor above `margin`; `margin` alone with fewer than SPREAD_QUORUM scores.
+    Early in training honest mixes move this node's classes by anything from 0 to several
+    nats (the spread is wide: `margin` binds); once the federation agrees they move them
+    alike, and one that moves them by a multiple of the others' spread stands out however
+    small the absolute amount (a robust z-score: one attacker among the scores barely moves
+    a median or a MAD)."""
+    measured = [s for s in scores if s is not None]
+    if len(measured) < SPREAD_QUORUM:
+        return margin
+    values = [0.0, *measured]
     centre = statistics.median(values)
     deviation = statistics.median([abs(v - centre) for v in values])
     return min(margin, max(floor, centre + spread * deviation))

@@ -249,8 +249,9 @@ class AggregationConfig:
     """A peer's model averaged with this node's own (at their weights) may raise the loss on
     this node's samples of one class it holds beyond the class's median in-neighbour's by at
     most the in-neighbours' spread (their median score plus 8 median absolute deviations,
-    never below 0.4 nats) and never by more than this many nats; else it is refused with its
-    prototypes that round (0: never); in [0, 100]."""
+    never below 0.4 nats; with fewer than four in-neighbours, no spread) and never by more
+    than this many nats; else it is refused with its prototypes that round (0: never); in
+    [0, 100]."""
     unjudged: str = "keep"
     """A peer's model that no screen can judge this round (it claims no class this node
     holds, and no global prototype of a class this node lacks is known yet: round 1):

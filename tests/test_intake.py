@@ -164,14 +164,17 @@ def test_influence_judges_a_class_this_node_lacks_by_its_prototype():
 
 
 def test_the_held_class_bar_is_the_median_plus_eight_deviations_between_floor_and_margin():
-    # values {0, .1, .2, 5}: median .15, deviations {.15, .05, .05, 4.85}, their median .1:
-    # .15 + 8 x .1 = .95, inside [.4, 1.5]; a peer without a score (None) is not counted
-    assert spread_bar([0.1, 0.2, None, 5.0], 1.5) == pytest.approx(0.95)
+    # values {0, .1, .15, .2, 5}: median .15, deviations {.15, .05, 0, .05, 4.85}, their
+    # median .05: .15 + 8 x .05 = .55, inside [.4, 1.5]; a peer without a score (None) is
+    # not counted
+    assert spread_bar([0.1, 0.2, None, 5.0, 0.15], 1.5) == pytest.approx(0.55)
     # every mix alike (a spread of 0): the floor, .4, not 0
     assert spread_bar([0.0, 0.0, 0.0, 2.0], 1.5) == pytest.approx(0.4)
     # early rounds, mixes anywhere from -3 to 4 nats: median 0, deviation 2, 16 > the margin
     assert spread_bar([-3.0, 2.0, -1.0, 4.0], 1.5) == pytest.approx(1.5)
-    assert spread_bar([], 1.5) == pytest.approx(0.4)
+    # fewer than four scores (a ring's two in-neighbours): their spread says nothing
+    assert spread_bar([0.1, 0.2, 5.0], 1.5) == pytest.approx(1.5)
+    assert spread_bar([0.0, 0.0, None, None], 1.5) == pytest.approx(1.5)
 
 
 def test_held_influence_refuses_a_lift_that_validation_cannot_see():
@@ -180,29 +183,34 @@ def test_held_influence_refuses_a_lift_that_validation_cannot_see():
     # on every input (row 2 = [6, 6, 3]). Mixed half and half with this node's 3 I, row 2 is
     # [3, 3, 3]: on e0 the logits [3, 0, 3], cross-entropy log(2 e^3 + 1) - 3 = 0.7178
     # against this node's log(e^3 + 2) - 3 = 0.0949 (class 1 alike): 0.6229 over the
-    # median 0 of peers 1 and 2, which change nothing. The others' spread is 0: the bar is
-    # the floor, 0.4.
+    # median 0 of peers 1, 2 and 4, which change nothing. The others' spread is 0: the bar
+    # is the floor, 0.4.
     lifted = 3 * torch.eye(3)
     lifted[2] = torch.tensor([6.0, 6.0, 3.0])
     own = _sent(3 * torch.eye(3), classes=[2, 2, 0])
     received = {1: _sent(3 * torch.eye(3), classes=[2, 2, 0]),
                 2: _sent(3 * torch.eye(3), classes=[0, 4, 0]),
-                3: _sent(lifted, classes=[0, 0, 4])}
+                3: _sent(lifted, classes=[0, 0, 4]),
+                4: _sent(3 * torch.eye(3), classes=[4, 0, 0])}
     excess = (math.log(2 * math.exp(3) + 1) - 3) - (math.log(math.exp(3) + 2) - 3)
 
-    def run(**settings):
+    def run(peers=(1, 2, 3, 4), **settings):
         node = _node(**{"use_plan": False, "validation": 0.5, "known": (False, False, False),
                         "unjudged": "keep", **settings})
-        return screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
+        update = gather(own, {p: received[p] for p in peers}, 0)
+        return screened(node, Head(3 * torch.eye(3)), update)
 
-    assert run().peers == [1, 2, 3]  # validation alone: peer 3 is not judged
+    assert run().peers == [1, 2, 3, 4]  # validation alone: peer 3 is not judged
     update = run(held_influence=1.5)
-    assert update.peers == [1, 2]
+    assert update.peers == [1, 2, 4]
     [refusal] = update.refusals
     assert (refusal.peer, refusal.rule) == (3, "held_influence")
     assert f"{excess:.3g} nats" in refusal.reason and "at most 0.4" in refusal.reason
     # a margin below the floor binds: 0.3; the bar never rises above the margin
     assert "at most 0.3" in run(held_influence=0.3).refusals[0].reason
+    # two in-neighbours, as on a ring: no spread to measure, the margin alone
+    assert run(peers=(1, 3), held_influence=1.5).peers == [1, 3]
+    assert run(peers=(1, 3), held_influence=0.5).peers == [1]
 
 
 def test_a_model_no_screen_can_judge_is_held_out_of_the_round_its_prototypes_kept():
@@ -490,14 +498,17 @@ def test_gather_keeps_the_decoded_models_only_while_the_in_neighbours_fit_the_bu
 
 def test_an_attacker_that_knows_the_held_class_screen_keeps_under_its_floor():
     # it cannot see the receivers' spread; what always passes is the floor (0.4 nats)
-    def limits(influence, held):
+    def limits(influence, held, seen=4):
         aggregation = types.SimpleNamespace(norm_bound=0.0, rule="mean", distance=0.0,
                                             influence=influence, held_influence=held)
         algorithm = types.SimpleNamespace(config=types.SimpleNamespace(
             aggregation=aggregation), model=nn.Linear(2, 2))
-        return attacks.estimated_limits(algorithm, torch.zeros(6), None, ()).influence
+        return attacks.estimated_limits(algorithm, torch.zeros(6), None,
+                                        (torch.zeros(6),) * seen).influence
 
     assert limits(1.5, 0.0) == pytest.approx(attacks.EDGE * 1.5)
     assert limits(1.5, 1.5) == pytest.approx(attacks.EDGE * 0.4)
     assert limits(0.0, 0.3) == pytest.approx(attacks.EDGE * 0.3)
     assert limits(0.0, 0.0) is None
+    # two in-neighbours of its own (a ring): the receivers' bar is the margin
+    assert limits(0.0, 1.5, seen=2) == pytest.approx(attacks.EDGE * 1.5)
