@@ -34,8 +34,8 @@ def held_class_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_cl
     """Per class, `model`'s mean loss on the samples of it in `x`, `y`; None for a class
     without one. Non-finite losses read as inf."""
     sums, total = loss_per_class(model, x, y, num_classes, batch)
-    return [None if n == 0 else (s / n if math.isfinite(s / n) else math.inf)
-            for s, n in zip(sums, total, strict=True)]
+    means = [None if n == 0 else s / n for s, n in zip(sums, total, strict=True)]
+    return [m if m is None or math.isfinite(m) else math.inf for m in means]
 
 
 @torch.no_grad()

@@ -3,9 +3,10 @@ this node's own alone, at their weights, and measured by its classifier on the g
 prototype of each such class (what the federation agreed on: FLTrust's root set, held by the
 receiver). A neighbour whose mix raises one such class's loss far beyond what the other
 in-neighbours' mixes do is refused (node.defences.class_excess_scores): it needs no class in
-common with the sender and no data plan. The classes this node holds are validation's to
-judge (node.intake.validation): on them every honest neighbour of other classes raises the
-loss, by amounts too varied to single one out."""
+common with the sender and no data plan. The classes this node holds are judged by
+validation (node.intake.validation) and, where it is on, by node.intake.held_influence: on
+them every honest neighbour of other classes raises the loss, by amounts too varied early
+in training for this screen's fixed margin, so that one's bar follows the others' spread."""
 
 from __future__ import annotations
 
