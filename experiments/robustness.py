@@ -78,6 +78,8 @@ DEFENCES["floored"] = {**DEFENCES["guarded_wide"], "norm_floor": 3.0}
 # guarded_wide judging each peer's mix on this node's own classes too, against the others'
 # spread (aggregation.held_influence)
 DEFENCES["guarded_own"] = {**DEFENCES["guarded_wide"], "held_influence": 1.5}
+# ... at most 3 nats: on Dirichlet 0.5 honest mixes raise a held class by more than 1.5
+DEFENCES["guarded_own3"] = {**DEFENCES["guarded_wide"], "held_influence": 3.0}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
 EARLIER = (*AGGREGATION_RULES, "validated", "validated_clipped")
 # The defences the default is chosen among on every split, with and without the plan (the
@@ -472,7 +474,8 @@ def render(results: dict, command: str) -> str:
              "prototype below a third of the reference, the median of each contributor's "
              "median prototype norm: aggregation.norm_floor = 3) and `guarded_own` "
              "(`guarded_wide` judging each peer's mix on the node's own classes against the "
-             "other in-neighbours' spread: aggregation.held_influence 1.5). Sections marked "
+             "other in-neighbours' spread: aggregation.held_influence 1.5; `guarded_own3` "
+             "at most 3 nats). Sections marked "
              "\"no "
              "plan\" ran "
              "with aggregation.use_plan = false: every node weighs its peers by their "
