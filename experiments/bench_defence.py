@@ -70,9 +70,11 @@ def measure(nodes: int, rounds: int, defence: str) -> dict:
         if not run.ok:
             raise RuntimeError(f"{defence} at {nodes} nodes: {run.summary.get('failed_nodes')}")
         refused = sum(len(r.refusals or []) for record in run.records for r in record.rounds)
+        later = [r for record in run.records for r in record.rounds if r.round >= 1]
+        undrawn = sum(len(r.undrawn_peers or []) for r in later) / max(len(later), 1)
         return {"nodes": nodes, "defence": defence, "rounds": rounds,
                 "mean_f1": run.summary.get("mean_global_f1"), "refusals": refused,
-                **per_round(run.records)}
+                "drawn_per_node_round": nodes - 1 - undrawn, **per_round(run.records)}
 
 
 def render(found: list[dict], command: str) -> str:
@@ -84,11 +86,14 @@ def render(found: list[dict], command: str) -> str:
               "backend, where a node's clock is its thread's CPU time. Per node and round "
               "after the first: the aggregation step's seconds (checks, screens and the "
               "combination) and the whole round's CPU seconds, medians over nodes and rounds; "
-              "beside them, what the screens add to `mean` (no screen) and the refusals made "
-              "in the run (none of them of an attacker: nobody attacks)."), "",
+              "beside them, what the screens add to `mean` (no screen), the in-neighbours "
+              "a node took up in a round after the first (every one under `mean`; where a "
+              "screen is on, at most aggregation.judged_per_round, drawn anew each round, the "
+              "rest left out) and the "
+              "refusals made in the run (none of them of an attacker: nobody attacks)."), "",
              ("| nodes | defence | aggregation s | round CPU s | added to `mean` (s) | "
-             "share of the round | refusals | mean F1 |"),
-             "|---|---|---|---|---|---|---|---|"]
+             "share of the round | in-neighbours drawn | refusals | mean F1 |"),
+             "|---|---|---|---|---|---|---|---|---|"]
     base = {cell["nodes"]: cell for cell in found if cell["defence"] == "mean"}
     for cell in sorted(found, key=lambda c: (c["nodes"], MEASURED.index(c["defence"]))):
         plain = base.get(cell["nodes"])
@@ -96,9 +101,11 @@ def render(found: list[dict], command: str) -> str:
                  if plain and cell is not plain else "-")
         share = cell["aggregation_seconds"] / cell["round_cpu_seconds"]
         f1 = "-" if cell["mean_f1"] is None else f"{cell['mean_f1']:.4f}"
+        drawn = cell.get("drawn_per_node_round")
         lines.append(f"| {cell['nodes']} | `{cell['defence']}` | "
                      f"{cell['aggregation_seconds']:.3f} | {cell['round_cpu_seconds']:.3f} | "
-                     f"{added} | {share:.0%} | {cell['refusals']} | {f1} |")
+                     f"{added} | {share:.0%} | {'-' if drawn is None else f'{drawn:g}'} | "
+                     f"{cell['refusals']} | {f1} |")
     phases = phase_lines(found, base)
     return "\n".join(lines + ([""] + phases if phases else [])) + "\n"
 

@@ -50,10 +50,11 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # The defences compared: each aggregation rule alone, and validation before mean or
 # clipping (aggregation.validation 0.5: a peer's model must cut the loss on this node's
 # samples of the peer's classes by half the cut this node's own round made on its own).
-# Every screen named in each, so that a change of default does not change a defence.
+# Every screen named in each, so that a change of default does not change a defence (and
+# how many in-neighbours a node judges a round: more than any cell here has).
 OFF = {"validation": 0.0, "distance": 0.0, "distance_refuse": 1.0, "influence": 0.0,
        "prototype_validation": False, "unjudged": "keep", "claim_cap": 2.0, "norm_floor": 0.0,
-       "held_influence": 0.0}
+       "held_influence": 0.0, "judged_per_round": 16}
 DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "validated": {**OFF, "rule": "mean", "validation": 0.5},
             "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},

@@ -531,6 +531,9 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
            f"must be \"hold\" or \"keep\", got {c.aggregation.unjudged!r}")
     _check(0 <= c.aggregation.influence <= 100, source, "aggregation.influence",
            f"must be in [0, 100] nats (0: no influence screen), got {c.aggregation.influence}")
+    _check(c.aggregation.judged_per_round >= 0, source, "aggregation.judged_per_round",
+           f"must be 0 (every in-neighbour) or a positive count, got "
+           f"{c.aggregation.judged_per_round}")
     _check(0 <= c.aggregation.held_influence <= 100, source, "aggregation.held_influence",
            f"must be in [0, 100] nats (0: no held-class influence screen), got "
            f"{c.aggregation.held_influence}")

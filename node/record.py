@@ -47,6 +47,9 @@ class RoundRecord:
     rejected_peers: list[int] = field(default_factory=list)  # some part of whose update was
     # refused; each refusal: {"peer", "what", "rule", "reason"} (node.algorithms.base.Refusal)
     refusals: list[dict[str, Any]] = field(default_factory=list)
+    # more in-neighbours arrived than aggregation.judged_per_round: those not drawn to be
+    # judged this round, left out of it (model and prototypes)
+    undrawn_peers: list[int] | None = None
     # "reputation": this node's trust in each in-neighbour after the round, by peer id
     trust: dict[str, float] | None = None
     bytes_sent: int = 0

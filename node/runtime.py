@@ -31,6 +31,7 @@ from node.data import Dataset, default_data_dir, load_dataset
 from node.data.folders import DATA_FILE, GLOBAL_TEST, node_folder, read_node, read_split
 from node.data.partition import FederatedSplit, split_of
 from node.federation import Federation
+from node.intake.drawn import only_drawn, round_draw
 from node.metrics import prediction_metrics
 from node.net.peers import RECEIVED, SENT, Peers
 from node.net.transport import Transport
@@ -473,9 +474,12 @@ class Node:
         trained = self.clock.monotonic()
         missing: set[int] = set()
         refusals: list[dict] = []
+        # the in-neighbours judged this round: drawn at the first step, kept for the rest
+        draw: set[int] | None = None
+        undrawn: set[int] = set()
         timings = {"train_seconds": trained - started, "communication_seconds": 0.0,
                    "aggregation_seconds": 0.0}
-        for kinds in algorithm.exchange_steps():
+        for step, kinds in enumerate(algorithm.exchange_steps()):
             step_started = self.clock.monotonic()
             own = {kind: payload for kind, payload in algorithm.payload().items()
                    if kind in kinds}
@@ -487,6 +491,10 @@ class Node:
             received = {peer: {kind: Payload(m.tensors, m.meta) for kind, m in by_kind.items()}
                         for peer, by_kind in updates.items()}
             missing.update(step_missing)
+            if step == 0:
+                draw = round_draw(self.config, me, round_, sorted(received))
+            received, left_out = only_drawn(received, draw)
+            undrawn.update(left_out)
             communicated = self.clock.monotonic()
             if joining or hub in received:  # a hub's clients adopt its model
                 own = weightless(own, samples=0 if hub in received else 1)
@@ -504,6 +512,7 @@ class Node:
         record = self._round_record(round_, algorithm, data, peers, train_stats, timings,
                                     sorted(missing), refusals)
         record.final_fit = fit
+        record.undrawn_peers = sorted(undrawn) or None
         if schedule is not None and schedule.participation.partial:
             record.participants = sorted(schedule.chosen(round_))
         return record

@@ -16,7 +16,8 @@ def round_rows(records: list[NodeRecord]) -> list[dict[str, Any]]:
     """One row per node and recorded round: the global test's F1 and accuracy under the
     method's rule and under every rule (`f1_<rule>`, `accuracy_<rule>`), the local test's,
     bytes sent and received in the round (in all and by message kind: `bytes_sent_<kind>`),
-    the round's seconds and how many parts of peers' updates were refused."""
+    the round's seconds, how many parts of peers' updates were refused and how many
+    in-neighbours were left undrawn (aggregation.judged_per_round)."""
     kinds = sorted({kind for node in records for record in node.rounds
                     for by_peer in (record.bytes_sent_by_peer, record.bytes_received_by_peer)
                     for per_kind in by_peer.values() for kind in per_kind})
@@ -47,6 +48,7 @@ def _round_row(node: NodeRecord, record: RoundRecord, kinds: list[str],
                       + record.aggregation_seconds + record.evaluation_seconds)
     row["refused"] = len(record.refusals)
     row["missing_peers"] = len(record.missing_peers)
+    row["undrawn_peers"] = len(record.undrawn_peers or [])
     return row
 
 

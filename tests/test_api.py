@@ -28,7 +28,8 @@ def test_a_round_row_sums_each_kinds_bytes_over_peers_and_names_every_rules_scor
         communication_seconds=0.5, bytes_sent=330, bytes_received=40,
         bytes_sent_by_peer={"1": {"model": 100, "prototypes": 10}, "2": {"model": 200}},
         bytes_received_by_peer={"1": {"prototypes": 40}},
-        refusals=[{"peer": 1, "what": "prototypes", "rule": "validation", "reason": "x"}])
+        refusals=[{"peer": 1, "what": "prototypes", "rule": "validation", "reason": "x"}],
+        undrawn_peers=[4, 7])
     [row] = round_rows([NodeRecord(node=3, rounds=[record])])
     assert row == {"node": 3, "round": 1, "f1": 0.4, "accuracy": 0.5, "rule": "argmax",
                    "local_f1": 0.6, "local_accuracy": 0.7, "f1_argmax": 0.4,
@@ -36,7 +37,7 @@ def test_a_round_row_sums_each_kinds_bytes_over_peers_and_names_every_rules_scor
                    "bytes_sent": 330, "bytes_received": 40, "bytes_sent_model": 300,
                    "bytes_sent_prototypes": 10, "bytes_received_model": 0,
                    "bytes_received_prototypes": 40, "seconds": 1.5, "refused": 1,
-                   "missing_peers": 0}
+                   "missing_peers": 0, "undrawn_peers": 2}
 
 
 def test_a_sweep_is_every_combination_of_the_grid_then_each_seed():

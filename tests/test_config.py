@@ -79,6 +79,8 @@ def test_wrong_types_are_named(tmp_path, text, key):
     ("name = 'a b'", "name"),
     ("[aggregation]\ntrust_memory = 1", "aggregation.trust_memory"),
     ("[aggregation]\nvalidation = -1", "aggregation.validation"),
+    ("[aggregation]\njudged_per_round = -1", "aggregation.judged_per_round"),
+    ("[aggregation]\njudged_per_round = 2.5", "aggregation.judged_per_round"),
 ])
 def test_impossible_values_are_named(tmp_path, text, key):
     path = write(tmp_path, text)

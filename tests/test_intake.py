@@ -512,3 +512,40 @@ def test_an_attacker_that_knows_the_held_class_screen_keeps_under_its_floor():
     assert limits(0.0, 0.0) is None
     # two in-neighbours of its own (a ring): the receivers' bar is the margin
     assert limits(0.0, 1.5, seen=2) == pytest.approx(attacks.EDGE * 1.5)
+
+
+# --- the in-neighbours judged in a round (node.intake.drawn) ---------------------------------
+
+
+def test_a_draw_keeps_every_peer_up_to_its_size_and_that_many_beyond_it():
+    from node.intake.drawn import drawn
+    peers = [9, 3, 5, 1, 7]
+    assert drawn(peers, 0, torch.Generator().manual_seed(1)) == [1, 3, 5, 7, 9]
+    assert drawn(peers, 5, torch.Generator().manual_seed(1)) == [1, 3, 5, 7, 9]
+    two = drawn(peers, 2, torch.Generator().manual_seed(1))
+    assert len(two) == 2 and set(two) <= set(peers) and two == sorted(two)
+    assert drawn(peers, 2, torch.Generator().manual_seed(1)) == two  # seeded: drawn alike
+    draws = {tuple(drawn(peers, 2, torch.Generator().manual_seed(s))) for s in range(20)}
+    assert len(draws) > 3  # not the same two every round
+
+
+def test_a_round_draws_only_where_some_screen_judges_and_more_arrived_than_it_judges():
+    from node.intake.drawn import only_drawn, round_draw
+    from node.settings import AggregationConfig, FederationConfig
+    arrived = list(range(1, 21))
+    config = FederationConfig(aggregation=AggregationConfig(judged_per_round=4))
+    draw = round_draw(config, 0, 3, arrived)
+    assert draw is not None and len(draw) == 4 and draw <= set(arrived)
+    assert round_draw(config, 0, 3, arrived) == draw
+    assert round_draw(config, 0, 4, arrived) != draw or round_draw(config, 0, 5, arrived) != draw
+    assert round_draw(config, 0, 3, arrived[:4]) is None  # no more than it judges
+    unscreened = FederationConfig(aggregation=AggregationConfig(
+        judged_per_round=4, validation=0.0, distance=0.0, influence=0.0,
+        prototype_validation=False, held_influence=0.0))
+    assert round_draw(unscreened, 0, 3, arrived) is None  # nothing judges: all mixed
+    every = FederationConfig(aggregation=AggregationConfig(judged_per_round=0))
+    assert round_draw(every, 0, 3, arrived) is None
+    kept, left = only_drawn({peer: f"update {peer}" for peer in arrived}, draw)
+    assert set(kept) == draw and kept[min(draw)] == f"update {min(draw)}"
+    assert left == sorted(set(arrived) - draw)
+    assert only_drawn({1: "a"}, None) == ({1: "a"}, [])
