@@ -54,7 +54,7 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # how many in-neighbours a node judges a round: more than any cell here has).
 OFF = {"validation": 0.0, "distance": 0.0, "distance_refuse": 1.0, "influence": 0.0,
        "prototype_validation": False, "unjudged": "keep", "claim_cap": 2.0, "norm_floor": 0.0,
-       "held_influence": 0.0, "judged_per_round": 16}
+       "held_influence": 0.0, "judged_per_round": 20}
 DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "validated": {**OFF, "rule": "mean", "validation": 0.5},
             "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},

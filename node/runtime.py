@@ -492,7 +492,8 @@ class Node:
                         for peer, by_kind in updates.items()}
             missing.update(step_missing)
             if step == 0:
-                draw = round_draw(self.config, me, round_, sorted(received))
+                draw = round_draw(self.config, me, round_, sorted(received),
+                                  models=algorithm.travelling_model() is not None)
             received, left_out = only_drawn(received, draw)
             undrawn.update(left_out)
             communicated = self.clock.monotonic()

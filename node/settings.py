@@ -252,12 +252,14 @@ class AggregationConfig:
     never below 0.4 nats; with fewer than four in-neighbours, no spread) and never by more
     than this many nats; else it is refused with its prototypes that round (0: never); in
     [0, 100]."""
-    judged_per_round: int = 16
-    """Where any screen is on, a node judges and aggregates at most this many of the
-    in-neighbours whose update arrived, drawn anew each round (seeded by the federation's
-    seed, the node and the round); the others are left out of that round, model and
-    prototypes (`undrawn_peers` in the round's record). Judging costs forward passes per
-    in-neighbour, so a round's cost stops growing with the in-degree beyond it. 0: all."""
+    judged_per_round: int = 20
+    """Where any screen is on and a model travels (the screens judge models), a node judges
+    and aggregates at most this many of the in-neighbours whose update arrived, drawn anew
+    each round (seeded by the federation's seed, the node and the round); the others are
+    left out of that round, model and prototypes (`undrawn_peers` in the round's record).
+    Judging costs forward passes per in-neighbour, so a round's cost stops growing with the
+    in-degree beyond it (20: the ProFe paper's 20 nodes fully connected judge all 19).
+    0: all."""
     unjudged: str = "keep"
     """A peer's model that no screen can judge this round (it claims no class this node
     holds, and no global prototype of a class this node lacks is known yet: round 1):

@@ -543,6 +543,7 @@ def test_a_round_draws_only_where_some_screen_judges_and_more_arrived_than_it_ju
         judged_per_round=4, validation=0.0, distance=0.0, influence=0.0,
         prototype_validation=False, held_influence=0.0))
     assert round_draw(unscreened, 0, 3, arrived) is None  # nothing judges: all mixed
+    assert round_draw(config, 0, 3, arrived, models=False) is None  # prototypes alone
     every = FederationConfig(aggregation=AggregationConfig(judged_per_round=0))
     assert round_draw(every, 0, 3, arrived) is None
     kept, left = only_drawn({peer: f"update {peer}" for peer in arrived}, draw)

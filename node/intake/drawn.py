@@ -1,6 +1,7 @@
 """Which in-neighbours a node judges in a round. Every screen costs forward passes or
 distances per in-neighbour, so a node with many judges at most aggregation.judged_per_round
-of those whose update arrived, drawn anew each round; the rest are left out of that round,
+of those whose update arrived, drawn anew each round (where a model travels: the screens
+judge models); the rest are left out of that round,
 model and prototypes alike: an update no screen judged is not mixed in. The draw is seeded
 (the federation's seed, the node, the round), so reruns draw alike; knowing it gains a
 sender nothing, since a drawn update is judged like any other."""
@@ -34,12 +35,14 @@ def drawn(peers: Sequence[int], most: int, generator: torch.Generator) -> list[i
     return sorted(ordered[i] for i in order)
 
 
-def round_draw(config, node_id: int, round_: int, arrived: Sequence[int]) -> set[int] | None:
+def round_draw(config, node_id: int, round_: int, arrived: Sequence[int],
+               models: bool = True) -> set[int] | None:
     """The in-neighbours node `node_id` judges in `round_` among those that `arrived`; None
-    where it judges them all (no screen on, or no more arrived than judged_per_round)."""
+    where it takes them all: no screen on, no model travelling to judge (`models` False:
+    a prototype-only method), or no more arrived than judged_per_round."""
     settings = config.aggregation
     most = settings.judged_per_round
-    if not judges(settings) or most <= 0 or len(arrived) <= most:
+    if not (models and judges(settings)) or most <= 0 or len(arrived) <= most:
         return None
     generator = round_generator(config, node_id, DRAW_STREAM * (round_ + 1))
     return set(drawn(arrived, most, generator))
