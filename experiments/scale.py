@@ -2,7 +2,7 @@
 pair, int16, fully connected and 6-regular.
 
     python -m experiments.scale [--nodes 5 10 20 50 100] [--topologies fully_connected
-        k_regular] [--rounds 3] [--backend sim] [--report-only]
+        k_regular] [--rounds 3] [--backend sim] [--again WHY] [--report-only]
 
 Each cell is one `protofed up` on the local backend, with the capacity check measuring its
 own estimate. Each node holds the same work at every size: 540 MNIST images (432 to train,
@@ -174,7 +174,49 @@ def measure(nodes: int, topology: str, rounds: int, data_dir: str, workdir: Path
             "exit_after_last_result_s": round(exited - ended, 2),
             "wall_s": round(exited - launched, 1),
             "mean_f1": round(sum(r["rounds"][-1]["global_test"]["f1"] for r in records)
-                             / nodes, 4)}
+                             / nodes, 4),
+            **round_phases(records)}
+
+
+def round_phases(records: list[dict]) -> dict:
+    """Over every node's rounds after round 0: how many, their CPU seconds by phase
+    (node.profile.PHASES, summed) and the in-neighbours a node took up a round (those it
+    left undrawn, aggregation.judged_per_round, aside)."""
+    later = [k for r in records for k in r["rounds"][1:]]
+    phases: dict[str, float] = {}
+    for k in later:
+        for phase, (_, cpu) in (k.get("phases") or {}).items():
+            phases[phase] = phases.get(phase, 0.0) + cpu
+    taken = [len(r["in_neighbours"]) - len(k.get("undrawn_peers") or [])
+             for r in records for k in r["rounds"][1:]]
+    return {"node_rounds": len(later),
+            "phase_cpu_seconds": {p: round(v, 2) for p, v in sorted(phases.items())},
+            "in_neighbours_taken": round(statistics.mean(taken), 2) if taken else None}
+
+
+# The phases of a node-round as the report groups them (node.profile.PHASES).
+PHASE_GROUPS = {"training": ("train", "teacher"),
+                "evaluation": ("evaluation_global", "evaluation_local"),
+                "screens": ("validation", "distance", "influence", "prototype_validation",
+                            "held_influence"),
+                "aggregation": ("aggregation",), "messages": ("encode", "decode", "wait")}
+
+
+def phase_line(row: dict) -> str | None:
+    """Where a cell's node-rounds after round 0 spent their CPU, by group; None for a cell
+    measured before the records had phases."""
+    phases, count = row.get("phase_cpu_seconds"), row.get("node_rounds")
+    if not phases or not count:
+        return None
+    total = sum(phases.values())
+    shares = {group: sum(phases.get(p, 0.0) for p in names) / total
+              for group, names in PHASE_GROUPS.items()}
+    shares["other"] = 1 - sum(shares.values())
+    taken = row.get("in_neighbours_taken")
+    took = (f", taking up {taken:g} of its {row['in_degree']} in-neighbours a round"
+            if taken is not None else "")
+    return (f"- {row['nodes']:,} nodes: {total / count:.3f} CPU s a node-round{took}: "
+            + ", ".join(f"{group} {share:.0%}" for group, share in shares.items()))
 
 
 def expected(rows: list[dict], key: str, grows_with: str) -> dict[int, float]:
@@ -254,6 +296,21 @@ def render(results: dict, command: str, few_images: dict | None = None) -> str:
                 f"{phases[name][0]} / {phases[name][1]}" for name in PHASES)
                 + f"; {r['node_cpu_to_round0_s']} CPU s")
         lines.append("")
+        measured = [line for r in rows if (line := phase_line(r))]
+        if measured:
+            lines += [("Where the nodes' CPU went in the rounds after round 0 (phases of the "
+                       "node records, `node.profile`, summed over every node; screens: "
+                       "validation, distance, influence, prototype validation; messages: "
+                       "encode, decode and waiting):"), "", *measured, ""]
+        earlier = sorted((c for c in results.get("superseded", {}).values()
+                          if c["topology"] == topology and c.get("backend", "local") == "local"),
+                         key=lambda c: c["nodes"])
+        lines += [f"- Before {c['why']}, the {c['nodes']}-node cell took "
+                  f"{c['seconds_per_round']} s a round, {c['cpu_seconds']} CPU s and "
+                  f"{c['peak_memory_gb']} GB at its peak (mean F1 {c['mean_f1']:.4f})."
+                  for c in earlier]
+        if earlier:
+            lines.append("")
         if len(rows) > 2:
             largest = rows[-1]
             for key, grows_with, label in GROWTH:
@@ -310,8 +367,13 @@ def simulated(results: dict, few_images: dict | None = None) -> list[str]:
     lines += [f"- Before the sim's nodes shared one schedule ({r['why']}), the "
               f"{MODELS[r.get('model', 'profe')]} cell of {r['nodes']:,} nodes peaked at "
               f"{r['peak_memory_gb']} GB and took {r['wall_s']} s and {r['cpu_seconds']} CPU s."
-              for r in sorted(results.get("superseded", {}).values(),
+              for r in sorted((c for c in results.get("superseded", {}).values()
+                               if c.get("backend") == "sim"),
                               key=lambda c: (c.get("model", "profe"), c["nodes"]))]
+    measured = [line for r in rows if (line := phase_line(r))]
+    if measured:
+        lines += ["", "Where the nodes' CPU went in the rounds after round 0 (as above):", "",
+                  *measured]
     low = [r for r in rows if r["mean_f1"] < 0.1]
     if low:
         lines.append(at_chance(low, few_images))
@@ -411,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
                         "ProFe (the stretch cells)")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild scale.md and scale.svg from results.json, run nothing")
+    parser.add_argument("--again", metavar="WHY",
+                        help="measure the cells again even where results.json has them, "
+                        "keeping each earlier one in the report as measured before WHY")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     store = args.out / "results.json"
@@ -427,7 +492,10 @@ def main(argv: list[str] | None = None) -> int:
             for topology in args.topologies:
                 key = cell_key(nodes, topology, args.backend, args.small_model)
                 if key in results["cells"]:
-                    continue
+                    if not args.again:
+                        continue
+                    results.setdefault("superseded", {})[key] = {
+                        **results["cells"].pop(key), "why": args.again}
                 with tempfile.TemporaryDirectory() as tmp:
                     results["cells"][key] = measure(nodes, topology, args.rounds, data_dir,
                                                     Path(tmp), args.backend, args.small_model)

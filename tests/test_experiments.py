@@ -660,6 +660,32 @@ def test_the_committed_teacher_cost_report_is_what_its_results_regenerate(tmp_pa
     assert_regenerated(bench_teacher, "teacher-cost", ("teacher.md",), tmp_path,
                        data="teacher.json")
 
+def test_a_scale_cells_phases_are_its_node_rounds_after_round_0_grouped():
+    from experiments import scale
+
+    def node(in_neighbours, rounds):
+        return {"in_neighbours": in_neighbours, "rounds": [
+            {"phases": {"train": [9.0, 5.0]}},  # round 0: not counted
+            *({"phases": phases, "undrawn_peers": undrawn} for phases, undrawn in rounds)]}
+    records = [node([1, 2, 3], [({"train": [1, 0.6], "validation": [1, 0.2]}, [2]),
+                                ({"train": [1, 0.4], "decode": [1, 0.1]}, None)]),
+               node([0, 2, 3], [({"evaluation_global": [1, 0.3], "aggregation": [1, 0.4]},
+                                 [3])])]
+    found = scale.round_phases(records)
+    # three node-rounds; taken: 3 - 1, 3 - 0, 3 - 1 in-neighbours
+    assert found == {"node_rounds": 3, "in_neighbours_taken": pytest.approx(7 / 3, abs=0.01),
+                     "phase_cpu_seconds": {"aggregation": 0.4, "decode": 0.1,
+                                           "evaluation_global": 0.3, "train": 1.0,
+                                           "validation": 0.2}}
+    line = scale.phase_line({"nodes": 100, "in_degree": 3, **found})
+    # 2.0 CPU s over 3 node-rounds; training 1.0 of 2.0, evaluation 0.3, screens 0.2,
+    # aggregation 0.4, messages 0.1, other 0
+    assert line == ("- 100 nodes: 0.667 CPU s a node-round, taking up 2.33 of its 3 "
+                    "in-neighbours a round: training 50%, evaluation 15%, screens 10%, "
+                    "aggregation 20%, messages 5%, other 0%")
+    assert scale.phase_line({"nodes": 5, "in_degree": 4}) is None  # measured before phases
+
+
 def test_the_committed_scale_report_is_what_its_results_regenerate(tmp_path):
     from experiments import scale
     assert_regenerated(scale, "scale", ("scale.md", "scale.svg"), tmp_path,
