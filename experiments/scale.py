@@ -202,9 +202,9 @@ PHASE_GROUPS = {"training": ("train", "teacher"),
                 "aggregation": ("aggregation",), "messages": ("encode", "decode", "wait")}
 
 
-def phase_line(row: dict) -> str | None:
-    """Where a cell's node-rounds after round 0 spent their CPU, by group; None for a cell
-    measured before the records had phases."""
+def phase_line(row: dict, topology: str = "") -> str | None:
+    """Where a cell's node-rounds after round 0 spent their CPU, by group (the `topology`
+    named where given); None for a cell measured before the records had phases."""
     phases, count = row.get("phase_cpu_seconds"), row.get("node_rounds")
     if not phases or not count:
         return None
@@ -215,7 +215,8 @@ def phase_line(row: dict) -> str | None:
     taken = row.get("in_neighbours_taken")
     took = (f", taking up {taken:g} of its {row['in_degree']} in-neighbours a round"
             if taken is not None else "")
-    return (f"- {row['nodes']:,} nodes: {total / count:.3f} CPU s a node-round{took}: "
+    where = f", {topology}" if topology else ""
+    return (f"- {row['nodes']:,} nodes{where}: {total / count:.3f} CPU s a node-round{took}: "
             + ", ".join(f"{group} {share:.0%}" for group, share in shares.items()))
 
 
@@ -244,12 +245,13 @@ def why(key: str, ratio: float, rows: list[dict]) -> str:
         return (": every node holds a round's messages from each in-neighbour, so with the "
                 "in-degree growing with the nodes, memory grows with their square.")
     if key == "cpu_seconds" and in_degree_grows:
-        return (": every node decodes and aggregates each in-neighbour's messages, so CPU "
-                "grows with the nodes times the in-degree.")
+        return (": every node receives and checks each in-neighbour's messages (and judges "
+                "and averages up to aggregation.judged_per_round of them), so CPU grows with "
+                "the nodes times the in-degree.")
     if key == "aggregation_seconds":
-        return (": these are wall-clock seconds while every node shares the machine's cores, "
-                "so they grow with the nodes competing for the CPU as well as with the "
-                "in-degree.")
+        return (": these are wall-clock seconds of the aggregation step (the screens among "
+                "them) while every node shares the machine's cores, so they grow with the "
+                "nodes competing for the CPU as well as with the in-degree.")
     return ": not explained here."
 
 
@@ -305,10 +307,11 @@ def render(results: dict, command: str, few_images: dict | None = None) -> str:
         earlier = sorted((c for c in results.get("superseded", {}).values()
                           if c["topology"] == topology and c.get("backend", "local") == "local"),
                          key=lambda c: c["nodes"])
-        lines += [f"- Before {c['why']}, the {c['nodes']}-node cell took "
-                  f"{c['seconds_per_round']} s a round, {c['cpu_seconds']} CPU s and "
-                  f"{c['peak_memory_gb']} GB at its peak (mean F1 {c['mean_f1']:.4f})."
-                  for c in earlier]
+        for why_ in dict.fromkeys(c["why"] for c in earlier):  # in order, once each
+            lines.append(f"- Before {why_}: " + "; ".join(
+                f"{c['nodes']} nodes {c['seconds_per_round']} s a round, {c['cpu_seconds']} "
+                f"CPU s, {c['peak_memory_gb']} GB at the peak, mean F1 {c['mean_f1']:.4f}"
+                for c in earlier if c["why"] == why_) + ".")
         if earlier:
             lines.append("")
         if len(rows) > 2:
@@ -322,6 +325,27 @@ def render(results: dict, command: str, few_images: dict | None = None) -> str:
             lines.append("")
     lines += simulated(results, few_images)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def docs_table(results: dict) -> str:
+    """The development docs' table of the local cells (docs/experiments.md): start-up,
+    seconds per round, peak memory and the estimate per size and topology."""
+    cells = {(c["nodes"], c["topology"]): c for c in results["cells"].values()
+             if c.get("backend", "local") == "local" and c.get("model", "profe") == "profe"}
+
+    def cell(nodes: int, topology: str) -> str:
+        c = cells.get((nodes, topology))
+        if c is None:
+            return "-"
+        degree = (f" ({c['in_degree']}-regular)"
+                  if topology == "k_regular" and c["in_degree"] != DEGREE else "")
+        return (f"{c['startup_to_round0_s']:.1f} s / {c['seconds_per_round']:.1f} s / "
+                f"{c['peak_memory_gb']:.2f} GB / {c['capacity_estimate_gb']:.2f} GB{degree}")
+    lines = [("| nodes | fully connected: start-up / s per round / peak memory / estimate | "
+              "6-regular: the same |"), "|---|---|---|"]
+    lines += [f"| {n} | {cell(n, 'fully_connected')} | {cell(n, 'k_regular')} |"
+              for n in sorted({n for n, _ in cells})]
+    return "\n".join(lines)
 
 
 MODELS = {"profe": "ProFe, CNN pair",
@@ -364,13 +388,13 @@ def simulated(results: dict, few_images: dict | None = None) -> list[str]:
     lines += ["", (f"- Bytes per node per round equal the process cell's in {same} of "
                    f"the {len(both)} sizes run both ways.")]
     lines += [memory_parts(r) for r in rows if r.get("estimate_mib")]
-    lines += [f"- Before the sim's nodes shared one schedule ({r['why']}), the "
+    lines += [f"- Before {r['why']}, the {TOPOLOGIES[r['topology']]} "
               f"{MODELS[r.get('model', 'profe')]} cell of {r['nodes']:,} nodes peaked at "
               f"{r['peak_memory_gb']} GB and took {r['wall_s']} s and {r['cpu_seconds']} CPU s."
               for r in sorted((c for c in results.get("superseded", {}).values()
                                if c.get("backend") == "sim"),
                               key=lambda c: (c.get("model", "profe"), c["nodes"]))]
-    measured = [line for r in rows if (line := phase_line(r))]
+    measured = [line for r in rows if (line := phase_line(r, TOPOLOGIES[r["topology"]]))]
     if measured:
         lines += ["", "Where the nodes' CPU went in the rounds after round 0 (as above):", "",
                   *measured]

@@ -686,6 +686,14 @@ def test_a_scale_cells_phases_are_its_node_rounds_after_round_0_grouped():
     assert scale.phase_line({"nodes": 5, "in_degree": 4}) is None  # measured before phases
 
 
+def test_the_development_docs_scale_table_is_the_committed_scale_results():
+    from experiments import scale
+    results = json.loads((REPO / "experiments" / "reports" / "scale" / "results.json")
+                         .read_text())
+    assert scale.docs_table(results) in (REPO / "docs" / "experiments.md").read_text(), \
+        "docs/experiments.md's scale table: paste experiments.scale.docs_table's output"
+
+
 def test_the_committed_scale_report_is_what_its_results_regenerate(tmp_path):
     from experiments import scale
     assert_regenerated(scale, "scale", ("scale.md", "scale.svg"), tmp_path,
