@@ -485,16 +485,9 @@ class Node:
                    if kind in kinds}
             if me != hub:  # a hub sends what it aggregated from this step's updates
                 self._send(round_, kinds, own, recipients)
-            updates, step_missing = peers.collect(
-                round_, kinds, self.config.timeouts.round * rounds_waited,
-                self.config.timeouts.absent, senders)
-            received = {peer: {kind: Payload(m.tensors, m.meta) for kind, m in by_kind.items()}
-                        for peer, by_kind in updates.items()}
+            received, step_missing, left_out, draw = self._collected(
+                round_, kinds, peers, senders, rounds_waited, draw if step else False)
             missing.update(step_missing)
-            if step == 0:
-                draw = round_draw(self.config, me, round_, sorted(received),
-                                  models=algorithm.travelling_model() is not None)
-            received, left_out = only_drawn(received, draw)
             undrawn.update(left_out)
             communicated = self.clock.monotonic()
             if joining or hub in received:  # a hub's clients adopt its model
@@ -502,7 +495,7 @@ class Node:
             if received or not (joining or client):
                 with self.profile.phase("aggregation"):
                     refusals += [r.as_record() for r in algorithm.aggregate(own, received)]
-            del updates, received  # the neighbours' messages, before the next wait
+            del received  # the neighbours' messages, before the next wait
             if me == hub:
                 clients = data.plan.samples[me] if data.plan else 1
                 self._send(round_, kinds, speaking_for(algorithm.served_payload(), clients),
@@ -517,6 +510,24 @@ class Node:
         if schedule is not None and schedule.participation.partial:
             record.participants = sorted(schedule.chosen(round_))
         return record
+
+    def _collected(self, round_: int, kinds: tuple[str, ...], peers: Peers,
+                   senders: list[int] | None, rounds_waited: int,
+                   draw: set[int] | None | bool
+                   ) -> tuple[dict, set[int], list[int], set[int] | None]:
+        """A step's updates that came in time, as payloads, less the in-neighbours not drawn
+        to be judged this round (node.intake.drawn; `draw` False: the round's first step,
+        which draws); who was missing, who was left out, and the round's draw."""
+        updates, missing = peers.collect(round_, kinds,
+                                         self.config.timeouts.round * rounds_waited,
+                                         self.config.timeouts.absent, senders)
+        received = {peer: {kind: Payload(m.tensors, m.meta) for kind, m in by_kind.items()}
+                    for peer, by_kind in updates.items()}
+        if draw is False:
+            draw = round_draw(self.config, self.node_id, round_, sorted(received),
+                              models=self.algorithm.travelling_model() is not None)
+        received, left_out = only_drawn(received, draw)
+        return received, set(missing), left_out, draw
 
     def _final_fit(self, round_: int, algorithm: Algorithm, data: NodeData,
                    timings: dict) -> dict[str, float] | None:
