@@ -486,7 +486,7 @@ class Node:
             if me != hub:  # a hub sends what it aggregated from this step's updates
                 self._send(round_, kinds, own, recipients)
             received, step_missing, left_out, draw = self._collected(
-                round_, kinds, peers, senders, rounds_waited, draw if step else False)
+                round_, kinds, peers, senders, rounds_waited, draw, first=step == 0)
             missing.update(step_missing)
             undrawn.update(left_out)
             communicated = self.clock.monotonic()
@@ -513,17 +513,17 @@ class Node:
 
     def _collected(self, round_: int, kinds: tuple[str, ...], peers: Peers,
                    senders: list[int] | None, rounds_waited: int,
-                   draw: set[int] | None | bool
+                   draw: set[int] | None, first: bool
                    ) -> tuple[dict, set[int], list[int], set[int] | None]:
-        """A step's updates that came in time, as payloads, less the in-neighbours not drawn
-        to be judged this round (node.intake.drawn; `draw` False: the round's first step,
-        which draws); who was missing, who was left out, and the round's draw."""
+        """A step's updates that came in time, as payloads, less the in-neighbours outside
+        the round's `draw` (node.intake.drawn; the `first` step of a round draws it anew);
+        who was missing, who was left out, and the round's draw."""
         updates, missing = peers.collect(round_, kinds,
                                          self.config.timeouts.round * rounds_waited,
                                          self.config.timeouts.absent, senders)
         received = {peer: {kind: Payload(m.tensors, m.meta) for kind, m in by_kind.items()}
                     for peer, by_kind in updates.items()}
-        if draw is False:
+        if first:
             draw = round_draw(self.config, self.node_id, round_, sorted(received),
                               models=self.algorithm.travelling_model() is not None)
         received, left_out = only_drawn(received, draw)

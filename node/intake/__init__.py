@@ -1,6 +1,6 @@
-"""What a node does with its in-neighbours' updates before it combines them: the checks
-every message passes (`checks`), how many in-neighbours are judged a round (`drawn`: the
-runtime leaves the undrawn out before any of this), the weight each carries (`weights`: the data plan's, or
+"""What a node does with its in-neighbours' updates before it combines them: how many are
+judged a round (`drawn`: the runtime leaves the undrawn out before any of this), the checks
+every message passes (`checks`), the weight each carries (`weights`: the data plan's, or
 bounded claims), the norm bounds (`norms`), then the screens that judge a model by what it
 does on this node's own data, one module each behind one interface (`Screen`):
 `distance` (per layer, against the median in-neighbour's; what it keeps is clipped to the

@@ -1,10 +1,10 @@
 """Which in-neighbours a node judges in a round. Every screen costs forward passes or
-distances per in-neighbour, so a node with many judges at most aggregation.judged_per_round
-of those whose update arrived, drawn anew each round (where a model travels: the screens
-judge models); the rest are left out of that round,
-model and prototypes alike: an update no screen judged is not mixed in. The draw is seeded
-(the federation's seed, the node, the round), so reruns draw alike; knowing it gains a
-sender nothing, since a drawn update is judged like any other."""
+distances per in-neighbour, so where a model travels (the screens judge models) a node
+judges at most aggregation.judged_per_round of the in-neighbours whose update arrived,
+drawn anew each round; the rest are left out of that round, model and prototypes alike: an
+update no screen judged is not mixed in. The draw is seeded (the federation's seed, the
+node, the round), so reruns draw alike; knowing it gains a sender nothing, since a drawn
+update is judged like any other."""
 
 from __future__ import annotations
 
