@@ -65,6 +65,26 @@ def test_sim_capacity_counts_the_runtime_once_each_node_by_its_pages_and_each_wo
     assert capacity.sim_need(fixed, None, [6] * 1000, workers=2)[0] == 10_000 * MiB
 
 
+def test_capacity_counts_the_decoded_models_the_screens_keep_within_the_intakes_budget():
+    from node.intake.checks import DECODED_BUDGET
+    assert DECODED_BUDGET == 16 * MiB  # the hand figures below assume it
+    footprint = dataclasses.replace(FOOTPRINT, decoded_model=MiB // 2)
+    screened = from_dict({"nodes": 100})  # the default screens, 20 judged a round
+    # 9 in-neighbours: 4.5 MiB kept; 99: 20 judged, 10 MiB kept; a forked node adds
+    # 40 MiB over the shared part and 1 MiB of messages per in-neighbour
+    assert capacity.kept_models(screened, footprint, 9) == 9 * MiB // 2
+    assert capacity.kept_models(screened, footprint, 99) == 10 * MiB
+    assert node_memory(screened, footprint, 99, container=False) == (40 + 99 + 10) * MiB
+    # 40 judged: 20 MiB together, beyond the budget: none kept, each read decodes again
+    wide = from_dict({"nodes": 100, "aggregation": {"judged_per_round": 40}})
+    assert capacity.kept_models(wide, footprint, 99) == 0
+    # no screen: every in-neighbour is taken, 12 of them fit (6 MiB)
+    unscreened = from_dict({"nodes": 100, "aggregation": {
+        "validation": 0, "distance": 0, "influence": 0, "prototype_validation": False}})
+    assert capacity.kept_models(unscreened, footprint, 12) == 6 * MiB
+    assert capacity.kept_models(unscreened, footprint, 40) == 0
+
+
 def test_capacity_counts_the_shared_part_once_and_each_node_by_its_in_degree():
     config = from_dict({"nodes": 20})
     # a forked node: the 40 MiB it added over the shared 300, plus 1 MiB per neighbour

@@ -67,6 +67,9 @@ class NodeFootprint:
     next_node: int = 0  # what one more node built in the same process adds (sim threads)
     decoded_per_neighbour: int = 0  # the part of per_neighbour a robust rule decodes
     transient: int = 0  # what training or evaluation held for a moment (within peak)
+    # one in-neighbour's model decoded, as the intake keeps it for its screens while the
+    # judged in-neighbours' fit node.intake.checks.DECODED_BUDGET together (`kept_models`)
+    decoded_model: int = 0
 
     def forked_node(self, in_degree: int) -> int:
         """What one more node forked from the warm launcher adds."""
@@ -89,6 +92,20 @@ class NodeFootprint:
                 + in_degree * self.decoded_per_neighbour)
 
 
+def kept_models(config: FederationConfig, footprint: NodeFootprint, in_degree: int) -> int:
+    """The in-neighbours' decoded models a node keeps through its screens: those it judges
+    (at most aggregation.judged_per_round where a screen is on) while they fit the intake's
+    budget together; beyond it each read decodes again and none is kept."""
+    from node.intake.checks import DECODED_BUDGET
+    from node.intake.drawn import judges
+
+    settings = config.aggregation
+    judged = (min(in_degree, settings.judged_per_round)
+              if judges(settings) and settings.judged_per_round else in_degree)
+    kept = judged * footprint.decoded_model
+    return kept if kept <= DECODED_BUDGET else 0
+
+
 def node_memory(config: FederationConfig, footprint: NodeFootprint | None, in_degree: int,
                 container: bool) -> int:
     """Bytes one node counts: deploy.memory, else its estimate from the measured footprint."""
@@ -96,8 +113,8 @@ def node_memory(config: FederationConfig, footprint: NodeFootprint | None, in_de
         return memory_bytes(config.deploy.memory)
     if footprint is None:
         raise DeployError("no measured footprint and no deploy.memory: nothing to count")
-    return footprint.container_node(in_degree) if container else footprint.forked_node(
-        in_degree)
+    return (footprint.container_node(in_degree) if container else footprint.forked_node(
+        in_degree)) + kept_models(config, footprint, in_degree)
 
 
 def container_limit(config: FederationConfig, footprint: NodeFootprint | None,
@@ -161,14 +178,17 @@ def sim_need(config: FederationConfig, footprint: NodeFootprint | None,
         raise DeployError("no measured footprint and no deploy.memory: nothing to count")
     # the probe's peak holds node 0 and one transient; each further node adds its own
     # pages, and each further node computing at once a transient
+    kept = sum(kept_models(config, footprint, d) for d in in_degrees)
     needed = (footprint.peak - footprint.next_node + sum(map(footprint.thread_node, in_degrees))
-              + max(0, min(workers, len(in_degrees)) - 1) * footprint.transient)
+              + max(0, min(workers, len(in_degrees)) - 1) * footprint.transient + kept)
     parts = [f"{mib(footprint.shared)} shared", f"{mib(footprint.next_node)} per node",
              f"{mib(footprint.wire_per_neighbour)} of its messages"]
     if footprint.decoded_per_neighbour:  # only a robust rule decodes what it receives
         parts.append(f"{mib(footprint.decoded_per_neighbour)} per in-neighbour")
     if footprint.transient:
         parts.append(f"{mib(footprint.transient)} per node computing at once")
+    if kept:  # the screens' decoded models, where they fit the intake's budget
+        parts.append(f"{mib(kept // len(in_degrees))} of kept decoded models per node")
     return needed, "measured " + ", ".join(parts)
 
 
@@ -274,6 +294,7 @@ def measure_footprint(config: FederationConfig, forked: bool = False,
     before = own_bytes()
     first = _exercise_node(config, 0, device)
     per_neighbour, decoded = first.pop("per_neighbour"), first.pop("decoded_per_neighbour")
+    decoded_model = first.pop("decoded_model")
     gc.collect()
     now, highest = resident_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     transient = max(0, highest - now)  # what training or evaluation held for a moment
@@ -286,7 +307,7 @@ def measure_footprint(config: FederationConfig, forked: bool = False,
     next_node = thread_node_bytes(config, device, own_bytes) if threads else 0
     return NodeFootprint(runtime=runtime, shared=shared, peak=shared + own + transient,
                          per_neighbour=per_neighbour, next_node=next_node,
-                         decoded_per_neighbour=decoded,
+                         decoded_per_neighbour=decoded, decoded_model=decoded_model,
                          transient=transient)
 
 
@@ -377,18 +398,21 @@ def _exercise_node(config: FederationConfig, node_id: int, device: object) -> di
     algorithm.train_round(1)
     batch = config.train.eval_batch_size
     evaluate(algorithm, data.global_x[:batch], data.global_y[:batch], data.num_classes, batch)
-    per_neighbour = decoded = 0
+    per_neighbour = decoded = model = 0
     codecs = kind_codecs(config, algorithm.kinds)
     for kind, payload in algorithm.payload().items():
         frames = encode_message(node_id, 1, kind, payload.tensors, codecs[kind], payload.meta)
         message = decode_message(frames, max_bytes=1 << 40)
+        if kind == "model":  # decoded to the model's own dtypes for the screens
+            model = sum(t.numel() * t.element_size() for t in payload.tensors.values())
         # held in their wire form until aggregated; the mean then decodes one tensor of one
         # peer at a time, the robust rules stack every peer's values in float64 and sort them
         decoded += 0 if config.aggregation.rule == "mean" else ROBUST_COPIES * sum(
             8 * t.numel() for t in message.tensors.values())
         per_neighbour += ROUNDS_HELD * sum(len(f) for f in frames)
     return {"data": data_bytes, "per_neighbour": per_neighbour + decoded,
-            "decoded_per_neighbour": decoded, "held": (data, algorithm)}
+            "decoded_per_neighbour": decoded, "decoded_model": model,
+            "held": (data, algorithm)}
 
 
 def warm_torch() -> None:
