@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from node.profile import summed
+from node.profile import PHASE_GROUPS, group_shares, summed
 from node.record import Evaluation, NodeRecord
 
 ARCHIVE_NAME = "archive.jsonl.gz"
@@ -1046,30 +1046,19 @@ def render(results: list[CellResult], runs: list[dict], notes: str, plots: list[
     return "\n".join(sections)
 
 
-# What the phase table groups together (node.profile.PHASES; the rest is "other").
-PHASE_GROUPS = {"training": ("train", "teacher"),
-                "evaluation": ("evaluation_local", "evaluation_global"),
-                "screens": ("distance", "validation", "held_influence", "prototype_validation",
-                            "influence"),
-                "aggregation": ("aggregation",),
-                "messages": ("encode", "decode", "wait")}
-
-
 def phase_table(results: list[CellResult]) -> list[str]:
     """Per cell that recorded phases: CPU seconds per node-round and each group's share of
     them (rounds after round 0; node.profile), the share that is not training last."""
     rows = []
     for cell in sorted((c for c in results if c.phases), key=lambda c: c.key):
-        total = sum(cell.phases.values())
-        if total <= 0:
+        shares = group_shares(cell.phases)
+        if not shares:
             continue
-        shares = {group: sum(cell.phases.get(p, 0.0) for p in phases) / total
-                  for group, phases in PHASE_GROUPS.items()}
-        rest = 1.0 - sum(shares.values())
+        total = sum(cell.phases.values())
         node_rounds = len(cell.final_f1) * (len(cell.f1_per_round) - 1)
         rows.append(f"| {cell.key} | {total / max(node_rounds, 1):.2f} | "
                     + " | ".join(f"{shares[g]:.0%}" for g in PHASE_GROUPS)
-                    + f" | {rest:.0%} | **{1.0 - shares['training']:.0%}** |")
+                    + f" | {shares['other']:.0%} | **{1.0 - shares['training']:.0%}** |")
     if not rows:
         return []
     header = ("| cell | CPU s per node-round | "

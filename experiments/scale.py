@@ -38,6 +38,7 @@ from pathlib import Path
 
 from experiments.bench_lifecycle import node_states
 from experiments.processes import children_cpu
+from node.profile import group_shares
 from node.wording import counted
 
 OUT = Path(__file__).resolve().parent / "reports" / "scale"
@@ -194,24 +195,13 @@ def round_phases(records: list[dict]) -> dict:
             "in_neighbours_taken": round(statistics.mean(taken), 2) if taken else None}
 
 
-# The phases of a node-round as the report groups them (node.profile.PHASES).
-PHASE_GROUPS = {"training": ("train", "teacher"),
-                "evaluation": ("evaluation_global", "evaluation_local"),
-                "screens": ("validation", "distance", "influence", "prototype_validation",
-                            "held_influence"),
-                "aggregation": ("aggregation",), "messages": ("encode", "decode", "wait")}
-
-
 def phase_line(row: dict, topology: str = "") -> str | None:
     """Where a cell's node-rounds after round 0 spent their CPU, by group (the `topology`
     named where given); None for a cell measured before the records had phases."""
     phases, count = row.get("phase_cpu_seconds"), row.get("node_rounds")
     if not phases or not count:
         return None
-    total = sum(phases.values())
-    shares = {group: sum(phases.get(p, 0.0) for p in names) / total
-              for group, names in PHASE_GROUPS.items()}
-    shares["other"] = 1 - sum(shares.values())
+    total, shares = sum(phases.values()), group_shares(phases)
     taken = row.get("in_neighbours_taken")
     took = (f", taking up {taken:g} of its {row['in_degree']} in-neighbours a round"
             if taken is not None else "")

@@ -18,6 +18,24 @@ from node.clock import SYSTEM, Clock
 PHASES = ("train", "teacher", "encode", "wait", "decode", "distance", "validation",
           "held_influence", "prototype_validation", "influence", "aggregation",
           "evaluation_local", "evaluation_global", "record", "other")
+# How the reports group the phases (the rest is "other").
+PHASE_GROUPS = {"training": ("train", "teacher"),
+                "evaluation": ("evaluation_local", "evaluation_global"),
+                "screens": ("distance", "validation", "held_influence", "prototype_validation",
+                            "influence"),
+                "aggregation": ("aggregation",),
+                "messages": ("encode", "decode", "wait")}
+
+
+def group_shares(phases: Mapping[str, float]) -> dict[str, float]:
+    """Each PHASE_GROUPS group's share of the seconds in `phases` (by phase), and "other"
+    for the rest; empty where nothing was spent."""
+    total = sum(phases.values())
+    if total <= 0:
+        return {}
+    shares = {group: sum(phases.get(p, 0.0) for p in names) / total
+              for group, names in PHASE_GROUPS.items()}
+    return shares | {"other": 1.0 - sum(shares.values())}
 
 
 class Profile:

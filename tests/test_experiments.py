@@ -660,6 +660,7 @@ def test_the_committed_teacher_cost_report_is_what_its_results_regenerate(tmp_pa
     assert_regenerated(bench_teacher, "teacher-cost", ("teacher.md",), tmp_path,
                        data="teacher.json")
 
+
 def test_a_scale_cells_phases_are_its_node_rounds_after_round_0_grouped():
     from experiments import scale
 

@@ -479,7 +479,7 @@ def test_a_model_is_refused_naming_the_parameter_that_is_not_finite_or_the_overf
 
 def test_gather_keeps_the_decoded_models_only_while_the_in_neighbours_fit_the_budget(
         monkeypatch):
-    from node import intake
+    from node.intake import checks
     own = {"model": Payload({"w": torch.zeros(4)}, {"samples": 2})}  # 16 bytes a model
 
     def received():
@@ -488,7 +488,7 @@ def test_gather_keeps_the_decoded_models_only_while_the_in_neighbours_fit_the_bu
     # two in-neighbours of 16 bytes: kept within 32 bytes (a later read decodes nothing),
     # read from the message again within 31 (once for each of the two models)
     for budget, later_reads in ((32, 0), (31, 2)):
-        monkeypatch.setattr(intake, "DECODED_BUDGET", budget)
+        monkeypatch.setattr(checks, "DECODED_BUDGET", budget)
         update = gather(own, received(), 0)
         CountingReads.reads = 0
         for state, _ in update.states[1:]:

@@ -96,14 +96,12 @@ def kept_models(config: FederationConfig, footprint: NodeFootprint, in_degree: i
     """The in-neighbours' decoded models a node keeps through its screens: those it judges
     (at most aggregation.judged_per_round where a screen is on) while they fit the intake's
     budget together; beyond it each read decodes again and none is kept."""
-    from node.intake.checks import DECODED_BUDGET
-    from node.intake.drawn import judges
+    from node.intake.checks import keeps_decoded
+    from node.intake.drawn import judged_count
 
-    settings = config.aggregation
-    judged = (min(in_degree, settings.judged_per_round)
-              if judges(settings) and settings.judged_per_round else in_degree)
-    kept = judged * footprint.decoded_model
-    return kept if kept <= DECODED_BUDGET else 0
+    judged = judged_count(config.aggregation, in_degree)
+    return (judged * footprint.decoded_model
+            if keeps_decoded(judged, footprint.decoded_model) else 0)
 
 
 def node_memory(config: FederationConfig, footprint: NodeFootprint | None, in_degree: int,

@@ -31,13 +31,13 @@ from node.intake import (
     validation,
 )
 from node.intake.checks import (
-    DECODED_BUDGET,
     MAX_SAMPLES,
     Contributions,
     checked_class_claim,
     checked_prototypes,
     checked_state,
     each_or_refused,
+    keeps_decoded,
     own_prototypes,
     require_kind,
     state_bytes,
@@ -89,7 +89,7 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     classes = (num_classes or len(own["model"].meta.get("classes", ()))) if with_model else 0
     model_claims: dict[int, list[int]] = {}
 
-    keep_decoded = len(received) * state_bytes(reference) <= DECODED_BUDGET
+    keep_decoded = keeps_decoded(len(received), state_bytes(reference))
 
     def check(peer: int, update: Mapping[str, Payload]) -> tuple:
         model = (checked_state(reference, require_kind(update, "model"), keep_decoded)

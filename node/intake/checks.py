@@ -31,6 +31,12 @@ MAX_SAMPLES = 2**31 - 1
 DECODED_BUDGET = 16 * 2**20
 
 
+def keeps_decoded(peers: int, model_bytes: int) -> bool:
+    """Whether a node keeps `peers` decoded models of `model_bytes` each for its screens
+    (they fit DECODED_BUDGET together) rather than decoding again at each read."""
+    return peers * model_bytes <= DECODED_BUDGET
+
+
 class ReadAs(Mapping[str, torch.Tensor]):
     """A checked model read in this node's dtype: from the tensors the checks decoded
     (within DECODED_BUDGET), or lazily, each lookup reading the received tensor (a message

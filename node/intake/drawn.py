@@ -25,6 +25,13 @@ def judges(settings: AggregationConfig) -> bool:
             or settings.prototype_validation or settings.held_influence > 0)
 
 
+def judged_count(settings: AggregationConfig, arrived: int, models: bool = True) -> int:
+    """How many of `arrived` in-neighbours' updates a node judges and mixes in a round: all
+    of them, or at most judged_per_round where a screen judges the models that travel."""
+    most = settings.judged_per_round
+    return min(arrived, most) if models and judges(settings) and most > 0 else arrived
+
+
 def drawn(peers: Sequence[int], most: int, generator: torch.Generator) -> list[int]:
     """`most` of `peers` in a random order from `generator`, sorted; all of them where `most`
     is 0 or they are no more."""
@@ -40,9 +47,8 @@ def round_draw(config, node_id: int, round_: int, arrived: Sequence[int],
     """The in-neighbours node `node_id` judges in `round_` among those that `arrived`; None
     where it takes them all: no screen on, no model travelling to judge (`models` False:
     a prototype-only method), or no more arrived than judged_per_round."""
-    settings = config.aggregation
-    most = settings.judged_per_round
-    if not (models and judges(settings)) or most <= 0 or len(arrived) <= most:
+    most = judged_count(config.aggregation, len(arrived), models)
+    if most == len(arrived):
         return None
     generator = round_generator(config, node_id, DRAW_STREAM * (round_ + 1))
     return set(drawn(arrived, most, generator))
