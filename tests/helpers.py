@@ -185,6 +185,10 @@ def receive_until(transport, condition, what, timeout=60.0):
 # --- protofed processes -------------------------------------------------------------------
 
 
+# The model of the federations write_config writes (see there).
+SMALL_MODEL = "[model]\nteacher_channels = [4, 8]\n"
+
+
 def write_config(tmp_path, data_dir, name, *, nodes=3, rounds=2, algorithm="profe",
                  topology="fully_connected", codec="int16", startup=60, round_timeout=60,
                  deploy="", extra="", topology_extra="", pictures=False, absent=None):
@@ -192,8 +196,14 @@ def write_config(tmp_path, data_dir, name, *, nodes=3, rounds=2, algorithm="prof
     adds lines to [deploy], `topology_extra` to [topology], `extra` whole tables. No
     pictures unless asked (`pictures`): drawing them is about 2 s of CPU a run, a quarter of
     a small run's, and the tests that read them ask. `absent`: timeouts.absent, the seconds
-    a node waits each round for a peer known gone (the default's when None)."""
+    a node waits each round for a peer known gone (the default's when None). A node waits
+    up to 30 s at the end for its in-neighbours' goodbyes, which a loaded machine delays
+    past 5 s (a gone neighbour is not waited for). The teacher is the CNN at widths 4, 8
+    (the student 2, 4) unless `extra` has a [model] table: these tests check what runs, not
+    how well, and the default widths cost the suite about 35 CPU seconds."""
     setting = f"pictures = {str(pictures).lower()}"
+    if "[model]" not in extra:
+        extra = f"{extra}\n{SMALL_MODEL}"
     if "[report]" in extra:
         extra = extra.replace("[report]", f"[report]\n{setting}", 1)
     else:
@@ -217,7 +227,7 @@ codec = "{codec}"
 [timeouts]
 startup = {startup}
 round = {round_timeout}
-shutdown = 5
+shutdown = 30
 {"" if absent is None else f"absent = {absent}"}
 [deploy]
 results_dir = "{tmp_path / "results"}"

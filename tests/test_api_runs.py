@@ -25,7 +25,7 @@ def _bytes(nodes: list[dict]) -> list[tuple[int, int, int, int]]:
 def test_a_run_from_python_outside_the_checkout_has_the_command_lines_bytes(tmp_path, data_dir):
     # deploy.memory skips the memory probe (seconds per run); the bytes do not depend on it
     settings = ["rounds=2", "data.subset=1000", 'deploy.memory="512m"',
-                f"deploy.results_dir={tmp_path / 'results'}"]
+                "model.teacher_channels=[4, 8]", f"deploy.results_dir={tmp_path / 'results'}"]
     script = (f"import json, protofed\n"
               f"run = protofed.run({str(QUICK)!r}, overrides={settings!r}, run_id='api', "
               f"progress=False)\n"
@@ -57,6 +57,7 @@ def test_a_sweep_over_two_seeds_is_one_table_with_a_column_per_swept_key(tmp_pat
     """On the sim backend, as a sweep of many runs would be."""
     config = {"name": "sweep", "nodes": 2, "rounds": 1,
               "data": {"dataset": "mnist", "subset": 1000, "dir": str(data_dir)},
+              "model": {"teacher_channels": [4, 8]},
               "deploy": {"results_dir": str(tmp_path), "memory": "512m"}}
     frame = protofed.sweep(config, grid={"aggregation.rule": ["mean"]}, seeds=[1, 2],
                            backend="sim", progress=False)

@@ -194,6 +194,44 @@ def test_a_hello_from_a_peer_still_taking_part_is_counted_and_changes_nothing():
     assert a.rejoins_after == {1: 3}
 
 
+def test_a_connection_lost_and_back_before_the_node_looked_still_believes_the_restart():
+    """A restarted node reconnects within milliseconds of its predecessor's end: the loss
+    and the reconnection can both pass before this node looks, and its hello is still a
+    restart's, not a key holder's while the old process takes part."""
+    hub = MemoryHub()
+    a, b = make_peers(hub, 0, ins=[1], outs=[1]), make_peers(hub, 1, ins=[0], outs=[0])
+    handshake_all([a, b])
+    dropped = {1}  # down and back up since the last look; unreachable() is empty again
+    a.transport.dropped = lambda: {dropped.pop()} if dropped else set()
+    hub.deliver(0, 1, encode_message(1, 0, "hello"))
+    a.collect(1, ["model"], timeout=0.0)
+    assert a.rejoins_after == {1: 1} and a.unreachable_seen == {1}
+    assert "hello while still taking part" not in a.meter.dropped_by_reason
+
+
+def test_a_restarted_peer_is_not_waited_for_in_the_rounds_its_first_update_skips():
+    """It joins after the latest round any neighbour's ack named (here 3), past this node's
+    (1): once its first update (round 4) is here, rounds 2 and 3 do not wait for it."""
+    hub = MemoryHub()
+    a = make_peers(hub, 0, ins=[1], outs=[1], rounds=6)
+    b = make_peers(hub, 1, ins=[0], outs=[0], rounds=6)
+    handshake_all([a, b])
+    hub.leave(1)  # the old process is gone...
+    assert a.collect(1, ["model"], timeout=0.0)[1] == [1]
+    hub.gone.clear()  # ...and its successor helloes
+    hub.deliver(0, 1, encode_message(1, 0, "hello"))
+    a.collect(1, ["model"], timeout=0.0)
+    assert a.rejoins_after == {1: 1}
+    hub.deliver(0, 1, model_message(1, 4))
+    started = time.monotonic()
+    assert a.collect(2, ["model"], timeout=20.0)[1] == [1]
+    assert a.collect(3, ["model"], timeout=20.0)[1] == [1]
+    assert time.monotonic() - started < 20.0  # neither ran to its deadline
+    assert a.rejoins_after == {1: 3}
+    updates, missing = a.collect(4, ["model"], timeout=60.0)
+    assert list(updates) == [1] and missing == []
+
+
 def test_a_flood_of_drops_is_counted_in_full_but_kept_bounded():
     hub = MemoryHub()
     a = make_peers(hub, 0, ins=[1], outs=[])

@@ -325,6 +325,11 @@ class Peers:
             self.inbox.put(message)
             self.latest_round[message.sender] = max(self.latest_round.get(message.sender, 0),
                                                     message.round)
+            if message.sender in self.rejoins_after:
+                # a restarted peer joins after the latest round any neighbour's ack named,
+                # which may be past ours: its first update says which rounds it skips
+                self.rejoins_after[message.sender] = max(self.rejoins_after[message.sender],
+                                                         message.round - 1)
 
     def _restarted(self, peer: int) -> None:
         """A hello after the handshake: the peer started again and joins after the round our
@@ -431,8 +436,10 @@ class Peers:
         return updates, missing
 
     def _lost(self) -> set[int]:
+        """Out-neighbours whose connection is down now; those down at any time since the
+        last look join unreachable_seen too (a restart's hello is believed after either)."""
         lost = self.transport.unreachable()
-        self.unreachable_seen |= lost
+        self.unreachable_seen |= lost | self.transport.dropped()
         return lost
 
     def goodbye(self, timeout: float) -> list[int]:

@@ -53,6 +53,10 @@ class Transport(Protocol):
     def unreachable(self) -> set[int]:
         """Out-neighbours whose connection is known to be down (their process is gone)."""
 
+    def dropped(self) -> set[int]:
+        """Out-neighbours whose connection went down since the last call, back up or not (a
+        process started again reconnects within milliseconds of its predecessor's end)."""
+
     def farewell(self) -> None:
         """This node said goodbye: neighbours closing their connections are now expected."""
 
@@ -99,6 +103,7 @@ class ZmqTransport:
         self._routes: dict[int, bytes] = {}  # peer -> routing id of its connection to us
         self._monitors: dict[zmq.Socket, int] = {}  # DEALER monitor socket -> its peer
         self._down: set[int] = set()
+        self._dropped: set[int] = set()  # down since dropped() last asked
         self._leaving = False  # set by farewell(): disconnects from now on are expected
         self.last_arrival = 0.0
 
@@ -234,6 +239,10 @@ class ZmqTransport:
     def unreachable(self) -> set[int]:
         return set(self._down)
 
+    def dropped(self) -> set[int]:
+        dropped, self._dropped = self._dropped, set()
+        return dropped
+
     def farewell(self) -> None:
         self._leaving = True
 
@@ -250,6 +259,7 @@ class ZmqTransport:
         event = recv_monitor_message(monitor, flags=zmq.NOBLOCK)["event"]
         if event == zmq.EVENT_DISCONNECTED and peer not in self._down:
             self._down.add(peer)
+            self._dropped.add(peer)
             # after our goodbye a neighbour leaves once it has heard from everyone: expected
             log.log(logging.INFO if self._leaving else logging.WARNING,
                     "node %d: connection to peer %d %s", self.node_id, peer,
@@ -389,6 +399,9 @@ class MemoryTransport:
 
     def unreachable(self) -> set[int]:
         return self.out_neighbours & self.hub.gone
+
+    def dropped(self) -> set[int]:
+        return self.unreachable()  # a node gone from the hub never comes back
 
     def farewell(self) -> None:
         return None

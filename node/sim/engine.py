@@ -282,6 +282,9 @@ class SimTransport:
     def unreachable(self) -> set[int]:
         return self.engine.unreachable(self.node_id, self.out_neighbours)
 
+    def dropped(self) -> set[int]:
+        return self.unreachable()  # a simulated node that is gone never comes back
+
     def farewell(self) -> None:
         return None
 
