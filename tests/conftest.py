@@ -5,6 +5,11 @@ wheel of the Docker test files (tests/docker_support.py)."""
 import os
 from pathlib import Path
 
+# Before torch loads OpenMP, here and in every process the tests start: three test workers
+# share two cores, and a torch thread that spins while it waits for its sibling burns the
+# core the sibling needs (one node on two threads: 13 CPU s against 0.6 on a busy machine).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import pytest
 import torch
 
