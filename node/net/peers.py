@@ -173,7 +173,7 @@ class Peers:
         self.current_round = 0
         self.hello_from: set[int] = set()
         self.hello_owed: set[int] = set()  # restarted out-neighbours to hello once reachable
-        self.rejoins_after: dict[int, int] = {}  # restarted neighbour -> round it skips to
+        self.rejoins_after: dict[int, int] = {}  # restarted neighbour -> last round it skips
         self.ack_from: set[int] = set()
         self.bye_from: set[int] = set()
         self.handshake_done = False
