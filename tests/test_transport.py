@@ -7,6 +7,8 @@ import pytest
 
 from deploy.backends.plan import reserve_listeners
 from node.config import from_dict
+from node.net import names
+from node.net.names import named_host
 from node.net.transport import ZmqTransport
 from tests.helpers import free_address
 
@@ -103,3 +105,61 @@ def test_a_peer_closing_after_this_nodes_goodbye_is_no_warning(caplog, leaving):
     expected = (("INFO", "node 0: connection to peer 1 closed after the goodbyes") if leaving
                 else ("WARNING", "node 0: connection to peer 1 lost"))
     assert said == [expected]
+
+
+@pytest.mark.parametrize(("address", "named"), [
+    ("tcp://node-2:5555", ("node-2", 5555)),
+    ("tcp://localhost:7000", ("localhost", 7000)),
+    ("tcp://127.0.0.1:5555", None),
+    ("tcp://[::1]:5555", None),
+    ("tcp://*:5555", None),
+    ("ipc:///tmp/node-2", None),
+    ("tcp://node-2", None),
+])
+def test_only_a_tcp_address_with_a_host_name_is_looked_up(address, named):
+    assert named_host(address) == named
+
+
+def test_a_peer_addressed_by_name_is_connected_at_its_numeric_address():
+    """ZeroMQ would look the name up again on every reconnect attempt, blocking its I/O
+    thread (every connection) while a dead container's name goes unanswered."""
+    port = free_address().rpartition(":")[2]
+    sender = ZmqTransport(0, free_address(), {1: f"tcp://localhost:{port}"}, 1 << 20).open()
+    try:
+        assert sender.endpoint(1) == f"tcp://127.0.0.1:{port}"
+    finally:
+        sender.close(0)
+
+
+def test_a_peer_named_before_its_name_resolves_is_retried_at_its_numeric_address(monkeypatch):
+    """A container started after this node: connected by name, looked up again once the
+    connection is up, and after a loss retried (and found again) at the numeric address."""
+    lookups, getaddrinfo = [], socket.getaddrinfo
+
+    def not_yet_then_found(*args, **kwargs):
+        lookups.append(args[0])
+        if len(lookups) == 1:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return getaddrinfo(*args, **kwargs)
+
+    monkeypatch.setattr(names.socket, "getaddrinfo", not_yet_then_found)
+    port = free_address().rpartition(":")[2]
+    sender = ZmqTransport(0, free_address(), {1: f"tcp://localhost:{port}"}, 1 << 20).open()
+    peer = ZmqTransport(1, f"tcp://127.0.0.1:{port}", {}, 1 << 20).open()
+    try:
+        assert sender.endpoint(1) == f"tcp://localhost:{port}"
+        assert sender.send(1, [b"hello"])
+        assert until(lambda: peer.receive(0.05) is not None, sender)
+        assert until(lambda: len(lookups) == 2, sender)  # once the connection was up
+        peer.close(0)
+        assert until(lambda: sender.unreachable() == {1}, sender)
+        assert sender.endpoint(1) == f"tcp://127.0.0.1:{port}"
+        peer = ZmqTransport(1, f"tcp://127.0.0.1:{port}", {}, 1 << 20).open()
+        assert until(lambda: sender.unreachable() == set(), sender)
+        assert sender.send(1, [b"again"])
+        got = []
+        assert until(lambda: got.append(peer.receive(0.05)) or got[-1] is not None, sender)
+        assert got[-1] == (0, [b"again"])
+    finally:
+        sender.close(0)
+        peer.close(0)

@@ -27,6 +27,7 @@ from zmq.utils.monitor import recv_monitor_message
 from node.errors import TransportError
 from node.net.gate import AdmissionPolicy, ZapHandler
 from node.net.guard import ConnectionGuard, quiet_seconds, tcp_info, unread_budget
+from node.net.names import NumericAddresses
 from node.net.security import Keyring
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class Transport(Protocol):
 RECEIVE_HWM = 16
 FRAME_OVERHEAD = 64  # wire bytes per frame beyond its content (ZMTP and CurveZMQ box)
 RECONNECT_MAX_MS = 1000  # back-off ceiling for a refused or failed connection attempt
+NAME_LOOKUP_WAIT = 2.0  # seconds open() waits for peers' names to resolve (node.net.names)
 
 
 class ZmqTransport:
@@ -98,6 +100,8 @@ class ZmqTransport:
         self._gate: ZapHandler | None = None
         self._router: zmq.Socket | None = None
         self._dealers: dict[int, zmq.Socket] = {}
+        self._endpoints: dict[int, str] = {}  # peer -> the endpoint its DEALER connects to
+        self._numeric = NumericAddresses(node_id)
         self._poller = zmq.Poller()
         self._socket_peer: dict[zmq.Socket, int] = {}
         self._routes: dict[int, bytes] = {}  # peer -> routing id of its connection to us
@@ -126,8 +130,11 @@ class ZmqTransport:
         self._context = zmq.Context()
         self._router = self._bind_router()
         self._poller.register(self._router, zmq.POLLIN)
+        for peer, address in self.out_addresses.items():
+            self._numeric.look_up(peer, address)
+        self._numeric.wait(NAME_LOOKUP_WAIT)
         for peer, address in sorted(self.out_addresses.items()):
-            self._connect(peer, address)
+            self._connect(peer, self._numeric.numeric(peer) or address)
         return self
 
     def _bind_router(self) -> zmq.Socket:
@@ -177,15 +184,15 @@ class ZmqTransport:
             dealer.curve_secretkey = self.keyring.secret
             dealer.curve_publickey = self.keyring.public
             dealer.curve_serverkey = self.keyring.publics[peer]
-        if self.source:  # ZeroMQ's "tcp://source:port;destination" form
-            address = address.replace("tcp://", f"tcp://{self.source}:0;", 1)
+        endpoint = self._endpoint(address)
         try:
-            dealer.connect(address)
+            dealer.connect(endpoint)
         except zmq.ZMQError as exc:
             self.close(0)
-            raise TransportError(f"node {self.node_id}: bad address {address!r} for peer "
+            raise TransportError(f"node {self.node_id}: bad address {endpoint!r} for peer "
                                  f"{peer}: {exc}") from exc
         self._dealers[peer] = dealer
+        self._endpoints[peer] = endpoint
         self._socket_peer[dealer] = peer
         self._poller.register(dealer, zmq.POLLIN)
         # A killed peer's kernel closes its sockets, so our connection reports the
@@ -195,6 +202,31 @@ class ZmqTransport:
                                             | zmq.EVENT_DISCONNECTED)
         self._monitors[monitor] = peer
         self._poller.register(monitor, zmq.POLLIN)
+
+    def _endpoint(self, address: str) -> str:
+        if self.source:  # ZeroMQ's "tcp://source:port;destination" form
+            return address.replace("tcp://", f"tcp://{self.source}:0;", 1)
+        return address
+
+    def endpoint(self, peer: int) -> str:
+        """The address this node's connection to `peer` uses now."""
+        return self._endpoints[peer]
+
+    def _retry_at_numeric_address(self, peer: int) -> None:
+        """Point a lost connection to a named peer at the peer's numeric address, so that
+        ZeroMQ's reconnect attempts never block its I/O thread on DNS (node.net.names)."""
+        numeric = self._numeric.numeric(peer)
+        if numeric is None or self._endpoint(numeric) == self._endpoints[peer]:
+            return
+        dealer, endpoint = self._dealers[peer], self._endpoint(numeric)
+        try:
+            dealer.disconnect(self._endpoints[peer])
+        except zmq.ZMQError:  # already gone from the socket: connecting anew is enough
+            pass
+        dealer.connect(endpoint)
+        log.info("node %d: reconnecting to peer %d at %s (was %s)", self.node_id, peer,
+                 endpoint, self._endpoints[peer])
+        self._endpoints[peer] = endpoint
 
     def __enter__(self) -> ZmqTransport:  # noqa: PYI034
         return self.open()
@@ -264,9 +296,12 @@ class ZmqTransport:
             log.log(logging.INFO if self._leaving else logging.WARNING,
                     "node %d: connection to peer %d %s", self.node_id, peer,
                     "closed after the goodbyes" if self._leaving else "lost")
-        elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED and peer in self._down:
-            self._down.discard(peer)
-            log.info("node %d: peer %d reachable again", self.node_id, peer)
+            self._retry_at_numeric_address(peer)
+        elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self._numeric.look_up(peer, self.out_addresses[peer])
+            if peer in self._down:
+                self._down.discard(peer)
+                log.info("node %d: peer %d reachable again", self.node_id, peer)
 
     def _read(self, socket: zmq.Socket) -> Received:
         if socket is not self._router:  # an answer on our own connection to an out-neighbour
