@@ -113,7 +113,8 @@ def test_per_node_data_mounts_each_container_its_own_folder_and_trains_as_pooled
     assert protofed("partition", "-c", config, "--out", parts).returncode == 0
     empty = tmp_path / "empty"
     empty.mkdir()
-    pooled = protofed("up", "-c", config, "--run-id", "dk-pooled")
+    # the pooled run on the sim backend: the same nodes' code, bytes and F1 (tests/test_sim.py)
+    pooled = protofed("up", "-c", config, "--run-id", "dk-pooled", "--backend", "sim")
     own = protofed("up", "-c", config, "--run-id", "dk-own", "--set",
                    'data.layout="per-node"', "--set", f'data.dir="{parts}"',
                    env={**os.environ, "PROTOFED_DATA_DIR": str(empty)})
