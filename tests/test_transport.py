@@ -1,6 +1,7 @@
 """ZmqTransport over real loopback sockets: a lost peer is noticed at once, and its return."""
 
 import socket
+import threading
 import time
 
 import pytest
@@ -163,3 +164,15 @@ def test_a_peer_named_before_its_name_resolves_is_retried_at_its_numeric_address
     finally:
         sender.close(0)
         peer.close(0)
+
+
+def test_a_hundred_named_neighbours_are_looked_up_by_a_few_threads():
+    """A container may start only so many threads (deploy's pids limit)."""
+    addresses = names.NumericAddresses(77)
+    for peer in range(100):
+        addresses.look_up(peer, f"tcp://localhost:{6000 + peer}")
+    addresses.wait(60)
+    assert [addresses.numeric(p) for p in range(100)] == [
+        f"tcp://127.0.0.1:{6000 + p}" for p in range(100)]
+    resolvers = [t for t in threading.enumerate() if t.name.startswith("protofed-resolve-77-")]
+    assert 1 <= len(resolvers) <= names.LOOKUP_THREADS

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import queue
 import socket
 import threading
-import time
 
 log = logging.getLogger(__name__)
+
+LOOKUP_THREADS = 4  # names looked up at once (a node may have hundreds of neighbours)
 
 
 def named_host(address: str) -> tuple[str, int] | None:
@@ -37,39 +39,54 @@ def named_host(address: str) -> tuple[str, int] | None:
 
 
 class NumericAddresses:
-    """Named out-neighbours' numeric `tcp://ip:port` addresses, looked up in the background."""
+    """Named out-neighbours' numeric `tcp://ip:port` addresses, looked up in the background
+    by at most LOOKUP_THREADS threads (a container's threads are limited)."""
 
     def __init__(self, node_id: int) -> None:
         self.node_id = node_id
         self._found: dict[int, str] = {}
-        self._running: dict[int, threading.Thread] = {}
+        self._pending: set[int] = set()
+        self._queue: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
+        self._threads = 0
+        self._done = threading.Condition()
 
     def look_up(self, peer: int, address: str) -> None:
         """Start looking up `address`, unless numeric, found already, or being looked up."""
         named = named_host(address)
-        if named is None or peer in self._found or (
-                peer in self._running and self._running[peer].is_alive()):
-            return
-        thread = threading.Thread(target=self._resolve, args=(peer, *named), daemon=True,
-                                  name=f"protofed-resolve-{peer}")
-        self._running[peer] = thread
-        thread.start()
+        with self._done:
+            if named is None or peer in self._found or peer in self._pending:
+                return
+            self._pending.add(peer)
+        self._queue.put((peer, *named))
+        if self._threads < LOOKUP_THREADS:
+            self._threads += 1
+            threading.Thread(target=self._serve, daemon=True,
+                             name=f"protofed-resolve-{self.node_id}-{self._threads}").start()
 
     def wait(self, seconds: float) -> None:
-        """Wait up to `seconds` in all for the look-ups under way."""
-        deadline = time.monotonic() + seconds
-        for thread in list(self._running.values()):
-            thread.join(max(0.0, deadline - time.monotonic()))
+        """Wait up to `seconds` for the look-ups under way."""
+        with self._done:
+            self._done.wait_for(lambda: not self._pending, timeout=seconds)
 
     def numeric(self, peer: int) -> str | None:
         """The numeric address found for `peer`, or None (not named, not found yet, failed)."""
         return self._found.get(peer)
 
-    def _resolve(self, peer: int, host: str, port: int) -> None:
+    def _serve(self) -> None:
+        while True:  # a daemon thread: it ends with the process
+            peer, host, port = self._queue.get()
+            found = self._resolve(peer, host, port)
+            with self._done:
+                if found:
+                    self._found[peer] = found
+                self._pending.discard(peer)
+                self._done.notify_all()
+
+    def _resolve(self, peer: int, host: str, port: int) -> str | None:
         try:  # ZeroMQ connects over IPv4 unless told otherwise: the address it would pick
             ip = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
         except OSError as exc:  # not up yet: connected by name, looked up again once it is
             log.debug("node %d: cannot look up peer %d's host %s yet (%s)", self.node_id,
                       peer, host, exc)
-            return
-        self._found[peer] = f"tcp://{ip}:{port}"
+            return None
+        return f"tcp://{ip}:{port}"
