@@ -4,7 +4,7 @@ ZeroMQ resolves a connect address's host name again on every reconnect attempt, 
 one I/O thread. When a peer's name stops resolving (a killed container's: Docker's DNS can
 leave the query unanswered for the resolver's two 5 s attempts), that thread blocks on each
 attempt and every connection of the node stalls with it: the survivors missed each other's
-updates in most rounds after a container was killed. So names are looked up here, by a few
+updates in a third of the rounds after a container was killed. So names are looked up by a few
 threads of their own: at start-up (briefly waited for, so that a connection starts at its
 numeric address), and once a connection made by name is up; a connection lost is retried
 at the numeric address, so ZeroMQ's attempts never wait on DNS.
