@@ -197,6 +197,36 @@ def spread_bar(scores: Sequence[float | None], margin: float, floor: float = HEL
     return min(margin, max(floor, centre + spread * deviation))
 
 
+# A neighbour is measured against its class-mates only where it has at least this many.
+MATE_QUORUM = 3
+# ... and kept only while its score is at most this many times their median score.
+MATE_FACTOR = 2.0
+
+
+def shared_with_mates(scores: Sequence[float | None], classes: Sequence[set[int]],
+                      bar: float, quorum: int = MATE_QUORUM,
+                      factor: float = MATE_FACTOR) -> set[int]:
+    """The indices of the scores above `bar` that the scorer's class-mates share: at least
+    `quorum` others claiming one of its classes, whose median score is above `bar` too, and
+    its own score at most `factor` times that median. There the class moves this node's
+    loss, not the neighbour (a model that learned 9s and never saw a 4 reads this node's
+    4s as 9s, and so does every honest holder of 9). A neighbour with fewer class-mates,
+    a liar claiming every class (its mates' median is the federation's, under the bar), or
+    one far beyond its mates is not covered: with at most two colluders among three mates
+    the median is an honest mate's."""
+    covered = set()
+    for i, score in enumerate(scores):
+        if score is None or score <= bar:
+            continue
+        mates = [other for k, other in enumerate(scores)
+                 if k != i and other is not None and classes[k] & classes[i]]
+        if len(mates) >= quorum:
+            centre = statistics.median(mates)
+            if centre > bar and score <= factor * centre:
+                covered.add(i)
+    return covered
+
+
 def mixing_share(own_weight: float, peer_weight: float) -> float:
     """The share a peer's model takes when this node averages it with its own alone, each
     at its weight: what the peer would do to this node, magnified from its share among all

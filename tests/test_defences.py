@@ -22,6 +22,7 @@ from node.defences import (
     floor_reference,
     loss_to_beat,
     relative_trust,
+    shared_with_mates,
     required_factor,
     updated_trust,
 )
@@ -337,3 +338,28 @@ def test_protosmall_sends_every_class_its_mean_direction_just_above_the_floor_it
     for row in rows["prototypes"]:
         assert row.tolist() == pytest.approx(expected.tolist(), rel=1e-6)
     assert sent(0.0)["prototypes"].abs().sum() == 0  # no floor: protozero's zeros
+
+
+def test_a_score_its_class_mates_share_is_kept_and_one_beyond_them_or_alone_is_not():
+    """ProFe's paper cell: four holders of 3 and 9 raise a holder of 4's loss on 4 alike
+    (about 0.5 nats over a bar of 0.485); a lone lift scores far beyond its mates."""
+    holders_3_9 = [{3, 9}] * 4
+    others = [{0, 1}, {2, 5}, {6, 7}, {0, 8}]
+    scores = [0.495, 0.52, 0.50, 0.51, 0.05, 0.0, 0.1, 0.02]
+    # each of the four has three mates whose median (0.50 to 0.51) is above the bar, and
+    # its own score within twice that
+    assert shared_with_mates(scores, holders_3_9 + others, bar=0.485) == {0, 1, 2, 3}
+    # a fifth holder of 9 scoring 7.8 nats: beyond twice its mates' median (0.505)
+    assert shared_with_mates([*scores, 7.8], [*holders_3_9, *others, {9}],
+                             bar=0.485) == {0, 1, 2, 3}
+    # two holders alone (one mate each, below the quorum of three): nothing kept
+    assert shared_with_mates([0.6, 0.6, 0.0, 0.1], [{3, 9}, {3, 9}, {0}, {1}],
+                             bar=0.485) == set()
+    # two colluders claiming 3 beside two honest holders scoring under the bar: each
+    # colluder's mates' median is an honest one's, under the bar
+    assert shared_with_mates([2.0, 2.0, 0.1, 0.2], [{3}, {3}, {3}, {3}], bar=0.485) == set()
+    # a liar claiming every class: its mates are everyone, whose median is under the bar
+    assert shared_with_mates([3.0, 0.1, 0.2, 0.0, 0.1], [set(range(10)), {1}, {2}, {3}, {4}],
+                             bar=0.485) == set()
+    # under the bar, or unmeasured: nothing to keep
+    assert shared_with_mates([0.4, None, 0.1, 0.2], [{3}] * 4, bar=0.485) == set()

@@ -97,7 +97,7 @@ class Head(nn.Module):
 
 def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
           known=(False, False, True), distance_refuse=1.0, prototype_validation=False,
-          validation=0.0, unjudged="hold", held_influence=0.0):
+          validation=0.0, unjudged="hold", held_influence=0.0, held_mates=False):
     # samples of the classes `held` as one-hot inputs; the global prototypes of the
     # classes `known` are the one-hot vectors
     y = torch.tensor(held)
@@ -106,7 +106,8 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 
                                         distance=distance, distance_refuse=distance_refuse,
                                         use_plan=use_plan, unjudged=unjudged,
                                         prototype_validation=prototype_validation,
-                                        held_influence=held_influence)
+                                        held_influence=held_influence,
+                                        held_mates=held_mates)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
                                      topology=types.SimpleNamespace(hub=None),
@@ -211,6 +212,31 @@ def test_held_influence_refuses_a_lift_that_validation_cannot_see():
     # two in-neighbours, as on a ring: no spread to measure, the margin alone
     assert run(peers=(1, 3), held_influence=1.5).peers == [1, 3]
     assert run(peers=(1, 3), held_influence=0.5).peers == [1]
+    # held_mates: a lone lift has no class-mate to share its score: refused all the same
+    assert run(held_influence=1.5, held_mates=True).peers == [1, 2, 4]
+
+
+def test_held_mates_keeps_a_score_that_three_class_mates_share():
+    # four in-neighbours claim class 2 and lift it alike (each 0.6229 nats on this node's
+    # classes, as in the test above), eight claim other classes and change nothing: the
+    # median reference is 0, the spread 0, the bar the floor 0.4. Each of the four has
+    # three class-mates whose median score (0.6229) is above the bar too: the class moves
+    # this node's loss, not the neighbour, and held_mates keeps them.
+    lifted = 3 * torch.eye(3)
+    lifted[2] = torch.tensor([6.0, 6.0, 3.0])
+    own = _sent(3 * torch.eye(3), classes=[2, 2, 0])
+    received = {p: _sent(3 * torch.eye(3), classes=[2, 2, 0]) for p in range(1, 9)}
+    received.update({p: _sent(lifted, classes=[0, 0, 4]) for p in range(9, 13)})
+
+    def run(**settings):
+        node = _node(**{"use_plan": False, "validation": 0.5, "known": (False, False, False),
+                        "unjudged": "keep", "held_influence": 1.5, **settings})
+        return screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
+
+    refused = run().refusals
+    assert sorted(r.peer for r in refused) == [9, 10, 11, 12]
+    assert all("at most 0.4" in r.reason for r in refused)
+    assert run(held_mates=True).peers == list(range(1, 13))
 
 
 def test_a_model_no_screen_can_judge_is_held_out_of_the_round_its_prototypes_kept():

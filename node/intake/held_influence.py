@@ -7,7 +7,9 @@ node's model it raises the loss on this node's classes far beyond what the other
 in-neighbours' mixes do. Honest mixes of other classes raise that loss too, by amounts that
 vary a great deal early in training and little once the federation agrees, so the bar is
 relative: `node.defences.spread_bar` over the in-neighbours' scores, at most
-aggregation.held_influence nats."""
+aggregation.held_influence nats. Honest holders of a class confusable with one of this
+node's raise it alike, and once the federation agrees they rise above that bar together:
+with aggregation.held_mates such a shared score is kept (`node.defences.shared_with_mates`)."""
 
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ import torch
 from torch import nn
 
 from node.algorithms.base import Algorithm, Refusal
-from node.defences import class_excess_scores, mixing_share, spread_bar
+from node.defences import class_excess_scores, mixing_share, shared_with_mates, spread_bar
 from node.intake.checks import Contributions
 from node.intake.influence import excess, mixed
 from node.intake.samples import loss_per_class, validation_samples
+from node.intake.validation import peer_class_weights
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,11 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
         rows.append(excess(held_class_losses(scratch, x, y, classes, batch), base))
     scores = class_excess_scores(rows)
     bar = spread_bar(scores, margin)
+    kept: set[int] = set()
+    if algorithm.config.aggregation.held_mates:
+        classes = [{c for c, w in enumerate(peer_class_weights(algorithm, update, i)) if w > 0}
+                   for i in range(len(update.peers))]
+        kept = {update.peers[i] for i in shared_with_mates(scores, classes, bar)}
     log.debug("node %d: held-class influence scores %s, bar %.3g", algorithm.node_id,
               dict(zip(update.peers, scores, strict=True)), bar)
     return {peer: Refusal(peer, "model and prototypes", RULE,
@@ -66,4 +74,4 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
                           f"median in-neighbour (at most {bar:.3g}: the others' spread, "
                           f"at most {margin:g})")
             for peer, score in zip(update.peers, scores, strict=True)
-            if score is not None and score > bar}
+            if score is not None and score > bar and peer not in kept}
