@@ -22,8 +22,8 @@ from node.defences import (
     floor_reference,
     loss_to_beat,
     relative_trust,
-    shared_with_mates,
     required_factor,
+    shared_with_mates,
     updated_trust,
 )
 from node.intake import gather, screened
