@@ -212,8 +212,8 @@ def shared_with_mates(scores: Sequence[float | None], classes: Sequence[set[int]
     loss, not the neighbour (a model that learned 9s and never saw a 4 reads this node's
     4s as 9s, and so does every honest holder of 9). A neighbour with fewer class-mates,
     a liar claiming every class (its mates' median is the federation's, under the bar), or
-    one far beyond its mates is not covered: with at most two colluders among three mates
-    the median is an honest mate's."""
+    one far beyond its mates is not covered: of two colluders, each is one of the other's
+    three or more mates, whose median is then an honest mate's."""
     covered = set()
     for i, score in enumerate(scores):
         if score is None or score <= bar:

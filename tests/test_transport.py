@@ -24,6 +24,13 @@ def until(condition, transport, seconds=5.0):
     return condition()
 
 
+def next_message(receiver, sender):
+    """The first message `receiver` gets, `sender` reading its connection events meanwhile."""
+    got = []
+    assert until(lambda: got.append(receiver.receive(0.05)) or got[-1] is not None, sender)
+    return got[-1]
+
+
 def connected():
     """(node 0, its out-neighbour node 1, node 1's address), with a message through."""
     address = free_address()
@@ -57,9 +64,7 @@ def test_a_node_listens_on_the_socket_the_launcher_holds_so_its_port_cannot_be_t
     sender = ZmqTransport(1, free_address(), {0: address}, 1 << 20).open()
     try:
         assert sender.send(0, [b"hello"])
-        got = []
-        assert until(lambda: got.append(node.receive(0.05)) or got[-1] is not None, sender)
-        assert got[-1] == (1, [b"hello"])
+        assert next_message(node, sender) == (1, [b"hello"])
     finally:
         sender.close(0)
         node.close(0)
@@ -76,9 +81,7 @@ def test_received_frames_are_read_in_place_and_decode_to_what_was_sent():
     weights = {"fc.weight": torch.randn(512, 1024)}
     try:
         assert sender.send(1, encode_message(0, 1, "model", weights, codec="fp32"))
-        got = []
-        assert until(lambda: got.append(peer.receive(0.05)) or got[-1] is not None, sender)
-        node, frames = got[-1]
+        node, frames = next_message(peer, sender)
         # ZeroMQ's own buffers, not a 2 MB copy of each frame
         assert node == 0 and all(isinstance(frame, memoryview) for frame in frames)
         received = decode_message(frames, max_bytes=1 << 24).tensors["fc.weight"]
@@ -158,9 +161,7 @@ def test_a_peer_named_before_its_name_resolves_is_retried_at_its_numeric_address
         peer = ZmqTransport(1, f"tcp://127.0.0.1:{port}", {}, 1 << 20).open()
         assert until(lambda: sender.unreachable() == set(), sender)
         assert sender.send(1, [b"again"])
-        got = []
-        assert until(lambda: got.append(peer.receive(0.05)) or got[-1] is not None, sender)
-        assert got[-1] == (0, [b"again"])
+        assert next_message(peer, sender) == (0, [b"again"])
     finally:
         sender.close(0)
         peer.close(0)

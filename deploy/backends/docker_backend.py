@@ -285,11 +285,11 @@ def start(config: FederationConfig, plan: Plan, image: str, client,
         run.network = client.networks.create(network_name(run_id), driver="bridge",
                                              internal=True, labels={LABEL: run_id})
         # the engine takes about 0.4 s to create and start one container: a few at once
+        nodes = [spec.node_id for spec in plan.nodes]
         with ThreadPoolExecutor(max_workers=STARTING_AT_ONCE) as pool:
-            started = pool.map(lambda node: _run_container(config, plan, node, image, client,
-                                                           data_dir, cache_dir),
-                               [spec.node_id for spec in plan.nodes])
-            run.containers.update(zip([spec.node_id for spec in plan.nodes], started))
+            run.containers.update(zip(nodes, pool.map(
+                lambda node: _run_container(config, plan, node, image, client, data_dir,
+                                            cache_dir), nodes)))
         shaping.shape_containers(plan.federation, run.containers, network_name(run_id),
                                  INTERFACE)
     except docker.errors.APIError as exc:

@@ -63,11 +63,12 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     bar = spread_bar(scores, margin)
     kept: set[int] = set()
     if algorithm.config.aggregation.held_mates:
-        classes = [{c for c, w in enumerate(peer_class_weights(algorithm, update, i)) if w > 0}
+        claimed = [{c for c, w in enumerate(peer_class_weights(algorithm, update, i)) if w > 0}
                    for i in range(len(update.peers))]
-        kept = {update.peers[i] for i in shared_with_mates(scores, classes, bar)}
-    log.debug("node %d: held-class influence scores %s, bar %.3g", algorithm.node_id,
-              dict(zip(update.peers, scores, strict=True)), bar)
+        kept = {update.peers[i] for i in shared_with_mates(scores, claimed, bar)}
+    log.debug("node %d: held-class influence scores %s, bar %.3g, kept as their class-mates' "
+              "%s", algorithm.node_id, dict(zip(update.peers, scores, strict=True)), bar,
+              sorted(kept))
     return {peer: Refusal(peer, "model and prototypes", RULE,
                           f"averaged with this node's model it raises the loss on this "
                           f"node's samples of a class {score:.3g} nats beyond the class's "
