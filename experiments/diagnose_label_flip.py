@@ -51,10 +51,9 @@ def without_prototypes(base: type, attack: str) -> type:
     return ModelOnly
 
 
-def honest_mean(row: dict, attackers: int) -> float:
+def honest_mean(row: dict, attackers: tuple[int, ...]) -> float:
     """The honest nodes' mean final global F1 of a results row."""
-    return statistics.fmean(f for i, f in enumerate(row["f1"])
-                            if i not in robustness.ATTACKERS[attackers])
+    return statistics.fmean(f for i, f in enumerate(row["f1"]) if i not in attackers)
 
 
 def unclaimed_held_scores(algorithm, model, update) -> list[float | None]:
@@ -84,7 +83,7 @@ def scores_under_attack(cell: robustness.Cell) -> dict[str, list[float]]:
     screens before influence kept: {"attacker": [...], "honest": [...]}."""
     found: dict[str, list[float]] = {"attacker": [], "honest": []}
     influence = intake.SCREENS["influence"]
-    attackers = robustness.ATTACKERS[cell.attackers]
+    attackers = cell.attacker_ids
 
     def scoring(algorithm, model, update):
         for peer, score in zip(update.peers, unclaimed_held_scores(algorithm, model, update),
@@ -131,11 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     robustness.attacker_class = without_prototypes
     for key, cell in cells.items():
         stripped = honest_mean(robustness.run_cell(cell, str(default_data_dir())),
-                               cell.attackers)
+                               cell.attacker_ids)
         figures = {"model only": f"{stripped:.4f}"}
         for name, attack in (("full attack", "label_flip"), ("withheld", "withheld")):
             row = committed.get(key.replace("/label_flip/", f"/{attack}/"))
-            figures[name] = f"{honest_mean(row, cell.attackers):.4f}" if row else "not run"
+            figures[name] = f"{honest_mean(row, cell.attacker_ids):.4f}" if row else "not run"
         print(key, json.dumps(figures))
     return 0
 
