@@ -28,7 +28,12 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   screen's bound estimated on its own data and global prototypes), targeted_flip (its model
   negated, sent only to the receivers that share none of its classes; the others get its
   honest model), shift_and_lie (class_shift claiming LIE times its samples and class
-  counts: a lie that counts where nodes weigh claims, aggregation.use_plan = false);
+  counts: a lie that counts where nodes weigh claims, aggregation.use_plan = false),
+  mates_shift (class_shift that knows aggregation.held_mates: for each receiver, the
+  largest shift whose held-class score, as it estimates it with the receiver's last model
+  and the global prototypes of the receiver's claimed classes, stays inside the bar, or
+  within MATE_FACTOR times its class-mates' median score where that median is above the
+  bar; each receiver gets its own model);
 - data attacks: label_flip (trains on labels c -> C-1-c, so its model and prototypes lie
   together), free_rider (never trains; sends its first model every round);
 - prototype attacks, counts honest: proto_flip (each prototype negated), proto_swap (each
@@ -56,10 +61,14 @@ from node.algorithms.base import Algorithm, Payload
 from node.defences import (
     HELD_FLOOR,
     LOSS_FLOOR,
+    MATE_FACTOR,
+    MATE_QUORUM,
     SPREAD_QUORUM,
+    class_excess_scores,
     class_weighted_mean,
     loss_to_beat,
     required_factor,
+    spread_bar,
 )
 from node.intake import MAX_SAMPLES
 from node.intake.distance import layer_distances
@@ -76,7 +85,7 @@ ERASURE_SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0)  # class_erasure's bias 
 SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25)  # class_shift's bias shifts
 LIE = 100  # shift_and_lie claims this many times its samples and class counts
 MODEL_ATTACKS = ("sign_flip", "ipm", "alie", "gaussian", "adaptive", "class_erasure",
-                 "class_shift", "targeted_flip", "shift_and_lie", "erasure_lie")
+                 "class_shift", "targeted_flip", "shift_and_lie", "erasure_lie", "mates_shift")
 PROTOTYPE_ATTACKS = ("proto_flip", "proto_swap")
 PROBES = ("protozero", "protosmall", "scaled_model", "bounded_poison")
 FLOOR_EDGE = 1.05  # protosmall's rows this many times the floor it estimates
@@ -325,6 +334,90 @@ def own_class_loss(algorithm: Algorithm) -> Callable[[torch.Tensor], float]:
     return score
 
 
+def excess_row(losses: Callable[[torch.Tensor], list[float | None]], receiver: torch.Tensor,
+               base: Sequence[float | None], model: torch.Tensor, classes: set[int],
+               share: float = 0.5) -> list[float | None]:
+    """Per class in `classes`, the loss (`losses`) of `receiver` mixed with `model` at
+    `share` minus `base` (the receiver's own); None for every other class."""
+    mixed = losses(receiver + share * (model - receiver))
+    return [None if c not in classes or a is None or b is None else a - b
+            for c, (a, b) in enumerate(zip(mixed, base, strict=True))]
+
+
+def mates_bar(scores: Sequence[float | None], mates: Sequence[int], margin: float) -> float:
+    """The highest held-class score a receiver keeps under aggregation.held_mates, as
+    `node.defences.spread_bar` and `shared_with_mates` set it: the spread bar, or
+    MATE_FACTOR times the median score of `mates` (indices into `scores`) where at least
+    MATE_QUORUM of them are scored and their median is above the bar."""
+    bar = spread_bar(scores, margin)
+    measured = [scores[i] for i in mates if scores[i] is not None]
+    if len(measured) >= MATE_QUORUM:
+        centre = statistics.median(measured)
+        if centre > bar:
+            return max(bar, MATE_FACTOR * centre)
+    return bar
+
+
+@dataclasses.dataclass(frozen=True)
+class StandIn:
+    """A receiver as the attacker knows it: the model it sent last round and its claimed
+    classes."""
+
+    model: torch.Tensor
+    classes: frozenset[int]
+
+
+def mates_shifts(losses: Callable[[torch.Tensor], list[float | None]],
+                 candidates: Sequence[torch.Tensor], own: frozenset[int],
+                 stand_ins: Mapping[int, StandIn], margin: float, influence: float
+                 ) -> dict[int, torch.Tensor | None]:
+    """Per receiver, the first of `candidates` (largest shift first) whose estimated scores
+    pass at that receiver: on its claimed classes, under `mates_bar` among the others'
+    scores (its class-mates: those claiming one of `own`); on the classes it lacks, within
+    the influence screen's `influence` of the others (0: no such screen); None where none
+    does."""
+    chosen: dict[int, torch.Tensor | None] = {}
+    for receiver, stand_in in stand_ins.items():
+        others = [s for peer, s in stand_ins.items() if peer != receiver]
+        mates = [i for i, s in enumerate(others) if s.classes & own]
+        lacked = frozenset(range(len(losses(stand_in.model)))) - stand_in.classes
+        base = losses(stand_in.model)
+        rows = {kind: [excess_row(losses, stand_in.model, base, s.model, classes)
+                       for s in others]
+                for kind, classes in (("held", stand_in.classes), ("lacked", lacked))}
+        chosen[receiver] = None
+        for sent in candidates:
+            held = class_excess_scores([*rows["held"], excess_row(
+                losses, stand_in.model, base, sent, stand_in.classes)])
+            if held[-1] is not None and held[-1] > EDGE * mates_bar(held, mates, margin):
+                continue
+            if influence > 0:
+                lack = class_excess_scores([*rows["lacked"], excess_row(
+                    losses, stand_in.model, base, sent, lacked)])
+                if lack[-1] is not None and lack[-1] > EDGE * influence:
+                    continue
+            chosen[receiver] = sent
+            break
+    return chosen
+
+
+def prototype_loss_of(algorithm: Algorithm) -> Callable[[torch.Tensor], list[float | None]]:
+    """A (flat) model's classifier loss on each global prototype the attacker knows."""
+    from node.intake.influence import head_prefix, head_state, prototype_losses
+
+    model = shared_model(algorithm)
+    like, prefix = model.state_dict(), head_prefix(model)
+    prototypes, known = getattr(algorithm, "global_prototypes", None), getattr(
+        algorithm, "known", None)
+
+    def losses(vector: torch.Tensor) -> list[float | None]:
+        if prefix is None:
+            return []
+        return prototype_losses(model, prototypes, known,
+                                head_state(unflat(vector, like), prefix))
+    return losses
+
+
 def shared_model(algorithm: Algorithm) -> nn.Module:
     """The model an algorithm sends (ProFe's student, FedAvg's model)."""
     return getattr(algorithm, "shared_model", None) or algorithm.model
@@ -337,6 +430,8 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
         poison: torch.Tensor | None = None
         seen: tuple[torch.Tensor, ...] = ()
         previous: torch.Tensor | None = None
+        stand_ins: dict[int, StandIn] = {}  # noqa: RUF012 - replaced, never mutated
+        addressed_poisons: dict[int, torch.Tensor] = {}  # noqa: RUF012 - replaced too
 
         def train_round(self, round_: int) -> dict[str, float]:
             model = shared_model(self)
@@ -369,11 +464,33 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             if attack in ("class_erasure", "erasure_lie"):
                 return class_erasure(trained, shared_model(self).state_dict(), counts, limits,
                                      loss)
-            if attack in ("class_shift", "shift_and_lie"):
+            if attack in ("class_shift", "shift_and_lie", "mates_shift"):
                 judge = own_influence(self, trained) if limits.influence else None
-                return class_shift(trained, shared_model(self).state_dict(), counts, limits,
-                                   loss, judge, mean_direction(self))
+                poison = class_shift(trained, shared_model(self).state_dict(), counts,
+                                     limits, loss, judge, mean_direction(self))
+                if attack == "mates_shift":
+                    self.addressed_poisons = self.per_receiver(trained, counts, limits, loss)
+                return poison
             return adaptive(start, trained, limits, loss)
+
+        def per_receiver(self, trained, counts, limits, loss) -> dict[int, torch.Tensor]:
+            """mates_shift: each receiver known from last round gets the largest shift
+            inside the limits it estimates there (class_shift's model elsewhere)."""
+            settings = self.config.aggregation
+            if not self.stand_ins or settings.held_influence <= 0:
+                return {}
+            like = shared_model(self).state_dict()
+            direction = mean_direction(self)
+            outside = dataclasses.replace(limits, influence=None)
+            candidates = [sent for sent in (shifted(trained, like, counts, shift, direction)
+                                            for shift in SHIFTS)
+                          if first_inside([sent], trained, outside, loss) is sent]
+            own = frozenset(c for c, n in enumerate(counts) if n > 0)
+            chosen = mates_shifts(prototype_loss_of(self), [*candidates, trained], own,
+                                  self.stand_ins, settings.held_influence,
+                                  getattr(settings, "influence", 0.0))
+            # where nothing passes, what is likeliest kept: its honest model
+            return {peer: trained if sent is None else sent for peer, sent in chosen.items()}
 
         def payload(self) -> dict[str, Payload]:
             out = super().payload()
@@ -390,6 +507,8 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             return out
 
         def addressed(self, kind, payload, recipients):
+            if attack == "mates_shift" and kind == "model" and self.addressed_poisons:
+                return self.each_its_own(payload, recipients)
             if attack != "targeted_flip" or kind != "model" or self.poison is None:
                 return super().addressed(kind, payload, recipients)
             # the flipped model only to those that cannot validate it on a shared class
@@ -398,11 +517,25 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             flipped = Payload(unflat(self.poison, payload.tensors), dict(payload.meta))
             return [(flipped, apart), (payload, together)]
 
+        def each_its_own(self, payload, recipients):
+            """mates_shift's models: a receiver with its own crafted model gets it."""
+            groups: dict[int, tuple[Payload, list]] = {}
+            for recipient in recipients:
+                vector = self.addressed_poisons.get(recipient)
+                sent = payload if vector is None else Payload(
+                    unflat(vector, payload.tensors), dict(payload.meta))
+                groups.setdefault(id(sent) if vector is None else id(vector),
+                                  (sent, []))[1].append(recipient)
+            return list(groups.values())
+
         def aggregate(self, own, received):
             models = [flat(update["model"].tensors) for update in received.values()
                       if "model" in update]
             if models and "model" in own:
                 self.seen, self.previous = tuple(models), flat(own["model"].tensors)
+                self.stand_ins = {peer: StandIn(flat(update["model"].tensors), frozenset(
+                    c for c, n in enumerate(update["model"].meta.get("classes", ())) if n > 0))
+                    for peer, update in received.items() if "model" in update}
             return super().aggregate(own, received)
     return ModelAttacker
 

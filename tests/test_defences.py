@@ -363,3 +363,41 @@ def test_a_score_its_class_mates_share_is_kept_and_one_beyond_them_or_alone_is_n
                              bar=0.485) == set()
     # under the bar, or unmeasured: nothing to keep
     assert shared_with_mates([0.4, None, 0.1, 0.2], [{3}] * 4, bar=0.485) == set()
+
+
+def test_the_mates_bar_is_twice_the_mates_median_only_where_three_mates_are_above_the_bar():
+    # eight honest neighbours at 0.1, three class-mates at 0.6, 0.7, 0.65: median of this
+    # node's 0 and the scores 0.1, deviation 0, so the spread bar is its floor 0.4
+    scores = [0.1] * 8 + [0.6, 0.7, 0.65, None]
+    assert attacks.mates_bar(scores, [8, 9, 10], 3.0) == pytest.approx(2 * 0.65)
+    assert attacks.mates_bar(scores, [8, 9, 11], 3.0) == pytest.approx(0.4)  # two scored
+    assert attacks.mates_bar(scores, [0, 1, 2], 3.0) == pytest.approx(0.4)  # under the bar
+
+
+def test_mates_shift_lifts_each_receiver_as_far_as_its_class_mates_cover():
+    """A toy receiver whose loss per class is the model itself: a mix at one half raises
+    class c by half the model's c minus the receiver's. Eight neighbours of class 2 raise
+    the receiver's class 0 by 0.1, three of the attacker's class 1 by 0.65: the reference
+    is 0.1, their scores 0 and 0.55, the bar 0.4, and the mates' median 0.55 lets a score
+    of up to 2 x 0.55 = 1.1 through (0.95 of it, EDGE: 1.045): the shift 2 scores 0.9 and
+    4 scores 1.9. Where the three are not its class-mates, the bar 0.4 (0.38) lets only the
+    shift 0.5 through (0.15)."""
+    def stand_ins(mates_class):
+        found = {10: attacks.StandIn(torch.zeros(3), frozenset({0}))}
+        found.update({11 + i: attacks.StandIn(torch.tensor([0.2, 0.0, 0.0]), frozenset({2}))
+                      for i in range(8)})
+        found.update({19 + i: attacks.StandIn(torch.tensor([1.3, 0.0, 0.0]),
+                                              frozenset({mates_class})) for i in range(3)})
+        return found
+    candidates = [torch.tensor([shift, 0.0, 0.0]) for shift in (4.0, 2.0, 1.0, 0.5)]
+    chosen = attacks.mates_shifts(lambda v: v.tolist(), candidates, frozenset({1}),
+                                  stand_ins(1), 3.0, 0.0)
+    assert chosen[10] is candidates[1]
+    chosen = attacks.mates_shifts(lambda v: v.tolist(), candidates, frozenset({1}),
+                                  stand_ins(2), 3.0, 0.0)
+    assert chosen[10] is candidates[3]
+    # the influence screen on the class the receiver lacks (2): a candidate raising it by
+    # 0.5 x 4 = 2 beyond the others' 0 is past 0.95 x 1.5; none passes at 1.0 x 4
+    lifted = [torch.tensor([0.5, 0.0, 4.0])]
+    assert attacks.mates_shifts(lambda v: v.tolist(), lifted, frozenset({1}), stand_ins(1),
+                                3.0, 1.5)[10] is None
