@@ -556,6 +556,23 @@ def test_robustness_measures_each_rule_against_its_withheld_run_and_mean_clean()
     assert "Chosen: **reputation**; it meets both targets" in table
 
 
+def test_a_paper_cell_is_profes_paper_setting_with_its_attacker_among_the_class_mates():
+    from experiments import robustness
+    cell = robustness.Cell.parse("paper/2x/fully-connected/guarded_mates/mates_shift/s1/noplan")
+    config = cell.config("/data")
+    assert (config.nodes, config.rounds, config.data.subset) == (20, 10, 0)
+    assert (config.data.partition, config.data.classes_fraction) == ("classes", 0.2)
+    assert config.aggregation.held_mates and not config.aggregation.use_plan
+    assert cell.attacker_ids == (4, 9)
+    assert robustness.Cell.parse("paper/1x/ring/mean/none/s1").attacker_ids == ()
+    small = robustness.Cell.parse("classes20/1x/ring/mean/sign_flip/s1")
+    assert (small.config("/data").nodes, small.attacker_ids) == (10, (0,))
+    # the honest mean leaves node 4 out, not node 0
+    results = {cell.key: {"key": cell.key, "f1": [0.5] * 4 + [0.0] + [0.5] * 4
+                          + [0.0] + [0.5] * 10}}
+    assert robustness.honest_f1(results, cell) == pytest.approx(0.5)
+
+
 def test_the_default_is_chosen_among_the_candidates_on_the_groups_all_of_them_measured():
     from experiments import robustness
     key = "classes20/1x/ring/{}/{}/s1{}"
