@@ -32,7 +32,7 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   mates_shift (class_shift that knows aggregation.held_mates: for each receiver, the
   largest shift whose held-class score, as it estimates it with the receiver's last model
   and the global prototypes of the receiver's claimed classes, stays inside the bar, or
-  within MATE_FACTOR times its class-mates' median score where that median is above the
+  within MATE_FACTOR times its class-mates' lower median score where that is above the
   bar; each receiver gets its own model);
 - data attacks: label_flip (trains on labels c -> C-1-c, so its model and prototypes lie
   together), free_rider (never trains; sends its first model every round);
@@ -347,12 +347,12 @@ def excess_row(losses: Callable[[torch.Tensor], list[float | None]], receiver: t
 def mates_bar(scores: Sequence[float | None], mates: Sequence[int], margin: float) -> float:
     """The highest held-class score a receiver keeps under aggregation.held_mates, as
     `node.defences.spread_bar` and `shared_with_mates` set it: the spread bar, or
-    MATE_FACTOR times the median score of `mates` (indices into `scores`) where at least
-    MATE_QUORUM of them are scored and their median is above the bar."""
+    MATE_FACTOR times the lower median score of `mates` (indices into `scores`) where at
+    least MATE_QUORUM of them are scored and that median is above the bar."""
     bar = spread_bar(scores, margin)
     measured = [scores[i] for i in mates if scores[i] is not None]
     if len(measured) >= MATE_QUORUM:
-        centre = statistics.median(measured)
+        centre = statistics.median_low(measured)
         if centre > bar:
             return max(bar, MATE_FACTOR * centre)
     return bar
@@ -380,8 +380,8 @@ def mates_shifts(losses: Callable[[torch.Tensor], list[float | None]],
     for receiver, stand_in in stand_ins.items():
         others = [s for peer, s in stand_ins.items() if peer != receiver]
         mates = [i for i, s in enumerate(others) if s.classes & own]
-        lacked = frozenset(range(len(losses(stand_in.model)))) - stand_in.classes
         base = losses(stand_in.model)
+        lacked = frozenset(range(len(base))) - stand_in.classes
         rows = {kind: [excess_row(losses, stand_in.model, base, s.model, classes)
                        for s in others]
                 for kind, classes in (("held", stand_in.classes), ("lacked", lacked))}

@@ -496,7 +496,7 @@ def render(results: dict, command: str) -> str:
              "median prototype norm: aggregation.norm_floor = 3) and `guarded_own` "
              "(`guarded_wide` judging each peer's mix on the node's own classes against the "
              "other in-neighbours' spread: aggregation.held_influence 1.5; `guarded_own3` "
-             "at most 3 nats) and `guarded_mates` (`guarded_own3` keeping a score that three or "
+             "at most 3 nats) and `guarded_mates` (`guarded_own3` keeping a score that two or "
              "more of the neighbour's class-mates share: aggregation.held_mates). Sections "
              "marked \"no plan\" ran with aggregation.use_plan = false: every node weighs "
              "its peers by their bounded claims. "

@@ -197,9 +197,11 @@ def spread_bar(scores: Sequence[float | None], margin: float, floor: float = HEL
     return min(margin, max(floor, centre + spread * deviation))
 
 
-# A neighbour is measured against its class-mates only where it has at least this many.
-MATE_QUORUM = 3
-# ... and kept only while its score is at most this many times their median score.
+# A neighbour is measured against its class-mates only where it has at least this many:
+# two, so that a class held by four keeps its exemption when one holder is gone (a dropout,
+# or a neighbour refused at the door: under three, ProFe's paper cell lost 7.3 points).
+MATE_QUORUM = 2
+# ... and kept only while its score is at most this many times their lower median score.
 MATE_FACTOR = 2.0
 
 
@@ -207,13 +209,15 @@ def shared_with_mates(scores: Sequence[float | None], classes: Sequence[set[int]
                       bar: float, quorum: int = MATE_QUORUM,
                       factor: float = MATE_FACTOR) -> set[int]:
     """The indices of the scores above `bar` that the scorer's class-mates share: at least
-    `quorum` others claiming one of its classes, whose median score is above `bar` too, and
-    its own score at most `factor` times that median. There the class moves this node's
+    `quorum` others claiming one of its classes, whose lower median score is above `bar`
+    too, and its own score at most `factor` times that. There the class moves this node's
     loss, not the neighbour (a model that learned 9s and never saw a 4 reads this node's
     4s as 9s, and so does every honest holder of 9). A neighbour with fewer class-mates,
     a liar claiming every class (its mates' median is the federation's, under the bar), or
-    one far beyond its mates is not covered: of two colluders, each is one of the other's
-    three or more mates, whose median is then an honest mate's."""
+    one far beyond its mates is not covered. The lower median of m mates is an honest
+    mate's score or below it while fewer than m // 2 + 1 of them collude: of two
+    colluders, each is one of the other's two or more mates, so one honest mate above the
+    bar is needed."""
     covered = set()
     for i, score in enumerate(scores):
         if score is None or score <= bar:
@@ -221,7 +225,7 @@ def shared_with_mates(scores: Sequence[float | None], classes: Sequence[set[int]
         mates = [other for k, other in enumerate(scores)
                  if k != i and other is not None and classes[k] & classes[i]]
         if len(mates) >= quorum:
-            centre = statistics.median(mates)
+            centre = statistics.median_low(mates)
             if centre > bar and score <= factor * centre:
                 covered.add(i)
     return covered

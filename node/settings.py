@@ -253,10 +253,10 @@ class AggregationConfig:
     than this many nats; else it is refused with its prototypes that round (0: never); in
     [0, 100]."""
     held_mates: bool = False
-    """Where held_influence is on, a peer above its bar is kept when at least three other
-    in-neighbours claiming one of its classes score above the bar too (their median) and
-    its score is at most twice theirs: honest holders of a class confusable with one of
-    this node's raise the loss on it alike."""
+    """Where held_influence is on, a peer above its bar is kept when at least two other
+    in-neighbours claiming one of its classes score above the bar too (their lower median)
+    and its score is at most twice theirs: honest holders of a class confusable with one
+    of this node's raise the loss on it alike."""
     judged_per_round: int = 20
     """Where any screen is on and a model travels (the screens judge models), a node judges
     and aggregates at most this many of the in-neighbours whose update arrived, drawn anew

@@ -346,31 +346,39 @@ def test_a_score_its_class_mates_share_is_kept_and_one_beyond_them_or_alone_is_n
     holders_3_9 = [{3, 9}] * 4
     others = [{0, 1}, {2, 5}, {6, 7}, {0, 8}]
     scores = [0.495, 0.52, 0.50, 0.51, 0.05, 0.0, 0.1, 0.02]
-    # each of the four has three mates whose median (0.50 to 0.51) is above the bar, and
-    # its own score within twice that
+    # each of the four has three mates whose lower median (0.50 to 0.51) is above the bar,
+    # and its own score within twice that
     assert shared_with_mates(scores, holders_3_9 + others, bar=0.485) == {0, 1, 2, 3}
-    # a fifth holder of 9 scoring 7.8 nats: beyond twice its mates' median (0.505)
+    # one of the four gone (withheld, dropped out): two mates each, still kept
+    assert shared_with_mates(scores[1:], holders_3_9[1:] + others, bar=0.485) == {0, 1, 2}
+    # a fifth holder of 9 scoring 7.8 nats: beyond twice its mates' lower median (0.50)
     assert shared_with_mates([*scores, 7.8], [*holders_3_9, *others, {9}],
                              bar=0.485) == {0, 1, 2, 3}
-    # two holders alone (one mate each, below the quorum of three): nothing kept
+    # two holders alone (one mate each, below the quorum of two): nothing kept
     assert shared_with_mates([0.6, 0.6, 0.0, 0.1], [{3, 9}, {3, 9}, {0}, {1}],
                              bar=0.485) == set()
+    # a colluder beside one honest mate above the bar: its cover is twice the honest score
+    # (the lower median of 0.5 and its partner's 5.0), and the partner beyond it is not kept
+    assert shared_with_mates([0.9, 5.0, 0.5, 0.0, 0.1], [{3, 9}] * 3 + [{0}, {1}],
+                             bar=0.485) == {0, 2}
     # two colluders claiming 3 beside two honest holders scoring under the bar: each
-    # colluder's mates' median is an honest one's, under the bar
+    # colluder's mates' lower median is an honest one's, under the bar
     assert shared_with_mates([2.0, 2.0, 0.1, 0.2], [{3}, {3}, {3}, {3}], bar=0.485) == set()
-    # a liar claiming every class: its mates are everyone, whose median is under the bar
+    # a liar claiming every class: its mates are everyone, whose lower median is under the bar
     assert shared_with_mates([3.0, 0.1, 0.2, 0.0, 0.1], [set(range(10)), {1}, {2}, {3}, {4}],
                              bar=0.485) == set()
     # under the bar, or unmeasured: nothing to keep
     assert shared_with_mates([0.4, None, 0.1, 0.2], [{3}] * 4, bar=0.485) == set()
 
 
-def test_the_mates_bar_is_twice_the_mates_median_only_where_three_mates_are_above_the_bar():
+def test_the_mates_bar_is_twice_the_mates_lower_median_only_where_two_are_above_the_bar():
     # eight honest neighbours at 0.1, three class-mates at 0.6, 0.7, 0.65: median of this
-    # node's 0 and the scores 0.1, deviation 0, so the spread bar is its floor 0.4
+    # node's 0 and the scores 0.1, deviation 0, so the spread bar is its floor 0.4; the
+    # mates' lower median 0.65 (of two scored, the lower one)
     scores = [0.1] * 8 + [0.6, 0.7, 0.65, None]
     assert attacks.mates_bar(scores, [8, 9, 10], 3.0) == pytest.approx(2 * 0.65)
-    assert attacks.mates_bar(scores, [8, 9, 11], 3.0) == pytest.approx(0.4)  # two scored
+    assert attacks.mates_bar(scores, [8, 9, 11], 3.0) == pytest.approx(2 * 0.6)  # two
+    assert attacks.mates_bar(scores, [8, 11], 3.0) == pytest.approx(0.4)  # one scored
     assert attacks.mates_bar(scores, [0, 1, 2], 3.0) == pytest.approx(0.4)  # under the bar
 
 

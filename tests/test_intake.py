@@ -216,27 +216,31 @@ def test_held_influence_refuses_a_lift_that_validation_cannot_see():
     assert run(held_influence=1.5, held_mates=True).peers == [1, 2, 4]
 
 
-def test_held_mates_keeps_a_score_that_three_class_mates_share():
+def test_held_mates_keeps_a_score_that_two_class_mates_share():
     # four in-neighbours claim class 2 and lift it alike (each 0.6229 nats on this node's
     # classes, as in the test above), eight claim other classes and change nothing: the
     # median reference is 0, the spread 0, the bar the floor 0.4. Each of the four has
-    # three class-mates whose median score (0.6229) is above the bar too: the class moves
-    # this node's loss, not the neighbour, and held_mates keeps them.
+    # three class-mates whose lower median score (0.6229) is above the bar too: the class
+    # moves this node's loss, not the neighbour, and held_mates keeps them; so it does with
+    # one of the four gone (two mates each), not with two gone (one mate each).
     lifted = 3 * torch.eye(3)
     lifted[2] = torch.tensor([6.0, 6.0, 3.0])
     own = _sent(3 * torch.eye(3), classes=[2, 2, 0])
     received = {p: _sent(3 * torch.eye(3), classes=[2, 2, 0]) for p in range(1, 9)}
     received.update({p: _sent(lifted, classes=[0, 0, 4]) for p in range(9, 13)})
 
-    def run(**settings):
+    def run(peers=range(1, 13), **settings):
         node = _node(**{"use_plan": False, "validation": 0.5, "known": (False, False, False),
                         "unjudged": "keep", "held_influence": 1.5, **settings})
-        return screened(node, Head(3 * torch.eye(3)), gather(own, received, 0))
+        return screened(node, Head(3 * torch.eye(3)),
+                        gather(own, {p: received[p] for p in peers}, 0))
 
     refused = run().refusals
     assert sorted(r.peer for r in refused) == [9, 10, 11, 12]
     assert all("at most 0.4" in r.reason for r in refused)
     assert run(held_mates=True).peers == list(range(1, 13))
+    assert run(range(1, 12), held_mates=True).peers == list(range(1, 12))
+    assert run(range(1, 11), held_mates=True).peers == list(range(1, 9))
 
 
 def test_a_model_no_screen_can_judge_is_held_out_of_the_round_its_prototypes_kept():
