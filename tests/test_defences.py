@@ -409,3 +409,21 @@ def test_mates_shift_lifts_each_receiver_as_far_as_its_class_mates_cover():
     lifted = [torch.tensor([0.5, 0.0, 4.0])]
     assert attacks.mates_shifts(lambda v: v.tolist(), lifted, frozenset({1}), stand_ins(1),
                                 3.0, 1.5)[10] is None
+
+
+def test_mates_shift_sends_each_receiver_its_own_model_and_the_rest_the_common_one():
+    class Base:
+        def addressed(self, kind, payload, recipients):
+            return [(payload, recipients)]
+    attacker = object.__new__(attacks.model_attacker(Base, "mates_shift"))
+    sent = Payload({"w": torch.zeros(2)}, {"samples": 3})
+    lifted, honest = torch.tensor([1.0, 2.0]), torch.tensor([0.5, 0.5])
+    attacker.addressed_poisons = {1: lifted, 3: lifted, 4: honest}
+    groups = attacker.addressed("model", sent, [1, 2, 3, 4])
+    assert sorted((p.tensors["w"].tolist(), list(to)) for p, to in groups) == [
+        ([0.0, 0.0], [2]), ([0.5, 0.5], [4]), ([1.0, 2.0], [1, 3])]
+    assert all(p.meta == {"samples": 3} for p, _ in groups)
+    # prototypes, and a round with nothing crafted per receiver, go to everyone alike
+    assert attacker.addressed("prototypes", sent, [1, 2]) == [(sent, [1, 2])]
+    attacker.addressed_poisons = {}
+    assert attacker.addressed("model", sent, [1, 2]) == [(sent, [1, 2])]
