@@ -61,12 +61,11 @@ from node.algorithms.base import Algorithm, Payload
 from node.defences import (
     HELD_FLOOR,
     LOSS_FLOOR,
-    MATE_FACTOR,
-    MATE_QUORUM,
     SPREAD_QUORUM,
     class_excess_scores,
     class_weighted_mean,
     loss_to_beat,
+    mates_cover,
     required_factor,
     spread_bar,
 )
@@ -345,17 +344,13 @@ def excess_row(losses: Callable[[torch.Tensor], list[float | None]], receiver: t
 
 
 def mates_bar(scores: Sequence[float | None], mates: Sequence[int], margin: float) -> float:
-    """The highest held-class score a receiver keeps under aggregation.held_mates, as
-    `node.defences.spread_bar` and `shared_with_mates` set it: the spread bar, or
-    MATE_FACTOR times the lower median score of `mates` (indices into `scores`) where at
-    least MATE_QUORUM of them are scored and that median is above the bar."""
+    """The highest held-class score a receiver keeps under aggregation.held_mates: the
+    spread bar (`node.defences.spread_bar`), or where higher the cover of the scored
+    `mates` (indices into `scores`; `node.defences.mates_cover`, as `shared_with_mates`
+    applies it)."""
     bar = spread_bar(scores, margin)
-    measured = [scores[i] for i in mates if scores[i] is not None]
-    if len(measured) >= MATE_QUORUM:
-        centre = statistics.median_low(measured)
-        if centre > bar:
-            return max(bar, MATE_FACTOR * centre)
-    return bar
+    cover = mates_cover([scores[i] for i in mates if scores[i] is not None], bar)
+    return bar if cover is None else max(bar, cover)
 
 
 @dataclasses.dataclass(frozen=True)

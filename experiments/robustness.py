@@ -136,9 +136,9 @@ class Cell:
 
     def config(self, data_dir: str):
         raw = merge(merge(BASE, SCALES.get(self.split, {})), {
-                           "seed": self.seed, "topology": TOPOLOGIES[self.topology],
-                           "aggregation": {**DEFENCES[self.rule], "use_plan": self.plan},
-                           "data": {**SPLITS[self.split], "dir": data_dir}})
+            "seed": self.seed, "topology": TOPOLOGIES[self.topology],
+            "aggregation": {**DEFENCES[self.rule], "use_plan": self.plan},
+            "data": {**SPLITS[self.split], "dir": data_dir}})
         return from_dict({**raw, "name": self.key.replace("/", "-")}, source=self.key)
 
 

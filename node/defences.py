@@ -205,6 +205,17 @@ MATE_QUORUM = 2
 MATE_FACTOR = 2.0
 
 
+def mates_cover(mates: Sequence[float], bar: float, quorum: int = MATE_QUORUM,
+                factor: float = MATE_FACTOR) -> float | None:
+    """The score up to which a neighbour's class-mates cover it: `factor` times the lower
+    median of their scores `mates`, where there are at least `quorum` and that median is
+    above `bar`; None where they cover nothing."""
+    if len(mates) < quorum:
+        return None
+    centre = statistics.median_low(mates)
+    return factor * centre if centre > bar else None
+
+
 def shared_with_mates(scores: Sequence[float | None], classes: Sequence[set[int]],
                       bar: float, quorum: int = MATE_QUORUM,
                       factor: float = MATE_FACTOR) -> set[int]:
@@ -224,10 +235,9 @@ def shared_with_mates(scores: Sequence[float | None], classes: Sequence[set[int]
             continue
         mates = [other for k, other in enumerate(scores)
                  if k != i and other is not None and classes[k] & classes[i]]
-        if len(mates) >= quorum:
-            centre = statistics.median_low(mates)
-            if centre > bar and score <= factor * centre:
-                covered.add(i)
+        cover = mates_cover(mates, bar, quorum, factor)
+        if cover is not None and score <= cover:
+            covered.add(i)
     return covered
 
 
