@@ -19,6 +19,7 @@ from node.architectures import (
 )
 from node.data.custom import build_model as custom_model
 from node.data.custom import is_import_path
+from node.finite import all_finite
 from node.models import build_model
 from node.optimizers import SGD, Adam, Optimizer
 from node.settings import FederationConfig
@@ -131,7 +132,7 @@ def computes_finite(model: nn.Module, x: torch.Tensor) -> bool:
     model.eval()
     outputs = model(x)
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    return all(bool(t.isfinite().all()) for t in outputs if isinstance(t, torch.Tensor))
+    return all_finite(t for t in outputs if isinstance(t, torch.Tensor))
 
 
 def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -206,7 +207,7 @@ def descend(loss: torch.Tensor, optimizers: Sequence[Optimizer]) -> bool:
     loss.backward()
     gradients = [p.grad for optimizer in optimizers for group in optimizer.param_groups
                  for p in group["params"] if p.grad is not None]
-    if gradients and not bool(torch.stack([g.isfinite().all() for g in gradients]).all()):
+    if not all_finite(gradients):
         for optimizer in optimizers:
             optimizer.zero_grad()
         return False

@@ -16,6 +16,7 @@ import torch
 
 from node.clock import SYSTEM, Clock
 from node.errors import PeerTimeout, ProtocolError
+from node.finite import all_finite
 from node.net.kinds import CONTROL_KINDS
 from node.net.message import Message, decode_message, encode_message, frame_bytes
 from node.net.transport import Transport
@@ -192,8 +193,7 @@ class Peers:
         the codec for its kind. A payload holding NaN or infinities is not sent (counted as
         dropped): it would poison them."""
         recipients = self.out_neighbours if to is None else to
-        if tensors and not all(bool(t.isfinite().all()) for t in tensors.values()
-                               if t.is_floating_point()):
+        if tensors and not all_finite(tensors.values()):
             log.error("node %d: its own %s for round %d holds NaN or infinite values: not "
                       "sent", self.node_id, kind, round_)
             for peer in recipients:
