@@ -148,13 +148,25 @@ def run_protofed(workdir: Path, pair: int, data_dir: str) -> dict:
     ready = max(r["rounds"][0]["recorded_at"] for r in records)
     last = max(r["rounds"][ROUNDS]["recorded_at"] for r in records)
     return {"side": "protofed", "pair": pair, "startup_s": round(ready - launched, 2),
-            "seconds_per_round": round((last - ready) / ROUNDS, 2),
+            "seconds_per_round": round((last - ready) / ROUNDS, 3),
             "cpu_s": round(cpu, 1), "cpu_sampled_s": samples["cpu_sampled_s"],
             **memory_figures(samples, pids),
             "bytes_sent_per_node": round(statistics.mean(r["bytes_sent"] for r in records)),
             "accuracy": round(statistics.mean(r["rounds"][ROUNDS]["global_test"]["accuracy"]
                                               for r in records), 4),
-            "wall_s": round(last - launched, 1)}
+            "wall_s": round(last - launched, 1), "phase_cpu_s": phase_cpu(records)}
+
+
+def phase_cpu(records: list[dict]) -> dict[str, float]:
+    """CPU seconds of each phase of the node records' profile per node-round (rounds 1 to
+    ROUNDS, the rounds the seconds per round span), the mean over nodes and rounds."""
+    sums: dict[str, float] = {}
+    for record in records:
+        for round_ in record["rounds"][1:ROUNDS + 1]:
+            for phase, (_, cpu) in round_["phases"].items():
+                sums[phase] = sums.get(phase, 0.0) + cpu
+    return {phase: round(total / (len(records) * ROUNDS), 5)
+            for phase, total in sorted(sums.items())}
 
 
 def log_times(path: Path) -> dict[str, float]:
@@ -187,7 +199,7 @@ def run_decentralizepy(python: str, workdir: Path, pair: int, data_dir: str) -> 
     ready = max(m[0] for m in marks)
     last = max(m[ROUNDS] for m in marks)
     return {"side": "decentralizepy", "pair": pair, "startup_s": round(ready - launched, 2),
-            "seconds_per_round": round((last - ready) / ROUNDS, 2),
+            "seconds_per_round": round((last - ready) / ROUNDS, 3),
             "cpu_s": round(cpu, 1), "cpu_sampled_s": samples["cpu_sampled_s"],
             **memory_figures(samples, nodes),
             "bytes_sent_per_node": round(statistics.mean(r["total_bytes"][str(ROUNDS)]
@@ -271,6 +283,8 @@ def render(results: dict) -> str:
               f"{r['cpu_s']} | {r['cpu_sampled_s']} | {r['uss_per_node_mib']} | "
               f"{r['uss_max_mib']} | {r['peak_total_pss_mib']} | "
               f"{r['bytes_sent_per_node']:,} | {r['accuracy']} | {r['wall_s']} |" for r in runs]
+    budget = round_budget(results)
+    lines += ["", budget] if budget else []
     lines += ["", "Where the two sides differ:", ""] + [f"- {d}" for d in DIFFERENCES]
     return "\n".join(lines) + "\n"
 
@@ -294,6 +308,70 @@ DIFFERENCES = (
      "seeds torch alike in every node, so the nodes draw the same order of positions"),
     "torch threads per node: cores / nodes, at least 1, on both sides",
 )
+
+
+# node.profile's phases, in the groups the report names
+PHASE_GROUPS = (("training", ("train", "teacher")), ("validation", ("validation",)),
+                ("the other screens", ("distance", "influence", "prototype_validation",
+                                       "held_influence")),
+                ("the rest of aggregation", ("aggregation",)),
+                ("the two test sets", ("evaluation_global", "evaluation_local")),
+                ("messages (encode, wait, decode)", ("encode", "wait", "decode")),
+                ("the record and the rest", ("record", "other")))
+FASTER = 0.8  # the seconds per round asked of protofed, against decentralizepy's
+
+
+def phase_groups(results: dict) -> dict[str, float] | None:
+    """protofed's CPU seconds per node-round by PHASE_GROUPS, each the median over its runs
+    (None for results measured before the runs kept their phases)."""
+    runs = [r["phase_cpu_s"] for r in results["runs"]
+            if r["side"] == "protofed" and "phase_cpu_s" in r]
+    if not runs:
+        return None
+    return {label: statistics.median(sum(run.get(p, 0.0) for p in phases) for run in runs)
+            for label, phases in PHASE_GROUPS}
+
+
+def round_budget(results: dict) -> str:
+    """Where a protofed node-round's CPU goes, and what FASTER x decentralizepy's seconds
+    per round would leave a node: the sentence the report and the docs share."""
+    groups = phase_groups(results)
+    if groups is None:
+        return ""
+    total = sum(groups.values())
+    parts = ", ".join(f"{label} {cpu:.3f} ({cpu / total:.0%})" for label, cpu in
+                      groups.items())
+    budget = FASTER * median_of(results["runs"], "decentralizepy", "seconds_per_round")
+    cpu_share = budget * results["cpus"] / NODES
+    return (f"A protofed node-round (rounds 1 to {ROUNDS}, the phase profile of its node "
+            f"records, median over the runs) took {total:.3f} CPU s: {parts}. {NODES} nodes "
+            f"share {results['cpus']} cores, so a round's wall time follows their CPU: at "
+            f"{FASTER}x decentralizepy's seconds per round ({budget:.3f} s) a node would have "
+            f"{cpu_share:.3f} CPU s a round, "
+            + ("less than its training alone takes here." if cpu_share < groups["training"]
+               else f"{cpu_share - groups['training']:.3f} beside its training."))
+
+
+DOCS_ROWS = (("startup_s", "{:.2f}", " s"), ("seconds_per_round", "{:.3f}", " s"),
+             ("cpu_s", "{:.2f}", " s"), ("uss_per_node_mib", "{:.0f}", " MiB"),
+             ("peak_total_pss_mib", "{:.0f}", " MiB"),
+             ("bytes_sent_per_node", "{:.2f}", " MB"), ("accuracy", "{:.3f}", ""))
+
+
+def docs_table(results: dict) -> str:
+    """docs/experiments.md's table: protofed / decentralizepy medians and the median ratio
+    over pairs, one column per figure of the report."""
+    cells = []
+    for key, form, unit in DOCS_ROWS:
+        scale = 1e6 if key == "bytes_sent_per_node" else 1
+        ours, theirs = (form.format(median_of(results["runs"], side, key) / scale)
+                        for side in ("protofed", "decentralizepy"))
+        ratio = ("" if key == "accuracy" else
+                 f" ({statistics.median(pair_ratios(results['runs'], key)):.2f}x)")
+        cells.append(f"{ours} / {theirs}{unit}{ratio}")
+    return ("| start-up to round 0 | seconds per round | total CPU | private memory per node "
+            "| peak total PSS | bytes sent | final accuracy |\n|---|---|---|---|---|---|---|\n"
+            f"| {' | '.join(cells)} |")
 
 
 def write_report(results: dict, out: Path = OUT) -> str:

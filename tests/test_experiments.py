@@ -728,6 +728,15 @@ def test_the_committed_decentralizepy_side_by_side_is_what_its_results_regenerat
     assert_regenerated(versus_decentralizepy, "versus-decentralizepy", ("table.md",), tmp_path)
 
 
+def test_the_docs_side_by_side_is_the_committed_reports():
+    from experiments import versus_decentralizepy
+    results = json.loads((versus_decentralizepy.OUT / "results.json").read_text())
+    page = (REPO / "docs" / "experiments.md").read_text()
+    assert versus_decentralizepy.docs_table(results) in page, \
+        "docs/experiments.md's decentralizepy table: paste versus_decentralizepy.docs_table"
+    assert versus_decentralizepy.round_budget(results) in page
+
+
 def test_the_side_by_side_without_decentralizepy_says_how_to_install_it(tmp_path):
     done = subprocess.run([sys.executable, "-m", "experiments.versus_decentralizepy",
                            "--decentralizepy-python", str(tmp_path / "no-python"),
