@@ -9,7 +9,11 @@ Prints, per key, the honest nodes' mean final global F1 of the three runs. With 
 the full attack runs instead, and every receiver also scores each in-neighbour that its
 screens kept on the receiver's own classes the neighbour does not claim (mixed in at its
 weight, its excess loss against the other in-neighbours': `class_excess_scores`); the
-scores of the flipper and of the honest neighbours are printed.
+scores of the flipper and of the honest neighbours are printed. With --head-scores the
+full attack runs and every receiver scores each in-neighbour's own classifier, unmixed, on
+the receiver's global prototypes of the classes the neighbour does not claim: per class its
+loss beyond the median of the other in-neighbours that do not claim it, the neighbour's
+largest (`largest_excess`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ from node import intake
 from node.algorithms.base import Payload
 from node.data import default_data_dir
 from node.defences import class_excess_scores, mixing_share
-from node.intake.influence import mixed
+from node.intake.influence import (
+    head_prefix,
+    head_state,
+    mixed,
+    prototype_losses,
+    root_prototypes,
+)
 from node.intake.samples import loss_per_class, validation_samples
 
 RESULTS = Path("experiments/reports/robustness/results.jsonl")
@@ -78,16 +88,48 @@ def unclaimed_held_scores(algorithm, model, update) -> list[float | None]:
     return class_excess_scores(rows)
 
 
-def scores_under_attack(cell: robustness.Cell) -> dict[str, list[float]]:
-    """The full attack, with every receiver's `unclaimed_held_scores` of the neighbours its
-    screens before influence kept: {"attacker": [...], "honest": [...]}."""
+def largest_excess(rows: list[list[float | None]]) -> list[float | None]:
+    """Per row (an in-neighbour's loss per class, None where not measured), its largest
+    excess over the median of the other rows' losses on the same class, counting only
+    classes at least two other rows measured (None where there is none)."""
+    out: list[float | None] = []
+    for index, row in enumerate(rows):
+        excesses = []
+        for c, loss in enumerate(row):
+            others = [r[c] for i, r in enumerate(rows) if i != index and r[c] is not None]
+            if loss is not None and len(others) >= 2:
+                excesses.append(loss - statistics.median(others))
+        out.append(max(excesses) if excesses else None)
+    return out
+
+
+def unclaimed_head_scores(algorithm, model, update) -> list[float | None]:
+    """Per in-neighbour of `update`: its own classifier on this node's global prototypes of
+    the classes it does not claim, scored by `largest_excess` against the others'."""
+    prototypes, known = root_prototypes(algorithm)
+    prefix = head_prefix(model)
+    if prototypes is None or known is None or prefix is None or not bool(known.any()):
+        return [None] * len(update.peers)
+    rows = []
+    for index, peer in enumerate(update.peers):
+        losses = prototype_losses(model, prototypes, known,
+                                  head_state(update.states[index + 1][0], prefix))
+        claim = update.claims.get(peer)
+        rows.append([None if claim is not None and claim[c] > 0 else loss
+                     for c, loss in enumerate(losses)])
+    return largest_excess(rows)
+
+
+def scores_under_attack(cell: robustness.Cell,
+                        scorer=unclaimed_held_scores) -> dict[str, list[float]]:
+    """The full attack, with every receiver's `scorer` scores of the neighbours its screens
+    before influence kept: {"attacker": [...], "honest": [...]}."""
     found: dict[str, list[float]] = {"attacker": [], "honest": []}
     influence = intake.SCREENS["influence"]
     attackers = cell.attacker_ids
 
     def scoring(algorithm, model, update):
-        for peer, score in zip(update.peers, unclaimed_held_scores(algorithm, model, update),
-                               strict=True):
+        for peer, score in zip(update.peers, scorer(algorithm, model, update), strict=True):
             if score is not None:
                 found["attacker" if peer in attackers else "honest"].append(score)
         return influence(algorithm, model, update)
@@ -104,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("keys", nargs="+", help="label_flip cell keys of experiments.robustness")
     parser.add_argument("--scores", action="store_true",
                         help="the full attack, scored on each receiver's unclaimed classes")
+    parser.add_argument("--head-scores", action="store_true",
+                        help="the full attack, each neighbour's classifier scored on the "
+                             "global prototypes of the classes it does not claim")
     args = parser.parse_args(argv)
     cells = {}
     for key in args.keys:
@@ -114,14 +159,16 @@ def main(argv: list[str] | None = None) -> int:
                          "(split/Nx/topology/rule/attack/sSEED[/noplan])")
         if cells[key].attack != "label_flip":
             parser.error(f"{key}: not a label_flip cell")
-    if args.scores:
+    if args.scores or args.head_scores:
         for key, cell in cells.items():
-            found = scores_under_attack(cell)
+            found = scores_under_attack(cell, unclaimed_head_scores if args.head_scores
+                                        else unclaimed_held_scores)
             for who, values in found.items():
                 print(key, who, json.dumps({
                     "judged": len(values), "median": round(statistics.median(values), 3),
                     "above 2": sum(v > 2 for v in values),
-                    "95th percentile": round(statistics.quantiles(values, n=20)[-1], 3)}))
+                    "95th percentile": round(statistics.quantiles(values, n=20)[-1], 3),
+                    "largest": round(max(values), 3)}))
         return 0
     committed = {}
     for line in RESULTS.read_text().splitlines():

@@ -310,6 +310,17 @@ def test_the_diagnosis_strips_the_label_flippers_prototypes_and_keeps_its_model(
     assert without_prototypes(ProFe, "sign_flip") is not flipper.__class__
 
 
+def test_the_head_diagnosis_scores_a_loss_against_the_median_of_the_others_on_its_class():
+    from experiments.diagnose_label_flip import largest_excess
+    rows = [[1.0, None, 0.5], [2.0, 5.0, 0.5], [4.0, 1.0, None], [None, 3.0, 0.5]]
+    # row 0: class 0 against median(2, 4) = 3 -> -2; class 2 against median(0.5, 0.5) -> 0
+    # row 1: class 0 against median(1, 4) -> -0.5; class 1 against median(1, 3) = 2 -> +3
+    # row 2: class 0 against median(1, 2) -> +2.5; class 1 against median(5, 3) = 4 -> -3
+    # row 3: class 1 against median(5, 1) = 3 -> 0; class 2 against median(0.5, 0.5) -> 0
+    assert largest_excess(rows) == [0.0, 3.0, 2.5, 0.0]
+    assert largest_excess([[1.0], [2.0]]) == [None, None]  # one other: nothing to judge by
+
+
 def test_the_diagnosis_refuses_a_key_that_is_no_label_flip_cell_in_one_line(capsys):
     from experiments.diagnose_label_flip import main
     for key, named in (("nonsense", "not a cell key"),
