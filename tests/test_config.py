@@ -81,6 +81,7 @@ def test_wrong_types_are_named(tmp_path, text, key):
     ("[aggregation]\nvalidation = -1", "aggregation.validation"),
     ("[aggregation]\njudged_per_round = -1", "aggregation.judged_per_round"),
     ("[aggregation]\njudged_per_round = 2.5", "aggregation.judged_per_round"),
+    ("[aggregation]\nheld_mates = true", "aggregation.held_mates"),
 ])
 def test_impossible_values_are_named(tmp_path, text, key):
     path = write(tmp_path, text)
