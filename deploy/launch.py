@@ -235,7 +235,8 @@ def _preloading(show):
     """`show`, which also loads the drawing libraries once every node has recorded round 0:
     after start-up, while the nodes train, so neither start-up nor the end waits for it.
     Only where this machine has a core beyond one per node: with fewer, loading them slows
-    the rounds (5 nodes on 2 cores: 0.44 s a round against 0.50), so they load at the end."""
+    the rounds (5 nodes on 2 cores: 0.49 to 0.52 s a round against 0.43 to 0.45 without),
+    so they load at the end."""
     loaded = False
 
     def show_and_preload(results) -> None:

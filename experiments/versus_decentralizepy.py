@@ -8,7 +8,9 @@ The task on both sides: 5 nodes on this machine, fully connected, 3 rounds, MNIS
 node (batch 64, lr 0.01, momentum 0.9), then every node averages its model with all the
 others' (protofed: FedAvg, examples/custom/fedavg-mlp-mnist.toml; decentralizepy: D-PSGD,
 whose Metropolis-Hastings weights are 1/5 each here, experiments/decentralizepy_mnist/).
-Runs alternate, protofed first, `--pairs` times. Per run, from outside:
+Runs alternate, `--pairs` times: protofed, decentralizepy, then protofed again without its
+end-of-run pictures (report.pictures = false; decentralizepy draws none). Per run, from
+outside:
 - start-up to round 0: launch (Unix time before the command starts) to the moment the last
   node is ready to train. protofed: the latest rounds[0].recorded_at of the node records
   (the untrained model evaluated, the peers' handshake done); decentralizepy: the latest
@@ -63,6 +65,10 @@ CONFIG = REPO / "examples" / "custom" / "fedavg-mlp-mnist.toml"
 LAUNCH = REPO / "experiments" / "decentralizepy_mnist" / "launch.py"
 DEFAULT_DPY_PYTHON = "/work/dpy/venv/bin/python"
 NODES, ROUNDS = 5, 3
+# decentralizepy draws nothing; protofed's default draws the run's pictures at its end, so
+# each pair also runs protofed without them (report.pictures = false)
+NO_PICTURES = "protofed, no pictures"
+SIDES = ("protofed", "decentralizepy", NO_PICTURES)
 SAMPLE_EVERY = 1.0  # seconds between memory samples
 RUN_LIMIT = 1800  # seconds before a run is stopped as hung
 INSTALL = ("git clone https://github.com/sacs-epfl/decentralizepy /work/dpy/src; python3 -m "
@@ -134,20 +140,23 @@ def memory_figures(samples: dict, nodes: list[int]) -> dict:
             "peak_total_pss_mib": round(samples["peak_pss"] / MIB, 1)}
 
 
-def run_protofed(workdir: Path, pair: int, data_dir: str) -> dict:
-    """One `protofed up` of the FedAvg MLP config, measured."""
-    run_id = f"versus-{pair}"
+def run_protofed(workdir: Path, pair: int, data_dir: str, side: str = "protofed") -> dict:
+    """One `protofed up` of the FedAvg MLP config, measured; side NO_PICTURES: with
+    report.pictures = false."""
+    run_id = f"versus-{pair}" + ("-no-pictures" if side == NO_PICTURES else "")
     results = workdir / "protofed"
     command = [sys.executable, "-m", "deploy.cli", "up", "-c", str(CONFIG), "--run-id", run_id,
                "--set", f"data.dir={json.dumps(data_dir)}",
                "--set", f"deploy.results_dir={json.dumps(str(results))}"]
+    if side == NO_PICTURES:
+        command += ["--set", "report.pictures=false"]
     launched, samples, cpu, _ = measured(command, dict(os.environ))
     run_dir = results / run_id
     records = [json.loads((run_dir / f"node-{i}.json").read_text()) for i in range(NODES)]
     pids = [int(p) for p in json.loads((run_dir / "run.json").read_text())["pids"].values()]
     ready = max(r["rounds"][0]["recorded_at"] for r in records)
     last = max(r["rounds"][ROUNDS]["recorded_at"] for r in records)
-    return {"side": "protofed", "pair": pair, "startup_s": round(ready - launched, 2),
+    return {"side": side, "pair": pair, "startup_s": round(ready - launched, 2),
             "seconds_per_round": round((last - ready) / ROUNDS, 3),
             "cpu_s": round(cpu, 1), "cpu_sampled_s": samples["cpu_sampled_s"],
             **memory_figures(samples, pids),
@@ -241,13 +250,19 @@ def median_of(runs: list[dict], side: str, key: str) -> float:
     return statistics.median(r[key] for r in runs if r["side"] == side)
 
 
-def pair_ratios(runs: list[dict], key: str) -> list[float]:
-    """protofed / decentralizepy of one figure, pair by pair."""
+def pair_ratios(runs: list[dict], key: str, side: str = "protofed") -> list[float]:
+    """`side` / decentralizepy of one figure, pair by pair."""
     by_pair: dict[int, dict[str, float]] = {}
     for run in runs:
         by_pair.setdefault(run["pair"], {})[run["side"]] = run[key]
-    return [sides["protofed"] / sides["decentralizepy"] for sides in by_pair.values()
-            if len(sides) == 2 and sides["decentralizepy"]]
+    return [sides[side] / sides["decentralizepy"] for sides in by_pair.values()
+            if side in sides and sides.get("decentralizepy")]
+
+
+def median_ratio(runs: list[dict], key: str, side: str) -> str:
+    """The median over pairs of `side` / decentralizepy, as the table shows it."""
+    ratios = pair_ratios(runs, key, side)
+    return f"{statistics.median(ratios):.2f}x" if ratios else "-"
 
 
 def figure(value: float) -> str:
@@ -260,21 +275,28 @@ def figure(value: float) -> str:
 def render(results: dict) -> str:
     """table.md: the medians, the ratios, every run, and how the sides differ."""
     runs = results["runs"]
+    bare = any(r["side"] == NO_PICTURES for r in runs)
     lines = ["# protofed beside decentralizepy", "",
              (f"Produced by `{results['command']}` on {results['cpus']} cores, "
-             f"{results['pairs']} interleaved pairs (protofed first). Task: {NODES} nodes, "
-             f"fully connected, {ROUNDS} rounds, MNIST, the 784-256-128-10 MLP "
-             f"({results['parameters']:,} parameters), one epoch of SGD per round on 2,880 "
+             f"{results['pairs']} interleaved pairs (protofed first"
+             + (", protofed without its pictures last" if bare else "")
+             + f"). Task: {NODES} nodes, fully connected, {ROUNDS} rounds, MNIST, the "
+             f"784-256-128-10 MLP ({results['parameters']:,} parameters), one epoch of SGD per round on 2,880 "
              "images per node (45 steps of 64, lr 0.01, momentum 0.9), then equal-weight "
              "averaging with every other node. See experiments/versus_decentralizepy.py for "
              "how each figure is measured."), "",
              ("| figure | protofed (median) | decentralizepy (median) | "
-              "protofed / decentralizepy (median over pairs) |"), "|---|---|---|---|"]
+              "protofed / decentralizepy (median over pairs) |"
+              + (" protofed, no pictures (median) | the same / decentralizepy |"
+                 if bare else "")), "|---|---|---|---|" + ("---|---|" if bare else "")]
     for label, key in ROWS:
-        ratios = pair_ratios(runs, key)
-        ratio = f"{statistics.median(ratios):.2f}x" if ratios else "-"
-        lines.append(f"| {label} | {figure(median_of(runs, 'protofed', key))} | "
-                     f"{figure(median_of(runs, 'decentralizepy', key))} | {ratio} |")
+        row = (f"| {label} | {figure(median_of(runs, 'protofed', key))} | "
+               f"{figure(median_of(runs, 'decentralizepy', key))} | "
+               f"{median_ratio(runs, key, 'protofed')} |")
+        if bare:
+            row += (f" {figure(median_of(runs, NO_PICTURES, key))} | "
+                    f"{median_ratio(runs, key, NO_PICTURES)} |")
+        lines.append(row)
     lines += ["", "Every run:", "",
               ("| pair | side | start-up (s) | s/round | CPU (s) | CPU sampled (s) | "
                "USS/node (MiB) | USS max (MiB) | PSS (MiB) | bytes/node | accuracy | wall (s) |"),
@@ -352,6 +374,19 @@ def round_budget(results: dict) -> str:
                else f"{cpu_share - groups['training']:.3f} beside its training."))
 
 
+def without_pictures(results: dict) -> str:
+    """The sentence on protofed without its end-of-run pictures ("" where not measured)."""
+    runs = results["runs"]
+    if not any(r["side"] == NO_PICTURES for r in runs):
+        return ""
+    cpu, per_round = (median_of(runs, NO_PICTURES, key)
+                      for key in ("cpu_s", "seconds_per_round"))
+    return (f"Without the run's pictures, which protofed draws when its nodes are done "
+            f"(`report.pictures = false`; decentralizepy draws none), protofed's total CPU is "
+            f"{cpu:.2f} s ({median_ratio(runs, 'cpu_s', NO_PICTURES)}) and a round "
+            f"{per_round:.3f} s ({median_ratio(runs, 'seconds_per_round', NO_PICTURES)}).")
+
+
 DOCS_ROWS = (("startup_s", "{:.2f}", " s"), ("seconds_per_round", "{:.3f}", " s"),
              ("cpu_s", "{:.2f}", " s"), ("uss_per_node_mib", "{:.0f}", " MiB"),
              ("peak_total_pss_mib", "{:.0f}", " MiB"),
@@ -401,10 +436,10 @@ def main(argv: list[str] | None = None) -> int:
                "parameters": mlp_parameters(), "runs": []}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
-            for side in ("protofed", "decentralizepy"):
-                run = (run_protofed(Path(tmp), pair, data_dir) if side == "protofed" else
-                       run_decentralizepy(args.decentralizepy_python, Path(tmp), pair,
-                                          data_dir))
+            for side in SIDES:
+                run = (run_decentralizepy(args.decentralizepy_python, Path(tmp), pair,
+                                          data_dir) if side == "decentralizepy" else
+                       run_protofed(Path(tmp), pair, data_dir, side))
                 print(json.dumps(run), flush=True)
                 results["runs"].append(run)
     args.out.mkdir(parents=True, exist_ok=True)

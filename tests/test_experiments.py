@@ -735,6 +735,7 @@ def test_the_docs_side_by_side_is_the_committed_reports():
     assert versus_decentralizepy.docs_table(results) in page, \
         "docs/experiments.md's decentralizepy table: paste versus_decentralizepy.docs_table"
     assert versus_decentralizepy.round_budget(results) in page
+    assert versus_decentralizepy.without_pictures(results) in page
 
 
 def test_the_side_by_side_without_decentralizepy_says_how_to_install_it(tmp_path):
