@@ -275,25 +275,26 @@ def figure(value: float) -> str:
 def render(results: dict) -> str:
     """table.md: the medians, the ratios, every run, and how the sides differ."""
     runs = results["runs"]
-    bare = any(r["side"] == NO_PICTURES for r in runs)
+    pictureless = any(r["side"] == NO_PICTURES for r in runs)
     lines = ["# protofed beside decentralizepy", "",
              (f"Produced by `{results['command']}` on {results['cpus']} cores, "
              f"{results['pairs']} interleaved pairs (protofed first"
-             + (", protofed without its pictures last" if bare else "")
+             + (", protofed without its pictures last" if pictureless else "")
              + f"). Task: {NODES} nodes, fully connected, {ROUNDS} rounds, MNIST, the "
-             f"784-256-128-10 MLP ({results['parameters']:,} parameters), one epoch of SGD per round on 2,880 "
-             "images per node (45 steps of 64, lr 0.01, momentum 0.9), then equal-weight "
-             "averaging with every other node. See experiments/versus_decentralizepy.py for "
-             "how each figure is measured."), "",
+             f"784-256-128-10 MLP ({results['parameters']:,} parameters), one epoch of SGD "
+             "per round on 2,880 images per node (45 steps of 64, lr 0.01, momentum 0.9), "
+             "then equal-weight averaging with every other node. See "
+             "experiments/versus_decentralizepy.py for how each figure is measured."), "",
              ("| figure | protofed (median) | decentralizepy (median) | "
               "protofed / decentralizepy (median over pairs) |"
               + (" protofed, no pictures (median) | the same / decentralizepy |"
-                 if bare else "")), "|---|---|---|---|" + ("---|---|" if bare else "")]
+                 if pictureless else "")),
+             "|---|---|---|---|" + ("---|---|" if pictureless else "")]
     for label, key in ROWS:
         row = (f"| {label} | {figure(median_of(runs, 'protofed', key))} | "
                f"{figure(median_of(runs, 'decentralizepy', key))} | "
                f"{median_ratio(runs, key, 'protofed')} |")
-        if bare:
+        if pictureless:
             row += (f" {figure(median_of(runs, NO_PICTURES, key))} | "
                     f"{median_ratio(runs, key, NO_PICTURES)} |")
         lines.append(row)
@@ -401,8 +402,8 @@ def docs_table(results: dict) -> str:
         scale = 1e6 if key == "bytes_sent_per_node" else 1
         ours, theirs = (form.format(median_of(results["runs"], side, key) / scale)
                         for side in ("protofed", "decentralizepy"))
-        ratio = ("" if key == "accuracy" else
-                 f" ({statistics.median(pair_ratios(results['runs'], key)):.2f}x)")
+        ratio = ("" if key == "accuracy"
+                 else f" ({median_ratio(results['runs'], key, 'protofed')})")
         cells.append(f"{ours} / {theirs}{unit}{ratio}")
     return ("| start-up to round 0 | seconds per round | total CPU | private memory per node "
             "| peak total PSS | bytes sent | final accuracy |\n|---|---|---|---|---|---|---|\n"
