@@ -23,8 +23,9 @@ def _bytes(nodes: list[dict]) -> list[tuple[int, int, int, int]]:
 
 @pytest.mark.integration
 def test_a_run_from_python_outside_the_checkout_has_the_command_lines_bytes(tmp_path, data_dir):
-    # deploy.memory skips the memory probe (seconds per run); the bytes do not depend on it
-    settings = ["rounds=2", "data.subset=1000", 'deploy.memory="512m"',
+    # deploy.memory skips the memory probe (seconds per run) and pictures are not drawn (2 CPU
+    # s a run): the bytes depend on neither
+    settings = ["rounds=2", "data.subset=1000", 'deploy.memory="512m"', "report.pictures=false",
                 "model.teacher_channels=[4, 8]", f"deploy.results_dir={tmp_path / 'results'}"]
     script = (f"import json, protofed\n"
               f"run = protofed.run({str(QUICK)!r}, overrides={settings!r}, run_id='api', "

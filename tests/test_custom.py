@@ -240,7 +240,8 @@ def test_the_example_mlp_trains_in_a_federation(algorithm, data_dir, tmp_path, m
 def test_protofed_up_runs_the_example_model_and_dataset_with_nothing_of_protofed_edited(
         tmp_path):
     done = protofed("up", "-c", EXAMPLE / "mlp-small-mnist.toml", "--set", "nodes=2",
-                    "--set", "rounds=1", "--set", "data.subset=2000",
+                    "--set", "rounds=1", "--set", "data.subset=2000", "--set",
+                    "report.pictures=false",
                     "--set", f"deploy.results_dir={tmp_path}", "--run-id", "mlp", timeout=240)
     assert done.returncode == 0, done.stderr
     assert sum(line.endswith(" finished") for line in done.stdout.splitlines()) == 2
