@@ -59,7 +59,6 @@ from torch import nn
 from node.aggregation import clipping_radius
 from node.algorithms.base import Algorithm, Payload
 from node.defences import (
-    HELD_FLOOR,
     LOSS_FLOOR,
     SPREAD_QUORUM,
     class_excess_scores,
@@ -206,7 +205,7 @@ def estimated_limits(algorithm: Algorithm, trained: torch.Tensor,
         # says the receivers have too few in-neighbours for a spread (a ring), the margin
         few = len(seen) < SPREAD_QUORUM
         bars.append(settings.held_influence if few else min(settings.held_influence,
-                                                            HELD_FLOOR))
+                                                            settings.held_floor))
     influence = EDGE * min(bars) if bars else None
     return Limits(norm, distance, influence=influence, layers=layers, like=like)
 
@@ -343,12 +342,13 @@ def excess_row(losses: Callable[[torch.Tensor], list[float | None]], receiver: t
             for c, (a, b) in enumerate(zip(mixed, base, strict=True))]
 
 
-def mates_bar(scores: Sequence[float | None], mates: Sequence[int], margin: float) -> float:
+def mates_bar(scores: Sequence[float | None], mates: Sequence[int], margin: float,
+              floor: float) -> float:
     """The highest held-class score a receiver keeps under aggregation.held_mates: the
     spread bar (`node.defences.spread_bar`), or where higher the cover of the scored
     `mates` (indices into `scores`; `node.defences.mates_cover`, as `shared_with_mates`
     applies it)."""
-    bar = spread_bar(scores, margin)
+    bar = spread_bar(scores, margin, floor)
     cover = mates_cover([scores[i] for i in mates if scores[i] is not None], bar)
     return bar if cover is None else max(bar, cover)
 
@@ -364,13 +364,13 @@ class StandIn:
 
 def mates_shifts(losses: Callable[[torch.Tensor], list[float | None]],
                  candidates: Sequence[torch.Tensor], own: frozenset[int],
-                 stand_ins: Mapping[int, StandIn], margin: float, influence: float
-                 ) -> dict[int, torch.Tensor | None]:
+                 stand_ins: Mapping[int, StandIn], margin: float, influence: float,
+                 floor: float) -> dict[int, torch.Tensor | None]:
     """Per receiver, the first of `candidates` (largest shift first) whose estimated scores
     pass at that receiver: on its claimed classes, under `mates_bar` among the others'
     scores (its class-mates: those claiming one of `own`); on the classes it lacks, within
     the influence screen's `influence` of the others (0: no such screen); None where none
-    does."""
+    does. `margin` and `floor`: the receivers' held_influence and held_floor."""
     chosen: dict[int, torch.Tensor | None] = {}
     for receiver, stand_in in stand_ins.items():
         others = [s for peer, s in stand_ins.items() if peer != receiver]
@@ -384,7 +384,8 @@ def mates_shifts(losses: Callable[[torch.Tensor], list[float | None]],
         for sent in candidates:
             held = class_excess_scores([*rows["held"], excess_row(
                 losses, stand_in.model, base, sent, stand_in.classes)])
-            if held[-1] is not None and held[-1] > EDGE * mates_bar(held, mates, margin):
+            if held[-1] is not None and held[-1] > EDGE * mates_bar(held, mates, margin,
+                                                                     floor):
                 continue
             if influence > 0:
                 lack = class_excess_scores([*rows["lacked"], excess_row(
@@ -483,7 +484,7 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             own = frozenset(c for c, n in enumerate(counts) if n > 0)
             chosen = mates_shifts(prototype_loss_of(self), [*candidates, trained], own,
                                   self.stand_ins, settings.held_influence,
-                                  getattr(settings, "influence", 0.0))
+                                  getattr(settings, "influence", 0.0), settings.held_floor)
             # where nothing passes, what is likeliest kept: its honest model
             return {peer: trained if sent is None else sent for peer, sent in chosen.items()}
 

@@ -59,7 +59,7 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # how many in-neighbours a node judges a round: more than any cell here has).
 OFF = {"validation": 0.0, "distance": 0.0, "distance_refuse": 1.0, "influence": 0.0,
        "prototype_validation": False, "unjudged": "keep", "claim_cap": 2.0, "norm_floor": 0.0,
-       "held_influence": 0.0, "held_mates": False, "judged_per_round": 20}
+       "held_influence": 0.0, "held_floor": 0.4, "held_mates": False, "judged_per_round": 20}
 DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "validated": {**OFF, "rule": "mean", "validation": 0.5},
             "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},
@@ -86,6 +86,9 @@ DEFENCES["floored"] = {**DEFENCES["guarded_wide"], "norm_floor": 3.0}
 DEFENCES["guarded_own"] = {**DEFENCES["guarded_wide"], "held_influence": 1.5}
 # ... at most 3 nats: on Dirichlet 0.5 honest mixes raise a held class by more than 1.5
 DEFENCES["guarded_own3"] = {**DEFENCES["guarded_wide"], "held_influence": 3.0}
+# guarded_own3 whose held-class bar never falls below 1 nat (aggregation.held_floor): on
+# ProFe's paper cell honest holders of a confusable class score about 0.5 there
+DEFENCES["guarded_own3_floor1"] = {**DEFENCES["guarded_own3"], "held_floor": 1.0}
 # guarded_own3 keeping a score the neighbour's class-mates share (aggregation.held_mates)
 DEFENCES["guarded_mates"] = {**DEFENCES["guarded_own3"], "held_mates": True}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.

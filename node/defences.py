@@ -168,17 +168,15 @@ def class_excess_scores(excess: Sequence[Sequence[float | None]]) -> list[float 
     return scores
 
 
-# The held-class influence bar never falls below this many nats: where every honest mix
-# changes a class alike (a spread of 0), noise just above it must not refuse anyone.
-HELD_FLOOR = 0.4
-# ... and sits this many median absolute deviations above the median score.
+# The held-class influence bar sits this many median absolute deviations above the median
+# score (and never below aggregation.held_floor).
 HELD_SPREAD = 8.0
 # The spread of fewer scores than this says nothing (a ring's two in-neighbours: one
 # honest neighbour of other classes is as far from the other as an attacker): `margin`.
 SPREAD_QUORUM = 4
 
 
-def spread_bar(scores: Sequence[float | None], margin: float, floor: float = HELD_FLOOR,
+def spread_bar(scores: Sequence[float | None], margin: float, floor: float,
                spread: float = HELD_SPREAD) -> float:
     """The score above which an in-neighbour is out of line with the others: the median of
     this node's own (0) and every score, plus `spread` median absolute deviations, never
@@ -187,7 +185,8 @@ def spread_bar(scores: Sequence[float | None], margin: float, floor: float = HEL
     nats (the spread is wide: `margin` binds); once the federation agrees they move them
     alike, and one that moves them by a multiple of the others' spread stands out however
     small the absolute amount (a robust z-score: one attacker among the scores barely moves
-    a median or a MAD)."""
+    a median or a MAD). Where every honest mix changes a class alike (a spread of 0), the
+    floor keeps noise just above it from refusing anyone."""
     measured = [s for s in scores if s is not None]
     if len(measured) < SPREAD_QUORUM:
         return margin

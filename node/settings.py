@@ -249,9 +249,13 @@ class AggregationConfig:
     """A peer's model averaged with this node's own (at their weights) may raise the loss on
     this node's samples of one class it holds beyond the class's median in-neighbour's by at
     most the in-neighbours' spread (their median score plus 8 median absolute deviations,
-    never below 0.4 nats; with fewer than four in-neighbours, no spread) and never by more
+    never below held_floor; with fewer than four in-neighbours, no spread) and never by more
     than this many nats; else it is refused with its prototypes that round (0: never); in
     [0, 100]."""
+    held_floor: float = 0.4
+    """The least bar of held_influence, in nats, however alike the in-neighbours' scores:
+    once the federation agrees, an honest holder of a class confusable with one of this
+    node's raises it by about half a nat; in [0, 100]."""
     held_mates: bool = False
     """Where held_influence is on, a peer above its bar is kept when at least two other
     in-neighbours claiming one of its classes score above the bar too (their lower median)

@@ -82,6 +82,8 @@ def test_wrong_types_are_named(tmp_path, text, key):
     ("[aggregation]\njudged_per_round = -1", "aggregation.judged_per_round"),
     ("[aggregation]\njudged_per_round = 2.5", "aggregation.judged_per_round"),
     ("[aggregation]\nheld_mates = true", "aggregation.held_mates"),
+    ("[aggregation]\nheld_floor = -0.5", "aggregation.held_floor"),
+    ("[aggregation]\nheld_floor = 101", "aggregation.held_floor"),
 ])
 def test_impossible_values_are_named(tmp_path, text, key):
     path = write(tmp_path, text)

@@ -387,10 +387,10 @@ def test_the_mates_bar_is_twice_the_mates_lower_median_only_where_two_are_above_
     # node's 0 and the scores 0.1, deviation 0, so the spread bar is its floor 0.4; the
     # mates' lower median 0.65 (of two scored, the lower one)
     scores = [0.1] * 8 + [0.6, 0.7, 0.65, None]
-    assert attacks.mates_bar(scores, [8, 9, 10], 3.0) == pytest.approx(2 * 0.65)
-    assert attacks.mates_bar(scores, [8, 9, 11], 3.0) == pytest.approx(2 * 0.6)  # two
-    assert attacks.mates_bar(scores, [8, 11], 3.0) == pytest.approx(0.4)  # one scored
-    assert attacks.mates_bar(scores, [0, 1, 2], 3.0) == pytest.approx(0.4)  # under the bar
+    assert attacks.mates_bar(scores, [8, 9, 10], 3.0, 0.4) == pytest.approx(2 * 0.65)
+    assert attacks.mates_bar(scores, [8, 9, 11], 3.0, 0.4) == pytest.approx(2 * 0.6)  # two
+    assert attacks.mates_bar(scores, [8, 11], 3.0, 0.4) == pytest.approx(0.4)  # one scored
+    assert attacks.mates_bar(scores, [0, 1, 2], 3.0, 0.4) == pytest.approx(0.4)  # under the bar
 
 
 def test_mates_shift_lifts_each_receiver_as_far_as_its_class_mates_cover():
@@ -410,16 +410,16 @@ def test_mates_shift_lifts_each_receiver_as_far_as_its_class_mates_cover():
         return found
     candidates = [torch.tensor([shift, 0.0, 0.0]) for shift in (4.0, 2.0, 1.0, 0.5)]
     chosen = attacks.mates_shifts(lambda v: v.tolist(), candidates, frozenset({1}),
-                                  stand_ins(1), 3.0, 0.0)
+                                  stand_ins(1), 3.0, 0.0, 0.4)
     assert chosen[10] is candidates[1]
     chosen = attacks.mates_shifts(lambda v: v.tolist(), candidates, frozenset({1}),
-                                  stand_ins(2), 3.0, 0.0)
+                                  stand_ins(2), 3.0, 0.0, 0.4)
     assert chosen[10] is candidates[3]
     # the influence screen on the class the receiver lacks (2): a candidate raising it by
     # 0.5 x 4 = 2 beyond the others' 0 is past 0.95 x 1.5; none passes at 1.0 x 4
     lifted = [torch.tensor([0.5, 0.0, 4.0])]
     assert attacks.mates_shifts(lambda v: v.tolist(), lifted, frozenset({1}), stand_ins(1),
-                                3.0, 1.5)[10] is None
+                                3.0, 1.5, 0.4)[10] is None
 
 
 def test_mates_shift_sends_each_receiver_its_own_model_and_the_rest_the_common_one():

@@ -97,7 +97,8 @@ class Head(nn.Module):
 
 def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
           known=(False, False, True), distance_refuse=1.0, prototype_validation=False,
-          validation=0.0, unjudged="hold", held_influence=0.0, held_mates=False):
+          validation=0.0, unjudged="hold", held_influence=0.0, held_mates=False,
+          held_floor=0.4):
     # samples of the classes `held` as one-hot inputs; the global prototypes of the
     # classes `known` are the one-hot vectors
     y = torch.tensor(held)
@@ -107,7 +108,7 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 
                                         use_plan=use_plan, unjudged=unjudged,
                                         prototype_validation=prototype_validation,
                                         held_influence=held_influence,
-                                        held_mates=held_mates)
+                                        held_mates=held_mates, held_floor=held_floor)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
                                      topology=types.SimpleNamespace(hub=None),
@@ -168,14 +169,16 @@ def test_the_held_class_bar_is_the_median_plus_eight_deviations_between_floor_an
     # values {0, .1, .15, .2, 5}: median .15, deviations {.15, .05, 0, .05, 4.85}, their
     # median .05: .15 + 8 x .05 = .55, inside [.4, 1.5]; a peer without a score (None) is
     # not counted
-    assert spread_bar([0.1, 0.2, None, 5.0, 0.15], 1.5) == pytest.approx(0.55)
+    assert spread_bar([0.1, 0.2, None, 5.0, 0.15], 1.5, 0.4) == pytest.approx(0.55)
+    # ... and under a floor of 1 nat, the floor
+    assert spread_bar([0.1, 0.2, None, 5.0, 0.15], 1.5, 1.0) == pytest.approx(1.0)
     # every mix alike (a spread of 0): the floor, .4, not 0
-    assert spread_bar([0.0, 0.0, 0.0, 2.0], 1.5) == pytest.approx(0.4)
+    assert spread_bar([0.0, 0.0, 0.0, 2.0], 1.5, 0.4) == pytest.approx(0.4)
     # early rounds, mixes anywhere from -3 to 4 nats: median 0, deviation 2, 16 > the margin
-    assert spread_bar([-3.0, 2.0, -1.0, 4.0], 1.5) == pytest.approx(1.5)
+    assert spread_bar([-3.0, 2.0, -1.0, 4.0], 1.5, 0.4) == pytest.approx(1.5)
     # fewer than four scores (a ring's two in-neighbours): their spread says nothing
-    assert spread_bar([0.1, 0.2, 5.0], 1.5) == pytest.approx(1.5)
-    assert spread_bar([0.0, 0.0, None, None], 1.5) == pytest.approx(1.5)
+    assert spread_bar([0.1, 0.2, 5.0], 1.5, 0.4) == pytest.approx(1.5)
+    assert spread_bar([0.0, 0.0, None, None], 1.5, 0.4) == pytest.approx(1.5)
 
 
 def test_held_influence_refuses_a_lift_that_validation_cannot_see():
@@ -209,6 +212,9 @@ def test_held_influence_refuses_a_lift_that_validation_cannot_see():
     assert f"{excess:.3g} nats" in refusal.reason and "at most 0.4" in refusal.reason
     # a margin below the floor binds: 0.3; the bar never rises above the margin
     assert "at most 0.3" in run(held_influence=0.3).refusals[0].reason
+    # a floor of 1 nat (aggregation.held_floor) keeps the lift's 0.62
+    assert run(held_influence=1.5, held_floor=1.0).peers == [1, 2, 3, 4]
+    assert run(held_influence=1.5, held_floor=0.6).peers == [1, 2, 4]
     # two in-neighbours, as on a ring: no spread to measure, the margin alone
     assert run(peers=(1, 3), held_influence=1.5).peers == [1, 3]
     assert run(peers=(1, 3), held_influence=0.5).peers == [1]
@@ -527,10 +533,11 @@ def test_gather_keeps_the_decoded_models_only_while_the_in_neighbours_fit_the_bu
 
 
 def test_an_attacker_that_knows_the_held_class_screen_keeps_under_its_floor():
-    # it cannot see the receivers' spread; what always passes is the floor (0.4 nats)
-    def limits(influence, held, seen=4):
+    # it cannot see the receivers' spread; what always passes is the floor (held_floor)
+    def limits(influence, held, seen=4, floor=0.4):
         aggregation = types.SimpleNamespace(norm_bound=0.0, rule="mean", distance=0.0,
-                                            influence=influence, held_influence=held)
+                                            influence=influence, held_influence=held,
+                                            held_floor=floor)
         algorithm = types.SimpleNamespace(config=types.SimpleNamespace(
             aggregation=aggregation), model=nn.Linear(2, 2))
         return attacks.estimated_limits(algorithm, torch.zeros(6), None,
@@ -538,6 +545,7 @@ def test_an_attacker_that_knows_the_held_class_screen_keeps_under_its_floor():
 
     assert limits(1.5, 0.0) == pytest.approx(attacks.EDGE * 1.5)
     assert limits(1.5, 1.5) == pytest.approx(attacks.EDGE * 0.4)
+    assert limits(1.5, 3.0, floor=1.0) == pytest.approx(attacks.EDGE * 1.0)
     assert limits(0.0, 0.3) == pytest.approx(attacks.EDGE * 0.3)
     assert limits(0.0, 0.0) is None
     # two in-neighbours of its own (a ring): the receivers' bar is the margin

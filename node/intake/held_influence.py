@@ -60,7 +60,7 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
         scratch.load_state_dict(mixed(own, state, mixing_share(own_weight, float(weight))))
         rows.append(excess(held_class_losses(scratch, x, y, classes, batch), base))
     scores = class_excess_scores(rows)
-    bar = spread_bar(scores, margin)
+    bar = spread_bar(scores, margin, algorithm.config.aggregation.held_floor)
     kept: set[int] = set()
     if algorithm.config.aggregation.held_mates:
         claimed = [{c for c, w in enumerate(peer_class_weights(algorithm, update, i)) if w > 0}
