@@ -253,9 +253,9 @@ class AggregationConfig:
     than this many nats; else it is refused with its prototypes that round (0: never); in
     [0, 100]."""
     held_floor: float = 0.4
-    """The least bar of held_influence, in nats, however alike the in-neighbours' scores:
-    once the federation agrees, an honest holder of a class confusable with one of this
-    node's raises it by about half a nat; in [0, 100]."""
+    """The least bar of held_influence, in nats, however alike the in-neighbours' scores.
+    On ProFe's paper cell an honest holder of a class confusable with one of this node's
+    scores about 0.5 once the federation agrees: a floor of 1 keeps it; in [0, 100]."""
     held_mates: bool = False
     """Where held_influence is on, a peer above its bar is kept when at least two other
     in-neighbours claiming one of its classes score above the bar too (their lower median)
