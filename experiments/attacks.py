@@ -35,13 +35,18 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   within MATE_FACTOR times its class-mates' lower median score where that is above the
   bar; each receiver gets its own model);
 - data attacks: label_flip (trains on labels c -> C-1-c, so its model and prototypes lie
-  together), free_rider (never trains; sends its first model every round);
+  together), flip_every_other (label_flip in odd rounds, honest in even ones: knows
+  aggregation.witnesses, which names a peer refused two rounds running), free_rider
+  (never trains; sends its first model every round);
 - prototype attacks, counts honest: proto_flip (each prototype negated), proto_swap (each
   class sent the prototype of the next class it has);
 - norm-bound probes: protozero (zero prototypes at the largest counts), protosmall
   (protozero that knows aggregation.norm_floor: each row its prototypes' mean direction, just
   above the floor its own prototypes estimate; zeros where there is no floor), scaled_model
   (model times 10), bounded_poison (every value 1e4, every count 2^31-1);
+- accuser: an honest model whose message names every other node as refused last round
+  (aggregation.witnesses: beside one honest witness it makes a quorum of two against
+  anyone);
 - withheld: not an attack but its ceiling, every update refused at the door.
 """
 
@@ -87,8 +92,8 @@ MODEL_ATTACKS = ("sign_flip", "ipm", "alie", "gaussian", "adaptive", "class_eras
 PROTOTYPE_ATTACKS = ("proto_flip", "proto_swap")
 PROBES = ("protozero", "protosmall", "scaled_model", "bounded_poison")
 FLOOR_EDGE = 1.05  # protosmall's rows this many times the floor it estimates
-ATTACKS = ("none", "withheld", *MODEL_ATTACKS, "label_flip", "free_rider",
-           *PROTOTYPE_ATTACKS, *PROBES)
+ATTACKS = ("none", "withheld", *MODEL_ATTACKS, "label_flip", "flip_every_other",
+           "free_rider", *PROTOTYPE_ATTACKS, *PROBES, "accuser")
 
 
 def flat(state: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -680,6 +685,25 @@ def attacker_class(base: type[Algorithm], attack: str) -> type[Algorithm]:
                     data, train_y=flipped_labels(data.train_y, data.num_classes)),
                     device, node_id)
         return Flipped
+    if attack == "flip_every_other":
+        class FlippedEveryOther(base):  # type: ignore[misc, valid-type]
+            def train_round(self, round_: int) -> dict[str, float]:
+                honest = getattr(self, "honest_data", self.data)
+                self.honest_data = honest
+                self.data = honest if round_ % 2 == 0 else dataclasses.replace(
+                    honest, train_y=flipped_labels(honest.train_y, honest.num_classes))
+                return super().train_round(round_)
+        return FlippedEveryOther
+    if attack == "accuser":
+        class Accuser(base):  # type: ignore[misc, valid-type]
+            @property
+            def refused_named(self) -> list[int]:  # what its model message names
+                return [n for n in range(self.config.nodes) if n != self.node_id]
+
+            @refused_named.setter
+            def refused_named(self, _named: list[int]) -> None:
+                pass  # what it really refused
+        return Accuser
     if attack == "free_rider":
         class FreeRider(base):  # type: ignore[misc, valid-type]
             stale: dict[str, Payload] | None = None

@@ -539,6 +539,9 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
            f"{c.aggregation.held_influence}")
     _check(0 <= c.aggregation.held_floor <= 100, source, "aggregation.held_floor",
            f"must be in [0, 100] nats, got {c.aggregation.held_floor}")
+    _check(0 <= c.aggregation.witnesses <= MAX_NODES, source, "aggregation.witnesses",
+           f"must be 0 (no witnesses) to {MAX_NODES} in-neighbours, got "
+           f"{c.aggregation.witnesses}")
     _check(not c.aggregation.held_mates or c.aggregation.held_influence > 0, source,
            "aggregation.held_mates", "needs aggregation.held_influence above 0: it keeps "
            "neighbours that screen refuses, and with held_influence = 0 there is none")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 # A class needs this many contributors (own included) before their median is its reference:
 # one outlier cannot move a median of three.
@@ -320,3 +320,20 @@ def distance_scores(distances: Sequence[float]) -> list[float]:
     reference = statistics.median([0.0, *distances]) if distances else 0.0
     return [d / reference if reference > 0 else (0.0 if d == 0 else math.inf)
             for d in distances]
+
+
+def witnessed(accusations: Mapping[int, Collection[int]], peers: Sequence[int],
+              quorum: int) -> dict[int, list[int]]:
+    """Each of `peers` that at least `quorum` of the other `peers` accuse (`accusations`:
+    sender -> the peers it refused last round), with its accusers. A peer's word on itself
+    does not count, nor the word of a sender outside `peers`."""
+    if quorum <= 0:
+        return {}
+    among = set(peers)
+    out = {}
+    for peer in peers:
+        accusers = sorted(s for s, named in accusations.items()
+                          if s in among and s != peer and peer in named)
+        if len(accusers) >= quorum:
+            out[peer] = accusers
+    return out

@@ -31,6 +31,7 @@ from node.data import Dataset, default_data_dir, load_dataset
 from node.data.folders import DATA_FILE, GLOBAL_TEST, node_folder, read_node, read_split
 from node.data.partition import FederatedSplit, split_of
 from node.federation import Federation
+from node.intake import witnesses
 from node.intake.drawn import only_drawn, round_draw
 from node.metrics import prediction_metrics
 from node.net.peers import RECEIVED, SENT, Peers
@@ -474,6 +475,7 @@ class Node:
         trained = self.clock.monotonic()
         missing: set[int] = set()
         refusals: list[dict] = []
+        judged: set[int] = set()  # whose model this node refused on its own judgement
         # the in-neighbours judged this round: drawn at the first step, kept for the rest
         draw: set[int] | None = None
         undrawn: set[int] = set()
@@ -481,8 +483,7 @@ class Node:
                    "aggregation_seconds": 0.0}
         for step, kinds in enumerate(algorithm.exchange_steps()):
             step_started = self.clock.monotonic()
-            own = {kind: payload for kind, payload in algorithm.payload().items()
-                   if kind in kinds}
+            own = self._own_payloads(algorithm, kinds)
             if me != hub:  # a hub sends what it aggregated from this step's updates
                 self._send(round_, kinds, own, recipients)
             received, step_missing, left_out, draw = self._collected(
@@ -494,7 +495,9 @@ class Node:
                 own = weightless(own, samples=0 if hub in received else 1)
             if received or not (joining or client):
                 with self.profile.phase("aggregation"):
-                    refusals += [r.as_record() for r in algorithm.aggregate(own, received)]
+                    step_refusals = algorithm.aggregate(own, received)
+                refusals += [r.as_record() for r in step_refusals]
+                judged |= witnesses.judged_refused(step_refusals)
             del received  # the neighbours' messages, before the next wait
             if me == hub:
                 clients = data.plan.samples[me] if data.plan else 1
@@ -502,6 +505,8 @@ class Node:
                            recipients)
             timings["communication_seconds"] += communicated - step_started
             timings["aggregation_seconds"] += self.clock.monotonic() - communicated
+        algorithm.refused_named = witnesses.repeated(judged, algorithm.refused_judged)
+        algorithm.refused_judged = judged
         fit = self._final_fit(round_, algorithm, data, timings)
         record = self._round_record(round_, algorithm, data, peers, train_stats, timings,
                                     sorted(missing), refusals)
@@ -510,6 +515,14 @@ class Node:
         if schedule is not None and schedule.participation.partial:
             record.participants = sorted(schedule.chosen(round_))
         return record
+
+    def _own_payloads(self, algorithm: Algorithm, kinds: tuple[str, ...]) -> dict[str, Payload]:
+        """This node's payloads of a step's `kinds`; where aggregation.witnesses is on, its
+        model names the peers it refused two rounds running (node.intake.witnesses)."""
+        own = {kind: payload for kind, payload in algorithm.payload().items() if kind in kinds}
+        if self.config.aggregation.witnesses > 0:
+            own = witnesses.naming(own, algorithm.refused_named)
+        return own
 
     def _collected(self, round_: int, kinds: tuple[str, ...], peers: Peers,
                    senders: list[int] | None, rounds_waited: int,

@@ -261,6 +261,12 @@ class AggregationConfig:
     in-neighbours claiming one of its classes score above the bar too (their lower median)
     and its score is at most twice theirs: honest holders of a class confusable with one
     of this node's raise the loss on it alike."""
+    witnesses: int = 0
+    """A peer whose model at least this many of this node's other in-neighbours refused, on
+    their own judgement, in each of their last two rounds (each model message names them)
+    is refused with its prototypes this round; 0: never. A node holding none of a peer's
+    real classes cannot see its label flip; the holders do. Any node can name anyone: set
+    it above the number of attackers the federation must bear."""
     judged_per_round: int = 20
     """Where any screen is on and a model travels (the screens judge models), a node judges
     and aggregates at most this many of the in-neighbours whose update arrived, drawn anew

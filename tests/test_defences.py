@@ -25,6 +25,7 @@ from node.defences import (
     required_factor,
     shared_with_mates,
     updated_trust,
+    witnessed,
 )
 from node.intake import gather, screened
 from node.profile import Profile
@@ -196,7 +197,7 @@ def test_validation_refuses_a_model_that_misfits_the_peers_classes_and_its_proto
             aggregation=types.SimpleNamespace(validation=0.5, influence=0.0, distance=0.0,
                                               prototype_validation=False, held_influence=0.0,
                                               distance_refuse=1.0, use_plan=True,
-                                              unjudged="keep"),
+                                              unjudged="keep", witnesses=0),
             train=types.SimpleNamespace(eval_batch_size=2), seed=1,
             topology=types.SimpleNamespace(hub=None)),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
@@ -257,7 +258,7 @@ def test_a_model_that_knows_nothing_fails_validation_against_a_start_worse_than_
             aggregation=types.SimpleNamespace(validation=0.5, influence=0.0, distance=0.0,
                                               prototype_validation=False, held_influence=0.0,
                                               distance_refuse=1.0, use_plan=True,
-                                              unjudged="keep"),
+                                              unjudged="keep", witnesses=0),
             train=types.SimpleNamespace(eval_batch_size=2), seed=1,
             topology=types.SimpleNamespace(hub=None)),
         data=types.SimpleNamespace(train_x=x, train_y=y, test_x=x[1:3] / 2, test_y=y[1:3],
@@ -438,3 +439,14 @@ def test_mates_shift_sends_each_receiver_its_own_model_and_the_rest_the_common_o
     assert attacker.addressed("prototypes", sent, [1, 2]) == [(sent, [1, 2])]
     attacker.addressed_poisons = {}
     assert attacker.addressed("model", sent, [1, 2]) == [(sent, [1, 2])]
+
+
+def test_a_peer_is_witnessed_by_a_quorum_of_the_other_peers_and_by_no_one_else():
+    accusations = {1: {2, 3}, 2: {2, 3}, 3: {1}, 9: {1, 2}}  # 9 is not an in-neighbour
+    # peer 2 names itself (no word); 3 is named by 1 and 2; 1 by 3 alone (9 does not count)
+    assert witnessed(accusations, [1, 2, 3], 2) == {3: [1, 2]}
+    assert witnessed(accusations, [1, 2, 3], 1) == {1: [3], 2: [1], 3: [1, 2]}
+    assert witnessed(accusations, [1, 2, 3], 3) == {}
+    assert witnessed(accusations, [1, 2, 3], 0) == {}
+    # a witness left out of the round (refused at the door) has no word
+    assert witnessed(accusations, [1, 3], 2) == {}

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from experiments import attacks
-from node.algorithms.base import DataPlan, Payload
+from node.algorithms.base import DataPlan, Payload, Refusal
 from node.defences import (
     bounded_claims,
     bounded_class_claims,
@@ -21,7 +21,7 @@ from node.defences import (
     prototype_class_loss,
     spread_bar,
 )
-from node.intake import gather, plan_of, screened
+from node.intake import gather, plan_of, screened, witnesses
 from node.profile import Profile
 
 
@@ -98,7 +98,7 @@ class Head(nn.Module):
 def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
           known=(False, False, True), distance_refuse=1.0, prototype_validation=False,
           validation=0.0, unjudged="hold", held_influence=0.0, held_mates=False,
-          held_floor=0.4):
+          held_floor=0.4, witnesses=0):
     # samples of the classes `held` as one-hot inputs; the global prototypes of the
     # classes `known` are the one-hot vectors
     y = torch.tensor(held)
@@ -108,7 +108,8 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 
                                         use_plan=use_plan, unjudged=unjudged,
                                         prototype_validation=prototype_validation,
                                         held_influence=held_influence,
-                                        held_mates=held_mates, held_floor=held_floor)
+                                        held_mates=held_mates, held_floor=held_floor,
+                                        witnesses=witnesses)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
                                      topology=types.SimpleNamespace(hub=None),
@@ -588,3 +589,64 @@ def test_a_round_draws_only_where_some_screen_judges_and_more_arrived_than_it_ju
     assert set(kept) == draw and kept[min(draw)] == f"update {min(draw)}"
     assert left == sorted(set(arrived) - draw)
     assert only_drawn({1: "a"}, None) == ({1: "a"}, [])
+
+
+def _naming(names, weight=None):
+    """A model message (an honest identity model unless `weight`) naming `names` refused."""
+    sent = _sent(3 * torch.eye(3) if weight is None else weight)
+    return witnesses.naming(sent, names)
+
+
+def test_a_peer_two_others_refused_last_round_is_refused_and_one_word_is_not_enough():
+    # peer 3 is named by 1 and 2; peer 4 by 1 alone; peer 2 names itself, which is no word
+    own = _sent(3 * torch.eye(3))
+    received = {1: _naming([3, 4]), 2: _naming([2, 3]), 3: _naming([]), 4: _naming([1])}
+    node = _node(witnesses=2, unjudged="keep")
+    update = screened(node, Head(3 * torch.eye(3)), gather(own, received, 0, names=True))
+    assert update.peers == [1, 2, 4]
+    [refusal] = update.refusals
+    assert (refusal.peer, refusal.rule, refusal.what) == (3, "witnessed",
+                                                          "model and prototypes")
+    assert "2 of this node's in-neighbours (nodes 1, 2)" in refusal.reason
+    assert node.distrusted == {3: "witnessed"}  # its prototypes follow in the next step
+    # a quorum of three, or no witnesses at all, keeps everyone
+    for quorum in (3, 0):
+        assert screened(_node(witnesses=quorum, unjudged="keep"), Head(3 * torch.eye(3)),
+                        gather(own, received, 0, names=True)).peers == [1, 2, 3, 4]
+    # a witness refused at the door has no word: peer 2's message names a bad id
+    received[2] = _naming([2, 3])
+    received[2]["model"].meta["refused"] = [3, 3]
+    update = screened(_node(witnesses=2, unjudged="keep"), Head(3 * torch.eye(3)),
+                      gather(own, received, 0, names=True))
+    assert update.peers == [1, 3, 4]
+    assert [(r.peer, r.rule) for r in update.refusals] == [(2, "checks")]
+
+
+@pytest.mark.parametrize("named", [[3, 3], [-1], 7, [1, "2"], [True]])
+def test_a_list_of_refused_peers_that_is_not_distinct_node_ids_refuses_the_update(named):
+    own = _sent(3 * torch.eye(3))
+    bad = _naming([])
+    bad["model"].meta["refused"] = named
+    update = gather(own, {1: bad, 2: _naming([])}, 0, names=True)
+    assert update.peers == [2]
+    assert "'refused' must be distinct node ids" in update.refusals[0].reason
+    # a node that reads no names (witnesses 0) never looks at them
+    assert gather(own, {1: bad, 2: _naming([])}, 0).peers == [1, 2]
+
+
+def test_a_node_names_only_what_it_refused_itself_and_only_in_its_model():
+    refusals = [Refusal(1, "model and prototypes", "validation", "", judged=True),
+                Refusal(2, "model and prototypes", "unjudged", ""),  # no judgement
+                Refusal(3, "model and prototypes", "witnessed", ""),  # others' word
+                Refusal(4, "update", "checks", "", judged=True),
+                Refusal(1, "prototypes", "validation", "")]
+    assert witnesses.judged_refused(refusals) == {1, 4}
+    # named once refused two rounds running: a refusal that comes and goes is not
+    assert witnesses.repeated({1, 4}, {4, 5}) == [4]
+    assert witnesses.repeated({1}, set()) == []
+    prototypes = Payload({"prototypes": torch.zeros(1, 3)}, {})
+    payloads = witnesses.naming({"model": _sent(torch.eye(3))["model"],
+                                 "prototypes": prototypes}, [4, 1])
+    assert payloads["model"].meta == {"samples": 4, "refused": [1, 4]}
+    assert payloads["prototypes"] is prototypes
+    assert witnesses.naming({"prototypes": prototypes}, [1]) == {"prototypes": prototypes}

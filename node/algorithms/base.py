@@ -25,12 +25,15 @@ class Payload:
 @dataclass(frozen=True)
 class Refusal:
     """Part of an in-neighbour's update left out of aggregation: whose, what ("model",
-    "prototypes", "prototype of class 3"), the rule that refused it and why."""
+    "prototypes", "prototype of class 3"), the rule that refused it and why; `judged`: by
+    this node's own measure of it (not held out unjudged, not on others' word: what
+    node.intake.witnesses names once it repeats)."""
 
     peer: int
     what: str
     rule: str
     reason: str
+    judged: bool = False
 
     def as_record(self) -> dict[str, Any]:
         """The refusal as a node record stores it."""
@@ -109,6 +112,11 @@ class Algorithm(abc.ABC):
         self.kept_own_models = 0  # aggregates not adopted: they computed NaN (common.adopt)
         self.trust: dict[int, float] = {}  # in-neighbours' trust ("reputation" rule)
         self.distrusted: dict[int, str] = {}  # whose model a screen refused this round, by which
+        # whose model this node refused on its own judgement in its last round, and in each
+        # of its last two (what its model message names where aggregation.witnesses is on:
+        # node.intake.witnesses)
+        self.refused_judged: set[int] = set()
+        self.refused_named: list[int] = []
         # the travelling model as this round's training began: what validation measures a
         # peer's model against (node.intake.validation); set by create() and each adoption
         self.start_state: dict[str, torch.Tensor] | None = None

@@ -7,8 +7,9 @@ does on this node's own data, one module each behind one interface (`Screen`):
 bound), `validation` (on the receiver's samples of the peer's classes), `held_influence` (a
 peer's mix on the receiver's samples of every class it holds, against the other
 in-neighbours'), `influence` (on the global prototypes of the classes this node lacks,
-against the other in-neighbours') and `unjudged` (a model none of them could judge, held
-out of the round).
+against the other in-neighbours'), `unjudged` (a model none of them could judge, held
+out of the round) and, last, `witnesses` (what the others refused in their last round:
+this node's own judgement of a peer comes first and is what it passes on).
 What is refused is named in the node's record; nothing a peer sends can stop the round."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from node.intake import (
     prototype_validation,
     unjudged,
     validation,
+    witnesses,
 )
 from node.intake.checks import (
     MAX_SAMPLES,
@@ -57,7 +59,8 @@ Screen = Callable[[Algorithm, nn.Module, Contributions], dict[int, Refusal]]
 SCREENS: dict[str, Screen] = {"distance": distance.screen, "validation": validation.screen,
                               "held_influence": held_influence.screen,
                               "prototype_validation": prototype_validation.screen,
-                              "influence": influence.screen, "unjudged": unjudged.screen}
+                              "influence": influence.screen, "unjudged": unjudged.screen,
+                              "witnesses": witnesses.screen}
 
 
 def plan_of(algorithm: Algorithm) -> DataPlan | None:
@@ -69,7 +72,8 @@ def plan_of(algorithm: Algorithm) -> DataPlan | None:
 def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Payload]],
            node_id: int, num_classes: int = 0, dim: int = 0,
            plan: DataPlan | None = None, norm_bound: float = 0.0,
-           claim_cap: float = CLAIM_FACTOR, norm_floor: float = 0.0) -> Contributions:
+           claim_cap: float = CLAIM_FACTOR, norm_floor: float = 0.0,
+           names: bool = False) -> Contributions:
     """Check every peer's update against this node's own; a bad one is left out and named.
 
     The model is checked when `own` has a "model" payload, the prototypes (expanded to
@@ -78,17 +82,17 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     it, whatever it claims: one peer cannot outweigh the others by claiming more. A model
     with a norm beyond `norm_bound` times the reference (`norm_reference`) is refused, and
     so is each prototype below `norm_floor` or beyond `norm_bound` (`prototypes_within_norms`).
+    With `names`, the peers each model names as refused are read too (`node.intake.witnesses`).
     """
     with_model, with_prototypes = "model" in own, "prototypes" in own
     reference = own["model"].tensors if with_model else {}
     states = [(dict(reference), own["model"].meta["samples"])] if with_model else []
     prototypes = [own_prototypes(own["prototypes"], num_classes, dim, node_id)
                   ] if with_prototypes else []
-
     # the class counts a peer's model may claim: as many as this node's own model claims
     classes = (num_classes or len(own["model"].meta.get("classes", ()))) if with_model else 0
     model_claims: dict[int, list[int]] = {}
-
+    named: dict[int, frozenset[int]] = {}
     keep_decoded = keeps_decoded(len(received), state_bytes(reference))
 
     def check(peer: int, update: Mapping[str, Payload]) -> tuple:
@@ -96,8 +100,8 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
                  if with_model else None)
         if model is not None:
             claim = checked_class_claim(update["model"], model[1], classes)
-            if claim is not None:
-                model_claims[peer] = claim
+            model_claims.update({} if claim is None else {peer: claim})
+            named.update({peer: witnesses.checked_names(update["model"])} if names else {})
         protos = (checked_prototypes(require_kind(update, "prototypes"), num_classes, dim)
                   if with_prototypes else None)
         state, protos = planned(peer, model and model[:2], protos, plan, node_id)
@@ -115,27 +119,25 @@ def gather(own: Mapping[str, Payload], received: Mapping[int, Mapping[str, Paylo
     if with_prototypes:
         kept, rows = prototypes_within_norms(prototypes[0], kept, norm_bound, norm_floor)
         refusals += rows
-    for state, protos in kept.values():  # in peer order
-        if with_model:
-            states.append(state)
-        if with_prototypes:
-            prototypes.append(protos)
+    states += [state for state, _ in kept.values()] if with_model else []  # in peer order
+    prototypes += [protos for _, protos in kept.values()] if with_prototypes else []
     for refusal in refusals:
         log.warning("node %d: %s of peer %d refused (%s): %s", node_id, refusal.what,
                     refusal.peer, refusal.rule, refusal.reason)
     return Contributions(states, prototypes, sorted(refusals, key=lambda r: r.peer),
-                         list(kept), {peer: claims[peer] for peer in kept if peer in claims})
+                         list(kept), {peer: claims[peer] for peer in kept if peer in claims},
+                         {peer: named[peer] for peer in kept if peer in named})
 
 
 def gathered(algorithm: Algorithm, own: Mapping[str, Payload],
              received: Mapping[int, Mapping[str, Payload]], num_classes: int = 0,
              dim: int = 0) -> Contributions:
-    """`gather` with the algorithm's node, data plan (`plan_of`), norm bound, norm floor and
-    claim cap."""
+    """`gather` with the algorithm's node, data plan (`plan_of`), norm bound, norm floor,
+    claim cap and whether it reads the peers' refusals (aggregation.witnesses)."""
     settings = algorithm.config.aggregation
     return gather(own, received, algorithm.node_id, num_classes, dim, plan=plan_of(algorithm),
                   norm_bound=settings.norm_bound, claim_cap=settings.claim_cap,
-                  norm_floor=settings.norm_floor)
+                  norm_floor=settings.norm_floor, names=settings.witnesses > 0)
 
 
 def classes_claimed(checked: Mapping[int, tuple],

@@ -156,6 +156,9 @@ class Contributions:
     # for weighing: which of its classes it is judged on is its to say, not how much it
     # counts (a liar gains nothing: it could claim only the classes it fits either way)
     claims: Mapping[int, list[int]] = field(default_factory=dict)
+    # where aggregation.witnesses is on, the peers each peer's model message names as
+    # refused in its sender's last round (node.intake.witnesses)
+    named: Mapping[int, frozenset[int]] = field(default_factory=dict)
 
     @property
     def rejected(self) -> list[int]:
@@ -172,7 +175,8 @@ def without_peers(update: Contributions, refused: Mapping[int, Refusal]) -> Cont
                     if update.prototypes else []),
         refusals=sorted([*update.refusals, *refused.values()], key=lambda r: r.peer),
         peers=[update.peers[i] for i in keep],
-        claims={p: c for p, c in update.claims.items() if p not in refused})
+        claims={p: c for p, c in update.claims.items() if p not in refused},
+        named={p: n for p, n in update.named.items() if p not in refused})
 
 
 def each_or_refused(updates: Mapping[int, Any], check: Callable[[int, Any], tuple],
@@ -186,7 +190,7 @@ def each_or_refused(updates: Mapping[int, Any], check: Callable[[int, Any], tupl
             yield peer, check(peer, update)
         except Exception as exc:  # noqa: BLE001 - nothing a peer sends may stop the round
             why = exc if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
-            refusals.append(Refusal(peer, what, rule, str(why)))
+            refusals.append(Refusal(peer, what, rule, str(why), judged=True))
 
 
 def own_prototypes(payload: Payload, num_classes: int, dim: int,

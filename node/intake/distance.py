@@ -59,7 +59,8 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
               dict(zip(update.peers, scores, strict=True)))
     return {peer: Refusal(peer, "model and prototypes", "distance",
                           f"in some layer its model is {score:.3g} times as far from this "
-                          f"node's as the median in-neighbour's (at most {bound:g})")
+                          f"node's as the median in-neighbour's (at most {bound:g})",
+                          judged=True)
             for peer, score in zip(update.peers, scores, strict=True) if score > bound}
 
 

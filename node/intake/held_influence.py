@@ -73,6 +73,6 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
                           f"averaged with this node's model it raises the loss on this "
                           f"node's samples of a class {score:.3g} nats beyond the class's "
                           f"median in-neighbour (at most {bar:.3g}: the others' spread, "
-                          f"at most {margin:g})")
+                          f"at most {margin:g})", judged=True)
             for peer, score in zip(update.peers, scores, strict=True)
             if score is not None and score > bar and peer not in kept}

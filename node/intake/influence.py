@@ -140,5 +140,5 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
                 peer, "model and prototypes", "influence",
                 f"averaged with this node's model it raises the loss on the prototype of a "
                 f"class this node lacks {score:.3g} nats beyond the class's median "
-                f"in-neighbour (at most {margin:g})")
+                f"in-neighbour (at most {margin:g})", judged=True)
     return refused

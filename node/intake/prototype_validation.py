@@ -64,5 +64,5 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
                 peer, "model and prototypes", RULE,
                 f"its classifier's loss on the global prototypes of its classes this node "
                 f"lacks is {loss if loss is None else f'{loss:.3g}'}, more than {bar:.3g} (the "
-                f"start of round's, or a uniform guess's where higher)")
+                f"start of round's, or a uniform guess's where higher)", judged=True)
     return refused

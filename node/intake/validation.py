@@ -74,5 +74,6 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
             refused[peer] = Refusal(peer, "model and prototypes", "validation",
                                     f"its model's loss on this node's samples of its classes "
                                     f"is {loss:.3g}, more than {factor:.3g} x {start:.3g} (the "
-                                    f"start of round's, or a uniform guess's where lower)")
+                                    f"start of round's, or a uniform guess's where lower)",
+                                    judged=True)
     return refused
