@@ -89,8 +89,9 @@ DEFENCES["guarded_own3"] = {**DEFENCES["guarded_wide"], "held_influence": 3.0}
 # guarded_own3 whose held-class bar never falls below 1 nat (aggregation.held_floor): on
 # ProFe's paper cell honest holders of a confusable class score about 0.5 there
 DEFENCES["guarded_own3_floor1"] = {**DEFENCES["guarded_own3"], "held_floor": 1.0}
-# guarded_own3_floor1 refusing a peer two other in-neighbours refused in their last round
-# (aggregation.witnesses): a label flip is seen only by the holders of its real classes
+# guarded_own3_floor1 refusing a peer that two other in-neighbours refused in each of their
+# last two rounds (aggregation.witnesses): a label flip is seen only by its real classes'
+# holders
 DEFENCES["witnessed"] = {**DEFENCES["guarded_own3_floor1"], "witnesses": 2}
 # guarded_own3 keeping a score the neighbour's class-mates share (aggregation.held_mates)
 DEFENCES["guarded_mates"] = {**DEFENCES["guarded_own3"], "held_mates": True}
@@ -503,8 +504,9 @@ def render(results: dict, command: str) -> str:
              "(`guarded_wide` judging each peer's mix on the node's own classes against the "
              "other in-neighbours' spread: aggregation.held_influence 1.5; `guarded_own3` "
              "at most 3 nats; `guarded_own3_floor1` its bar never below 1 nat: "
-             "aggregation.held_floor 1; `witnessed` that one refusing a peer two other "
-             "in-neighbours refused in their last round: aggregation.witnesses 2) and "
+             "aggregation.held_floor 1; `witnessed` that one refusing a peer that two other "
+             "in-neighbours refused, on their own judgement, in each of their last two "
+             "rounds: aggregation.witnesses 2) and "
              "`guarded_mates` (`guarded_own3` keeping a score "
              "that two or more of the neighbour's class-mates share: aggregation.held_mates). "
              "Sections "

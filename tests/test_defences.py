@@ -1,6 +1,7 @@
 """The decentralized defences by hand: per-class prototype references, trust from clipping
 history, the reputation rule's arithmetic, and the attack library's crafted models."""
 
+import dataclasses
 import math
 import types
 
@@ -109,6 +110,34 @@ def test_the_crafted_models_of_the_attack_library():
     noise = attacks.gaussian(trained, torch.Generator().manual_seed(0))
     assert float(noise.norm()) == pytest.approx(float(trained.norm()))
     assert attacks.flipped_labels(torch.tensor([0, 3, 9]), 10).tolist() == [9, 6, 0]
+
+
+def test_the_every_other_round_flipper_trains_on_flipped_labels_in_odd_rounds_only():
+    class Recording:
+        def __init__(self, config, data, device, node_id):
+            self.config, self.data, self.node_id, self.seen = config, data, node_id, []
+
+        def train_round(self, round_):
+            self.seen.append(self.data.train_y.tolist())
+            return {}
+
+    data = dataclasses.make_dataclass("Data", ["train_y", "num_classes"])(torch.tensor([0, 3]),
+                                                                          10)
+    flipper = attacks.attacker_class(Recording, "flip_every_other")(None, data, None, 0)
+    for round_ in (1, 2, 3, 4):
+        flipper.train_round(round_)
+    assert flipper.seen == [[9, 6], [0, 3], [9, 6], [0, 3]]
+
+
+def test_the_accuser_names_every_other_node_whatever_it_refused():
+    class Honest:
+        def __init__(self, config, data, device, node_id):
+            self.config, self.node_id, self.refused_named = config, node_id, []
+
+    config = types.SimpleNamespace(nodes=4)
+    accuser = attacks.attacker_class(Honest, "accuser")(config, None, None, 2)
+    accuser.refused_named = [1]  # what the runtime would set from its own refusals
+    assert accuser.refused_named == [0, 1, 3]
 
 
 def test_the_adaptive_attack_reverses_as_far_as_the_limits_it_estimates_let_it():
