@@ -16,13 +16,13 @@ from node.clock import SYSTEM, Clock
 # In the order a round meets them. "record" is writing the node's record (and sketching
 # its model): the write after a round's record is made counts in the next round.
 PHASES = ("train", "teacher", "encode", "wait", "decode", "distance", "validation",
-          "held_influence", "prototype_validation", "influence", "aggregation",
-          "evaluation_local", "evaluation_global", "record", "other")
+          "held_influence", "prototype_validation", "influence", "unjudged", "witnesses",
+          "aggregation", "evaluation_local", "evaluation_global", "record", "other")
 # How the reports group the phases (the rest is "other").
 PHASE_GROUPS = {"training": ("train", "teacher"),
                 "evaluation": ("evaluation_local", "evaluation_global"),
                 "screens": ("distance", "validation", "held_influence", "prototype_validation",
-                            "influence"),
+                            "influence", "unjudged", "witnesses"),
                 "aggregation": ("aggregation",),
                 "messages": ("encode", "decode", "wait")}
 

@@ -5,7 +5,8 @@ import pytest
 
 from deploy.views.pictures import phase_rows
 from deploy.views.report import phase_note
-from node.profile import Profile, shares, summed
+from node.intake import SCREENS
+from node.profile import PHASE_GROUPS, PHASES, Profile, shares, summed
 from node.record import NodeRecord, RoundRecord
 
 
@@ -100,3 +101,8 @@ def test_eval_every_skips_the_rounds_between_and_changes_no_byte_nor_the_last_f1
         for record in every_round["rounds"][1:]:
             assert {"train", "teacher", "aggregation", "validation", "distance",
                     "evaluation_local", "evaluation_global"} <= set(record["phases"])
+
+
+def test_every_screen_is_a_phase_so_its_time_is_never_dropped_from_the_profile():
+    assert set(SCREENS) <= set(PHASES)
+    assert set(SCREENS) <= set(PHASE_GROUPS["screens"])
