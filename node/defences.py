@@ -325,7 +325,7 @@ def distance_scores(distances: Sequence[float]) -> list[float]:
 def witnessed(accusations: Mapping[int, Collection[int]], peers: Sequence[int],
               quorum: int) -> dict[int, list[int]]:
     """Each of `peers` that at least `quorum` of the other `peers` accuse (`accusations`:
-    sender -> the peers it refused last round), with its accusers. A peer's word on itself
+    sender -> the peers its message names), with its accusers. A peer's word on itself
     does not count, nor the word of a sender outside `peers`."""
     if quorum <= 0:
         return {}

@@ -8,8 +8,8 @@ bound), `validation` (on the receiver's samples of the peer's classes), `held_in
 peer's mix on the receiver's samples of every class it holds, against the other
 in-neighbours'), `influence` (on the global prototypes of the classes this node lacks,
 against the other in-neighbours'), `unjudged` (a model none of them could judge, held
-out of the round) and, last, `witnesses` (what the others refused in their last round:
-this node's own judgement of a peer comes first and is what it passes on).
+out of the round) and, last, `witnesses` (the peers the others refused in each of their
+last two rounds: this node's own judgement of a peer comes first and is what it passes on).
 What is refused is named in the node's record; nothing a peer sends can stop the round."""
 
 from __future__ import annotations

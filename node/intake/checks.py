@@ -157,7 +157,7 @@ class Contributions:
     # counts (a liar gains nothing: it could claim only the classes it fits either way)
     claims: Mapping[int, list[int]] = field(default_factory=dict)
     # where aggregation.witnesses is on, the peers each peer's model message names as
-    # refused in its sender's last round (node.intake.witnesses)
+    # refused by its sender (node.intake.witnesses)
     named: Mapping[int, frozenset[int]] = field(default_factory=dict)
 
     @property
