@@ -93,6 +93,9 @@ DEFENCES["guarded_own3_floor1"] = {**DEFENCES["guarded_own3"], "held_floor": 1.0
 # last two rounds (aggregation.witnesses): a label flip is seen only by its real classes'
 # holders
 DEFENCES["witnessed"] = {**DEFENCES["guarded_own3_floor1"], "witnesses": 2}
+# ... naming a peer refused twice up to six rounds apart (aggregation.witness_memory 0.9):
+# an attacker that flips its labels every other round is named too
+DEFENCES["witnessed_long"] = {**DEFENCES["witnessed"], "witness_memory": 0.9}
 # guarded_own3 keeping a score the neighbour's class-mates share (aggregation.held_mates)
 DEFENCES["guarded_mates"] = {**DEFENCES["guarded_own3"], "held_mates": True}
 # The defences of the earlier choice, on Dirichlet 0.5 alone.
@@ -506,7 +509,8 @@ def render(results: dict, command: str) -> str:
              "at most 3 nats; `guarded_own3_floor1` its bar never below 1 nat: "
              "aggregation.held_floor 1; `witnessed` that one refusing a peer that two other "
              "in-neighbours refused, on their own judgement, in each of their last two "
-             "rounds: aggregation.witnesses 2) and "
+             "rounds: aggregation.witnesses 2; `witnessed_long` naming a peer refused twice up "
+             "to six rounds apart: aggregation.witness_memory 0.9) and "
              "`guarded_mates` (`guarded_own3` keeping a score "
              "that two or more of the neighbour's class-mates share: aggregation.held_mates). "
              "Sections "

@@ -542,6 +542,8 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
     _check(0 <= c.aggregation.witnesses <= MAX_NODES, source, "aggregation.witnesses",
            f"must be 0 (no witnesses) to {MAX_NODES} in-neighbours, got "
            f"{c.aggregation.witnesses}")
+    _check(0.5 <= c.aggregation.witness_memory < 1, source, "aggregation.witness_memory",
+           f"must be in [0.5, 1), got {c.aggregation.witness_memory}")
     _check(not c.aggregation.held_mates or c.aggregation.held_influence > 0, source,
            "aggregation.held_mates", "needs aggregation.held_influence above 0: it keeps "
            "neighbours that screen refuses, and with held_influence = 0 there is none")

@@ -505,8 +505,8 @@ class Node:
                            recipients)
             timings["communication_seconds"] += communicated - step_started
             timings["aggregation_seconds"] += self.clock.monotonic() - communicated
-        algorithm.refused_named = witnesses.repeated(judged, algorithm.refused_judged)
-        algorithm.refused_judged = judged
+        algorithm.suspicion, algorithm.refused_named = witnesses.after_round(
+            algorithm.suspicion, judged, self.config.aggregation.witness_memory)
         fit = self._final_fit(round_, algorithm, data, timings)
         record = self._round_record(round_, algorithm, data, peers, train_stats, timings,
                                     sorted(missing), refusals)

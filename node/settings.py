@@ -267,6 +267,11 @@ class AggregationConfig:
     is refused with its prototypes this round; 0: never. A node holding none of a peer's
     real classes cannot see its label flip; the holders do. Any node can name anyone: set
     it above the number of attackers the federation must bear."""
+    witness_memory: float = 0.5
+    """How long a node remembers its own refusals of a peer before naming it: each round
+    it multiplies what it remembers by this and adds 1 for a refusal, and names the peer
+    at 1.5. 0.5: refused this round and the last; 0.9: two refusals up to six rounds apart
+    (an attacker that misbehaves every other round is named too); in [0.5, 1)."""
     judged_per_round: int = 20
     """Where any screen is on and a model travels (the screens judge models), a node judges
     and aggregates at most this many of the in-neighbours whose update arrived, drawn anew

@@ -86,6 +86,8 @@ def test_wrong_types_are_named(tmp_path, text, key):
     ("[aggregation]\nheld_floor = 101", "aggregation.held_floor"),
     ("[aggregation]\nwitnesses = -1", "aggregation.witnesses"),
     ("[aggregation]\nwitnesses = 10001", "aggregation.witnesses"),
+    ("[aggregation]\nwitness_memory = 0.4", "aggregation.witness_memory"),
+    ("[aggregation]\nwitness_memory = 1.0", "aggregation.witness_memory"),
 ])
 def test_impossible_values_are_named(tmp_path, text, key):
     path = write(tmp_path, text)

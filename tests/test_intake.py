@@ -641,9 +641,24 @@ def test_a_node_names_only_what_it_refused_itself_and_only_in_its_model():
                 Refusal(4, "update", "checks", "", judged=True),
                 Refusal(1, "prototypes", "validation", "")]
     assert witnesses.judged_refused(refusals) == {1, 4}
-    # named once refused two rounds running: a refusal that comes and goes is not
-    assert witnesses.repeated({1, 4}, {4, 5}) == [4]
-    assert witnesses.repeated({1}, set()) == []
+    # at memory 0.5, named once refused two rounds running: a refusal that comes and goes
+    # is not. Peer 4 refused in rounds 1 and 2 (1 + 0.5), peer 5 in rounds 1, 2 and 4
+    # (0.25 * 1.5 + 1 = 1.375), peer 1 in round 2 alone (0.5 * 0.5 by round 4)
+    rounds = [{4, 5}, {1, 4, 5}, set(), {5}]
+    remembered = {}
+    names = []
+    for judged in rounds:
+        remembered = witnesses.suspicion(remembered, judged, 0.5)
+        names.append(witnesses.named(remembered))
+    assert names == [[], [4, 5], [], []]
+    assert remembered == {1: 0.25, 4: 0.375, 5: 1.375}
+    # at 0.9 two refusals four rounds apart still name it: 0.9^4 + 1 = 1.6561
+    remembered = witnesses.suspicion({}, {7}, 0.9)
+    for _ in range(3):
+        remembered = witnesses.suspicion(remembered, set(), 0.9)
+    assert witnesses.named(witnesses.suspicion(remembered, {7}, 0.9)) == [7]
+    # what has faded below FORGOTTEN is dropped
+    assert witnesses.suspicion({3: 0.0015}, set(), 0.5) == {}
     prototypes = Payload({"prototypes": torch.zeros(1, 3)}, {})
     payloads = witnesses.naming({"model": _sent(torch.eye(3))["model"],
                                  "prototypes": prototypes}, [4, 1])

@@ -112,10 +112,9 @@ class Algorithm(abc.ABC):
         self.kept_own_models = 0  # aggregates not adopted: they computed NaN (common.adopt)
         self.trust: dict[int, float] = {}  # in-neighbours' trust ("reputation" rule)
         self.distrusted: dict[int, str] = {}  # whose model a screen refused this round, by which
-        # whose model this node refused on its own judgement in its last round, and in each
-        # of its last two (what its model message names where aggregation.witnesses is on:
-        # node.intake.witnesses)
-        self.refused_judged: set[int] = set()
+        # its own refusals of each peer, remembered, and the peers they make its model
+        # message name where aggregation.witnesses is on (node.intake.witnesses)
+        self.suspicion: dict[int, float] = {}
         self.refused_named: list[int] = []
         # the travelling model as this round's training began: what validation measures a
         # peer's model against (node.intake.validation); set by create() and each adoption

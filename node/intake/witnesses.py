@@ -1,6 +1,7 @@
 """What the other in-neighbours saw: each model message names the peers whose model its
-sender refused, on its own judgement, in each of its last two rounds, and a peer that at
-least aggregation.witnesses of this node's other in-neighbours name is refused this round.
+sender refused, on its own judgement, in two rounds close enough together
+(aggregation.witness_memory: by default its last two rounds), and a peer that at least
+aggregation.witnesses of this node's other in-neighbours name is refused this round.
 
 Only the nodes holding a peer's real classes can see a label flip: its model claims the
 classes it relabels to, and the rest hold neither and find it as ordinary as an honest
@@ -36,10 +37,35 @@ def judged_refused(refusals: Iterable[Refusal]) -> set[int]:
     return {r.peer for r in refusals if r.judged}
 
 
-def repeated(judged: set[int], judged_before: set[int]) -> list[int]:
-    """What a node's next model message names: the peers it refused on its own judgement
-    in this round (`judged`) and in the one before."""
-    return sorted(judged & judged_before)
+# A node names a peer once its remembered refusals of it (`suspicion`) reach this: two
+# refusals' worth.
+NAMED_AT = 1.5
+FORGOTTEN = 1e-3  # a suspicion below this is dropped: what is remembered stays bounded
+
+
+def suspicion(before: Mapping[int, float], judged: set[int],
+              memory: float) -> dict[int, float]:
+    """Each peer's remembered refusals after a round: `memory` times its suspicion
+    `before`, plus one where this round refused it on this node's own judgement (`judged`).
+    At memory 0.5 it reaches NAMED_AT only when refused this round and the one before
+    (1 + 0.5; a streak broken by one round stays below 1 + 0.25 + 0.125 + ... < 1.5); at 0.9,
+    two refusals up to six rounds apart reach it (1 + 0.9^6 = 1.53)."""
+    out = {peer: memory * value for peer, value in before.items()}
+    for peer in judged:
+        out[peer] = out.get(peer, 0.0) + 1.0
+    return {peer: value for peer, value in out.items() if value >= FORGOTTEN}
+
+
+def named(suspicions: Mapping[int, float]) -> list[int]:
+    """The peers a node's next model message names: suspicion at NAMED_AT or more."""
+    return sorted(peer for peer, value in suspicions.items() if value >= NAMED_AT)
+
+
+def after_round(before: Mapping[int, float], judged: set[int],
+                memory: float) -> tuple[dict[int, float], list[int]]:
+    """A node's suspicion after a round (`suspicion`) and the peers it names for it."""
+    remembered = suspicion(before, judged, memory)
+    return remembered, named(remembered)
 
 
 def naming(payloads: Mapping[str, Payload], refused: Iterable[int]) -> dict[str, Payload]:
