@@ -36,7 +36,8 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   bar; each receiver gets its own model);
 - data attacks: label_flip (trains on labels c -> C-1-c, so its model and prototypes lie
   together), flip_every_other (label_flip in odd rounds, honest in even ones: knows
-  aggregation.witnesses, which names a peer refused two rounds running), free_rider
+  aggregation.witnesses, which at the least witness_memory names a peer refused two
+  rounds running), free_rider
   (never trains; sends its first model every round);
 - prototype attacks, counts honest: proto_flip (each prototype negated), proto_swap (each
   class sent the prototype of the next class it has);

@@ -518,7 +518,7 @@ class Node:
 
     def _own_payloads(self, algorithm: Algorithm, kinds: tuple[str, ...]) -> dict[str, Payload]:
         """This node's payloads of a step's `kinds`; where aggregation.witnesses is on, its
-        model names the peers it refused two rounds running (node.intake.witnesses)."""
+        model names the peers it has refused repeatedly (node.intake.witnesses)."""
         own = {kind: payload for kind, payload in algorithm.payload().items() if kind in kinds}
         if self.config.aggregation.witnesses > 0:
             own = witnesses.naming(own, algorithm.refused_named)

@@ -263,8 +263,8 @@ class AggregationConfig:
     of this node's raise the loss on it alike."""
     witnesses: int = 0
     """A peer whose model at least this many of this node's other in-neighbours refused, on
-    their own judgement, in each of their last two rounds (each model message names them)
-    is refused with its prototypes this round; 0: never. A node holding none of a peer's
+    their own judgement, repeatedly (witness_memory; each model message names them) is
+    refused with its prototypes this round; 0: never. A node holding none of a peer's
     real classes cannot see its label flip; the holders do. Any node can name anyone: set
     it above the number of attackers the federation must bear."""
     witness_memory: float = 0.5

@@ -11,11 +11,12 @@ in training, and on a class confusable with another, honest neighbours fail a sc
 round and pass the next, and on others' word such a refusal would cost the whole
 federation that neighbour (on 20% of the classes, fully connected, seed 1, naming every
 refusal cost a clean run 9.6 points of F1; naming only the refusals beyond the screens'
-absolute margins let the label flip back in from round 3, seed 2). What is named is the node's own judgement
-(`Refusal.judged`): never a model held out unjudged, nor one refused on others' word,
-which would outlive its witnesses. This screen runs after every other, so a node's own
-judgement of a peer comes first. A node can name anyone: one liar among the witnesses
-needs an honest one beside it, so set the quorum above the number of attackers to bear."""
+absolute margins let the label flip back in from round 3, seed 2). What is named is the
+node's own judgement (`Refusal.judged`): never a model held out unjudged, nor one refused
+on others' word, which would outlive its witnesses. This screen runs after every other,
+so a node's own judgement of a peer comes first. A node can name anyone: one liar among
+the witnesses needs an honest one beside it, so set the quorum above the number of
+attackers to bear."""
 
 from __future__ import annotations
 
@@ -87,11 +88,11 @@ def checked_names(payload: Payload) -> frozenset[int]:
 
 
 def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dict[int, Refusal]:
-    """The in-neighbours at least aggregation.witnesses of the others name as refused in
-    their last round (`node.defences.witnessed`)."""
+    """The in-neighbours that at least aggregation.witnesses of the others name as refused
+    (`node.defences.witnessed`)."""
     quorum = algorithm.config.aggregation.witnesses
     return {peer: Refusal(peer, "model and prototypes", RULE,
                           f"{len(accusers)} of this node's in-neighbours (nodes "
-                          f"{', '.join(map(str, accusers))}) refused its model in their last "
-                          f"round (at least {quorum})")
+                          f"{', '.join(map(str, accusers))}) name its model as refused on "
+                          f"their own judgement, repeatedly (at least {quorum})")
             for peer, accusers in witnessed(update.named, update.peers, quorum).items()}
