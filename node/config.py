@@ -344,7 +344,8 @@ def _check_federation(c: FederationConfig, source: str) -> None:
 def _check_topology(c: FederationConfig, source: str) -> None:
     """[topology]."""
     _one_of(c.topology.kind, TOPOLOGY_KINDS, source, "topology.kind")
-    _check(0.0 <= c.topology.p <= 1.0, source, "topology.p", f"must be in [0, 1], got {c.topology.p}")
+    _check(0.0 <= c.topology.p <= 1.0, source, "topology.p",
+           f"must be in [0, 1], got {c.topology.p}")
     _check(c.topology.k >= 1, source, "topology.k", f"must be at least 1, got {c.topology.k}")
     edges = edge_count(c.topology.kind, c.nodes, k=c.topology.k, p=c.topology.p)
     _check(edges is None or edges <= MAX_EDGES, source, "topology.kind",
@@ -484,14 +485,16 @@ def _check_train(c: FederationConfig, source: str) -> None:
     _check(t.eval_batch_size >= 1, source, "train.eval_batch_size",
            f"must be at least 1, got {t.eval_batch_size}")
     _check(t.lr > 0.0, source, "train.lr", f"must be positive, got {t.lr}")
-    _check(0.0 <= t.momentum < 1.0, source, "train.momentum", f"must be in [0, 1), got {t.momentum}")
+    _check(0.0 <= t.momentum < 1.0, source, "train.momentum",
+           f"must be in [0, 1), got {t.momentum}")
     _check(t.weight_decay >= 0.0, source, "train.weight_decay",
            f"must be non-negative, got {t.weight_decay}")
     _check(len(t.adam_betas) == 2 and all(0.0 <= b < 1.0 for b in t.adam_betas), source,
            "train.adam_betas", f"must be two numbers in [0, 1), got {t.adam_betas}")
     _one_of(t.device, DEVICES, source, "train.device")
     _one_of(t.optimizer, OPTIMIZERS, source, "train.optimizer")
-    _check(t.threads >= 0, source, "train.threads", f"must be 0 (auto) or positive, got {t.threads}")
+    _check(t.threads >= 0, source, "train.threads",
+           f"must be 0 (auto) or positive, got {t.threads}")
 
 
 def _check_exchange(c: FederationConfig, source: str) -> None:

@@ -1,6 +1,7 @@
-"""What a node holds against its in-neighbours' updates, decided from numbers alone: per-class
-prototype norm references, trust from each neighbour's history and the bar of validation. Pure and torch-free; the
-algorithms measure the norms and distances (node.algorithms.common, node.aggregation)."""
+"""What a node holds against its in-neighbours' updates, decided from numbers alone: norm
+references and floors, trust, the bars of validation and of the influence screens, claim
+caps, distance scores and the witnesses' quorum. Pure and torch-free; node.intake measures
+the losses, norms and distances these judge (with node.aggregation)."""
 
 from __future__ import annotations
 
@@ -144,8 +145,9 @@ def fails_validation(loss: float, start_loss: float, factor: float) -> bool:
 def class_excess_scores(excess: Sequence[Sequence[float | None]]) -> list[float | None]:
     """Per in-neighbour, the most its excess loss on one class exceeds that class's
     reference: the median over this node (0: its own model, mixed with nothing) and every
-    in-neighbour measured on the class, or 0 where that median is negative. `excess[p][c]` is the loss on class c of this
-    node's model mixed with peer p's, minus its own model's (None: class c not measured);
+    in-neighbour measured on the class, or 0 where that median is negative. `excess[p][c]`
+    is the loss on class c of this node's model mixed with peer p's, minus its own model's
+    (None: class c not measured);
     None for a peer measured on no class.
 
     Judging a neighbour against the others, not against an absolute bar, is what holds on

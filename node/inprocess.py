@@ -31,7 +31,8 @@ def run_in_memory(federation: Federation, results_dir: Path,
     A node that raises makes the whole call raise, after the others stopped.
     """
     data = federation.config.data
-    ensure_dataset(data.dataset, data.dir or default_data_dir(), data.download)  # nodes never download
+    # the nodes never download: the dataset is fetched (if allowed) once, here
+    ensure_dataset(data.dataset, data.dir or default_data_dir(), data.download)
     hub = MemoryHub()
     results: dict[int, dict[str, Any]] = {}
     errors: list[BaseException] = []
