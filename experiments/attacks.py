@@ -45,7 +45,7 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   (protozero that knows aggregation.norm_floor: each row its prototypes' mean direction, just
   above the floor its own prototypes estimate; zeros where there is no floor), scaled_model
   (model times 10), bounded_poison (every value 1e4, every count 2^31-1);
-- accuser: an honest model whose message names every other node as refused last round
+- accuser: an honest model whose message names every other node as refused
   (aggregation.witnesses: beside one honest witness it makes a quorum of two against
   anyone);
 - withheld: not an attack but its ceiling, every update refused at the door.
@@ -688,11 +688,14 @@ def attacker_class(base: type[Algorithm], attack: str) -> type[Algorithm]:
         return Flipped
     if attack == "flip_every_other":
         class FlippedEveryOther(base):  # type: ignore[misc, valid-type]
+            def __init__(self, config, data, device, node_id):
+                super().__init__(config, data, device, node_id)
+                self.honest_data = data
+                self.flipped_data = dataclasses.replace(
+                    data, train_y=flipped_labels(data.train_y, data.num_classes))
+
             def train_round(self, round_: int) -> dict[str, float]:
-                honest = getattr(self, "honest_data", self.data)
-                self.honest_data = honest
-                self.data = honest if round_ % 2 == 0 else dataclasses.replace(
-                    honest, train_y=flipped_labels(honest.train_y, honest.num_classes))
+                self.data = self.honest_data if round_ % 2 == 0 else self.flipped_data
                 return super().train_round(round_)
         return FlippedEveryOther
     if attack == "accuser":
