@@ -35,7 +35,10 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   within MATE_FACTOR times its class-mates' lower median score where that is above the
   bar; each receiver gets its own model);
 - data attacks: label_flip (trains on labels c -> C-1-c, so its model and prototypes lie
-  together), flip_every_other (label_flip in odd rounds, honest in even ones: knows
+  together), body_flip (label_flip sending its start of round's classifier on its flipped
+  body: knows the prototype screens, which measure a peer's classifier on the global
+  prototypes, where the start's fits as the receiver's own start does; the flip lives in
+  the embedding, which only a holder of the classes can measure), flip_every_other (label_flip in odd rounds, honest in even ones: knows
   aggregation.witnesses, which at the least witness_memory names a peer refused two
   rounds running), free_rider
   (never trains; sends its first model every round);
@@ -89,7 +92,8 @@ ERASURE_SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0)  # class_erasure's bias 
 SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25)  # class_shift's bias shifts
 LIE = 100  # shift_and_lie claims this many times its samples and class counts
 MODEL_ATTACKS = ("sign_flip", "ipm", "alie", "gaussian", "adaptive", "class_erasure",
-                 "class_shift", "targeted_flip", "shift_and_lie", "erasure_lie", "mates_shift")
+                 "class_shift", "targeted_flip", "shift_and_lie", "erasure_lie", "mates_shift",
+                 "body_flip")
 PROTOTYPE_ATTACKS = ("proto_flip", "proto_swap")
 PROBES = ("protozero", "protosmall", "scaled_model", "bounded_poison")
 FLOOR_EDGE = 1.05  # protosmall's rows this many times the floor it estimates
@@ -113,6 +117,15 @@ def unflat(vector: torch.Tensor, like: Mapping[str, torch.Tensor]) -> dict[str, 
         else:
             out[name] = tensor
     return out
+
+
+def with_start_head(start: torch.Tensor, trained: torch.Tensor, like: Mapping[str, torch.Tensor],
+                    prefix: str = "classifier.") -> torch.Tensor:
+    """`trained` (flat, as `like`'s state) with the entries of the tensors under `prefix`
+    taken from `start`."""
+    mask = flat({name: torch.full_like(t, float(name.startswith(prefix)))
+                 for name, t in like.items()}).bool()
+    return torch.where(mask, start, trained)
 
 
 def reversed_update(start: torch.Tensor, trained: torch.Tensor, length: float) -> torch.Tensor:
@@ -446,6 +459,8 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
         def craft(self, round_: int, start: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
             if attack in ("sign_flip", "targeted_flip"):
                 return -trained
+            if attack == "body_flip":
+                return with_start_head(start, trained, shared_model(self).state_dict())
             if attack == "ipm":
                 return reversed_update(start, trained, IPM_EPSILON)
             if attack == "alie":
@@ -668,8 +683,20 @@ def flipped_labels(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     return num_classes - 1 - labels
 
 
+def label_flipper(base: type[Algorithm]) -> type[Algorithm]:
+    """`base` training on labels c -> C-1-c."""
+    class Flipped(base):  # type: ignore[misc, valid-type]
+        def __init__(self, config, data, device, node_id):
+            super().__init__(config, dataclasses.replace(
+                data, train_y=flipped_labels(data.train_y, data.num_classes)),
+                device, node_id)
+    return Flipped
+
+
 def attacker_class(base: type[Algorithm], attack: str) -> type[Algorithm]:
     """`base` as the attacker of `attack` runs it."""
+    if attack == "body_flip":
+        return model_attacker(label_flipper(base), attack)
     if attack in MODEL_ATTACKS:
         return model_attacker(base, attack)
     if attack in SENDERS:
@@ -680,12 +707,7 @@ def attacker_class(base: type[Algorithm], attack: str) -> type[Algorithm]:
                 return send(self, super().payload())
         return Sender
     if attack == "label_flip":
-        class Flipped(base):  # type: ignore[misc, valid-type]
-            def __init__(self, config, data, device, node_id):
-                super().__init__(config, dataclasses.replace(
-                    data, train_y=flipped_labels(data.train_y, data.num_classes)),
-                    device, node_id)
-        return Flipped
+        return label_flipper(base)
     if attack == "flip_every_other":
         class FlippedEveryOther(base):  # type: ignore[misc, valid-type]
             def __init__(self, config, data, device, node_id):

@@ -110,6 +110,10 @@ def test_the_crafted_models_of_the_attack_library():
     noise = attacks.gaussian(trained, torch.Generator().manual_seed(0))
     assert float(noise.norm()) == pytest.approx(float(trained.norm()))
     assert attacks.flipped_labels(torch.tensor([0, 3, 9]), 10).tolist() == [9, 6, 0]
+    # body_flip: the trained body, the start's classifier (integer tensors are not in flat)
+    like = {"body.w": torch.zeros(2), "steps": torch.tensor(4), "classifier.bias": torch.zeros(1)}
+    assert attacks.with_start_head(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0]),
+                                   like).tolist() == [4.0, 5.0, 3.0]
 
 
 def test_the_every_other_round_flipper_trains_on_flipped_labels_in_odd_rounds_only():
@@ -127,6 +131,40 @@ def test_the_every_other_round_flipper_trains_on_flipped_labels_in_odd_rounds_on
     for round_ in (1, 2, 3, 4):
         flipper.train_round(round_)
     assert flipper.seen == [[9, 6], [0, 3], [9, 6], [0, 3]]
+
+
+def test_the_body_flipper_trains_on_flipped_labels_and_sends_its_start_classifier():
+    from torch import nn
+
+    from node.algorithms.base import Payload
+
+    class Tiny:  # a model of a body and a classifier, trained by adding its labels' sum
+        def __init__(self, config, data, device, node_id):
+            self.config, self.data, self.node_id = config, data, node_id
+            self.model = nn.Sequential()
+            self.model.body, self.model.classifier = nn.Linear(1, 1), nn.Linear(1, 1)
+            for parameter in self.model.parameters():
+                nn.init.zeros_(parameter)
+
+        def train_round(self, round_):
+            with torch.no_grad():
+                for parameter in self.model.parameters():
+                    parameter += float(self.data.train_y.sum())
+            return {}
+
+        def payload(self):
+            return {"model": Payload(dict(self.model.state_dict()), {"classes": [1]})}
+
+    data = dataclasses.make_dataclass("Data", ["train_y", "num_classes"])(torch.tensor([0, 3]),
+                                                                          10)
+    flipper = attacks.attacker_class(Tiny, "body_flip")(None, data, None, 0)
+    assert flipper.data.train_y.tolist() == [9, 6]
+    flipper.train_round(1)  # every parameter 0 -> 15 (9 + 6)
+    sent = flipper.payload()["model"]
+    assert {name: float(t) for name, t in sent.tensors.items()} == {
+        "body.weight": 15.0, "body.bias": 15.0, "classifier.weight": 0.0,
+        "classifier.bias": 0.0}
+    assert sent.meta == {"classes": [1]}
 
 
 def test_the_accuser_names_every_other_node_whatever_it_refused():
