@@ -35,10 +35,12 @@ neighbour's messages (it holds a real key); what it sends is what the attack say
   within MATE_FACTOR times its class-mates' lower median score where that is above the
   bar; each receiver gets its own model);
 - data attacks: label_flip (trains on labels c -> C-1-c, so its model and prototypes lie
-  together), body_flip (label_flip sending its start of round's classifier on its flipped
-  body: knows the prototype screens, which measure a peer's classifier on the global
-  prototypes, where the start's fits as the receiver's own start does; the flip lives in
-  the embedding, which only a holder of the classes can measure), flip_every_other (label_flip in odd rounds, honest in even ones: knows
+  together), body_flip (label_flip sending, on its flipped body, the mean classifier of the
+  models it received last round (its start's in round 1) fitted to the global prototypes
+  it knows, each to its own class: knows the prototype screens, which measure a peer's
+  classifier on the global prototypes, where that fits better than a receiver's own start;
+  the flip lives in the embedding, which only a holder of the classes can measure),
+  flip_every_other (label_flip in odd rounds, honest in even ones: knows
   aggregation.witnesses, which at the least witness_memory names a peer refused two
   rounds running), free_rider
   (never trains; sends its first model every round);
@@ -87,6 +89,7 @@ ALIE_Z = 1.0  # alie's standard deviations
 IPM_EPSILON = 1.0  # ipm: the update reversed at its own length
 ADAPTIVE_STEPS = (8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.125, 0.0)  # reversal lengths, longest first
 EDGE = 0.95  # the adaptive attacker stays this fraction inside the radius it estimates
+HEAD_FIT_STEPS, HEAD_FIT_RATE = 20, 0.05  # body_flip's gradient steps on the prototypes
 
 ERASURE_SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0)  # class_erasure's bias shifts
 SHIFTS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25)  # class_shift's bias shifts
@@ -119,13 +122,50 @@ def unflat(vector: torch.Tensor, like: Mapping[str, torch.Tensor]) -> dict[str, 
     return out
 
 
-def with_start_head(start: torch.Tensor, trained: torch.Tensor, like: Mapping[str, torch.Tensor],
-                    prefix: str = "classifier.") -> torch.Tensor:
+def with_head(trained: torch.Tensor, head: torch.Tensor, like: Mapping[str, torch.Tensor],
+              prefix: str = "classifier.") -> torch.Tensor:
     """`trained` (flat, as `like`'s state) with the entries of the tensors under `prefix`
-    taken from `start`."""
+    taken from `head` (flat alike)."""
     mask = flat({name: torch.full_like(t, float(name.startswith(prefix)))
                  for name, t in like.items()}).bool()
-    return torch.where(mask, start, trained)
+    return torch.where(mask, head, trained)
+
+
+def fitted_head(head: nn.Module, tensors: Mapping[str, torch.Tensor], prototypes: torch.Tensor,
+                known: torch.Tensor, steps: int = HEAD_FIT_STEPS,
+                rate: float = HEAD_FIT_RATE) -> dict[str, torch.Tensor]:
+    """`head` computing with `tensors`, moved by `steps` of gradient descent on its
+    cross-entropy over each known prototype labelled with its class."""
+    params = {name: t.detach().clone().float().requires_grad_(True)
+              for name, t in tensors.items()}
+    inputs = prototypes[known].detach().float()
+    labels = torch.arange(len(known))[known.cpu()]
+    optimizer = torch.optim.SGD(list(params.values()), lr=rate)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        logits = torch.func.functional_call(head, params, (inputs,))
+        nn.functional.cross_entropy(logits, labels).backward()
+        optimizer.step()
+    return {name: p.detach().to(tensors[name].dtype) for name, p in params.items()}
+
+
+def body_flip_head(algorithm: Algorithm, start: torch.Tensor,
+                   seen: Sequence[torch.Tensor]) -> torch.Tensor:
+    """body_flip's classifier, flat as the whole model: the mean of the models received (the
+    start before any), its classifier fitted to the global prototypes the attacker knows."""
+    from node.intake.influence import head_prefix, head_state
+
+    vector = torch.stack(list(seen)).mean(dim=0) if seen else start
+    model = shared_model(algorithm)
+    prefix = head_prefix(model)
+    prototypes, known = (getattr(algorithm, "global_prototypes", None),
+                         getattr(algorithm, "known", None))
+    if prefix is None or prototypes is None or known is None or not bool(known.any()):
+        return vector
+    like = model.state_dict()
+    state = unflat(vector, like)
+    fitted = fitted_head(model.classifier, head_state(state, prefix), prototypes, known)
+    return flat({**state, **{prefix + name: t for name, t in fitted.items()}})
 
 
 def reversed_update(start: torch.Tensor, trained: torch.Tensor, length: float) -> torch.Tensor:
@@ -460,7 +500,8 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             if attack in ("sign_flip", "targeted_flip"):
                 return -trained
             if attack == "body_flip":
-                return with_start_head(start, trained, shared_model(self).state_dict())
+                return with_head(trained, body_flip_head(self, start, self.seen),
+                                 shared_model(self).state_dict())
             if attack == "ipm":
                 return reversed_update(start, trained, IPM_EPSILON)
             if attack == "alie":

@@ -110,10 +110,10 @@ def test_the_crafted_models_of_the_attack_library():
     noise = attacks.gaussian(trained, torch.Generator().manual_seed(0))
     assert float(noise.norm()) == pytest.approx(float(trained.norm()))
     assert attacks.flipped_labels(torch.tensor([0, 3, 9]), 10).tolist() == [9, 6, 0]
-    # body_flip: the trained body, the start's classifier (integer tensors are not in flat)
+    # body_flip: the trained body, another classifier (integer tensors are not in flat)
     like = {"body.w": torch.zeros(2), "steps": torch.tensor(4), "classifier.bias": torch.zeros(1)}
-    assert attacks.with_start_head(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0]),
-                                   like).tolist() == [4.0, 5.0, 3.0]
+    assert attacks.with_head(torch.tensor([4.0, 5.0, 6.0]), torch.tensor([1.0, 2.0, 3.0]),
+                             like).tolist() == [4.0, 5.0, 3.0]
 
 
 def test_the_every_other_round_flipper_trains_on_flipped_labels_in_odd_rounds_only():
@@ -133,7 +133,21 @@ def test_the_every_other_round_flipper_trains_on_flipped_labels_in_odd_rounds_on
     assert flipper.seen == [[9, 6], [0, 3], [9, 6], [0, 3]]
 
 
-def test_the_body_flipper_trains_on_flipped_labels_and_sends_its_start_classifier():
+def test_body_flips_classifier_takes_gradient_steps_towards_each_prototypes_own_class():
+    from torch import nn
+    head = nn.Linear(2, 3)
+    zeros = {"weight": torch.zeros(3, 2), "bias": torch.zeros(3)}
+    # classes 0 and 1 known at e0 and e1, class 2 unknown: logits 0, softmax 1/3 each;
+    # d loss / d W = mean over the two of (p - onehot) x^T, one step of rate 1 against it
+    fitted = attacks.fitted_head(head, zeros, torch.eye(3, 2), torch.tensor([True, True, False]),
+                                 steps=1, rate=1.0)
+    third = 1 / 3
+    assert fitted["weight"].flatten().tolist() == pytest.approx(
+        [2 * third / 2, -third / 2, -third / 2, 2 * third / 2, -third / 2, -third / 2])
+    assert fitted["bias"].tolist() == pytest.approx([third / 2, third / 2, -2 * third / 2])
+
+
+def test_the_body_flipper_trains_on_flipped_labels_and_sends_the_classifier_it_saw():
     from torch import nn
 
     from node.algorithms.base import Payload
@@ -159,12 +173,17 @@ def test_the_body_flipper_trains_on_flipped_labels_and_sends_its_start_classifie
                                                                           10)
     flipper = attacks.attacker_class(Tiny, "body_flip")(None, data, None, 0)
     assert flipper.data.train_y.tolist() == [9, 6]
-    flipper.train_round(1)  # every parameter 0 -> 15 (9 + 6)
+    flipper.train_round(1)  # every parameter 0 -> 15 (9 + 6); nothing received yet
     sent = flipper.payload()["model"]
     assert {name: float(t) for name, t in sent.tensors.items()} == {
         "body.weight": 15.0, "body.bias": 15.0, "classifier.weight": 0.0,
         "classifier.bias": 0.0}
     assert sent.meta == {"classes": [1]}
+    # having received two models (flat: body weight, body bias, classifier weight and
+    # bias), it sends their mean classifier on its body trained on: 15 -> 30
+    flipper.seen = (torch.tensor([0.0, 0.0, 2.0, 4.0]), torch.tensor([0.0, 0.0, 4.0, 8.0]))
+    flipper.train_round(2)
+    assert [float(t) for t in flipper.payload()["model"].tensors.values()] == [30, 30, 3, 6]
 
 
 def test_the_accuser_names_every_other_node_whatever_it_refused():
