@@ -28,7 +28,8 @@ from experiments.robustness import DEFENCES
 
 OUT = Path(__file__).resolve().parent / "reports" / "robustness"
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "quick.toml"
-MEASURED = ("mean", "validated", "distance2", "influence", "clipped2", "guarded_wide")
+MEASURED = ("mean", "validated", "distance2", "influence", "clipped2", "guarded_wide",
+            "guarded_own3_floor1")
 
 
 def overrides(nodes: int, rounds: int, defence: str, results: str) -> list[str]:
@@ -111,8 +112,9 @@ def render(found: list[dict], command: str) -> str:
 
 
 # The phases shown in the per-phase table, the screens first (node.profile.PHASES).
-SHOWN_PHASES = ("validation", "distance", "influence", "prototype_validation", "aggregation",
-                "decode", "train", "teacher", "evaluation_global", "evaluation_local")
+SHOWN_PHASES = ("validation", "held_influence", "distance", "influence", "prototype_validation",
+                "aggregation", "decode", "train", "teacher", "evaluation_global",
+                "evaluation_local")
 
 
 def phase_lines(found: list[dict], base: dict[int, dict]) -> list[str]:
@@ -124,8 +126,8 @@ def phase_lines(found: list[dict], base: dict[int, dict]) -> list[str]:
         return []
     lines = [("The whole run's CPU seconds per node-round after the first (every node's "
               "thread), against `mean`'s at the same size, and where they went (phases of "
-              "the node records: `node.profile`; the screens are validation, distance, "
-              "influence and prototype validation; aggregation is the checks, bounds and "
+              "the node records: `node.profile`; the screens are validation, held-class "
+              "influence, distance, influence and prototype validation; aggregation is the checks, bounds and "
               "combination):"), "",
              "| nodes | defence | CPU s per node-round | x `mean` | "
              + " | ".join(p.replace("_", " ") for p in SHOWN_PHASES) + " | other |",
