@@ -138,8 +138,10 @@ def fitted_head(head: nn.Module, tensors: Mapping[str, torch.Tensor], prototypes
     cross-entropy over each known prototype labelled with its class."""
     params = {name: t.detach().clone().float().requires_grad_(True)
               for name, t in tensors.items()}
-    inputs = prototypes[known].detach().float()
-    labels = torch.arange(len(known))[known.cpu()]
+    device = next(iter(params.values())).device
+    known = known.to(device)
+    inputs = prototypes.to(device)[known].detach().float()
+    labels = torch.arange(len(known), device=device)[known]
     optimizer = torch.optim.SGD(list(params.values()), lr=rate)
     for _ in range(steps):
         optimizer.zero_grad()
@@ -149,23 +151,24 @@ def fitted_head(head: nn.Module, tensors: Mapping[str, torch.Tensor], prototypes
     return {name: p.detach().to(tensors[name].dtype) for name, p in params.items()}
 
 
-def body_flip_head(algorithm: Algorithm, start: torch.Tensor,
-                   seen: Sequence[torch.Tensor]) -> torch.Tensor:
-    """body_flip's classifier, flat as the whole model: the mean of the models received (the
-    start before any), its classifier fitted to the global prototypes the attacker knows."""
-    from node.intake.influence import head_prefix, head_state
+def body_flipped(algorithm: Algorithm, start: torch.Tensor, trained: torch.Tensor,
+                 seen: Sequence[torch.Tensor]) -> torch.Tensor:
+    """body_flip's model: `trained` (its flipped body) with the classifier of the mean of
+    the models received (the start's before any) fitted to the global prototypes the
+    attacker knows; `trained` itself for a model without a classifier."""
+    from node.intake.influence import head_prefix, head_state, root_prototypes
 
-    vector = torch.stack(list(seen)).mean(dim=0) if seen else start
     model = shared_model(algorithm)
     prefix = head_prefix(model)
-    prototypes, known = (getattr(algorithm, "global_prototypes", None),
-                         getattr(algorithm, "known", None))
-    if prefix is None or prototypes is None or known is None or not bool(known.any()):
-        return vector
+    if prefix is None:
+        return trained
     like = model.state_dict()
-    state = unflat(vector, like)
-    fitted = fitted_head(model.classifier, head_state(state, prefix), prototypes, known)
-    return flat({**state, **{prefix + name: t for name, t in fitted.items()}})
+    state = unflat(torch.stack(list(seen)).mean(dim=0) if seen else start, like)
+    prototypes, known = root_prototypes(algorithm)
+    if prototypes is not None and known is not None and bool(known.any()):
+        fitted = fitted_head(model.classifier, head_state(state, prefix), prototypes, known)
+        state = {**state, **{prefix + name: t for name, t in fitted.items()}}
+    return with_head(trained, flat(state), like, prefix)
 
 
 def reversed_update(start: torch.Tensor, trained: torch.Tensor, length: float) -> torch.Tensor:
@@ -500,8 +503,7 @@ def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
             if attack in ("sign_flip", "targeted_flip"):
                 return -trained
             if attack == "body_flip":
-                return with_head(trained, body_flip_head(self, start, self.seen),
-                                 shared_model(self).state_dict())
+                return body_flipped(self, start, trained, self.seen)
             if attack == "ipm":
                 return reversed_update(start, trained, IPM_EPSILON)
             if attack == "alie":
