@@ -519,7 +519,7 @@ class Node:
     def _own_payloads(self, algorithm: Algorithm, kinds: tuple[str, ...]) -> dict[str, Payload]:
         """This node's payloads of a step's `kinds`; where aggregation.witnesses is on, its
         model names the peers it has refused repeatedly (node.intake.witnesses)."""
-        own = {kind: payload for kind, payload in algorithm.payload().items() if kind in kinds}
+        own = algorithm.payloads_of(kinds)
         if self.config.aggregation.witnesses > 0:
             own = witnesses.naming(own, algorithm.refused_named)
         return own
@@ -596,7 +596,7 @@ class Node:
         """The sketch of the model this node exchanges, for the consensus distance (None
         for an algorithm that exchanges no model, or with [report] consensus_sketch = 0)."""
         size = self.config.report.consensus_sketch
-        model = algorithm.payload().get("model") if size else None
+        model = algorithm.payloads_of(("model",)).get("model") if size else None
         if model is None:
             return None
         vector = flat_parameters(model.tensors)

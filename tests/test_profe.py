@@ -140,6 +140,38 @@ def test_aggregation_averages_students_then_refreshes_prototypes_on_the_average(
     assert own.known.tolist() == [True, True, True]
 
 
+def test_the_model_step_costs_no_pass_over_the_train_set(monkeypatch):
+    # "aggregated": the trained student's prototypes would be replaced by the aggregate's
+    # before anything reads them, so only the aggregate's are computed; "local" sends the
+    # trained student's with it, computed once
+    import node.algorithms.prototype_base as base
+
+    passes = []
+    real = base.train_prototypes
+    monkeypatch.setattr(base, "train_prototypes",
+                        lambda model, *rest: passes.append(model) or real(model, *rest))
+    data = tiny_data()
+    for source, steps in (("aggregated", (("model",), ("prototypes",))),
+                          ("local", (("model", "prototypes"),))):
+        config = profe(data).config.to_dict()
+        node = create("profe", from_dict({**config, "exchange": {"prototypes_from": source}}),
+                      data, CPU, 0)
+        assert node.exchange_steps() == steps
+        passes.clear()
+        node.train_round(1)
+        assert not node.student.training  # in eval mode, as the pass leaves it
+        own = node.payloads_of(steps[0])
+        assert set(own) == set(steps[0]) and len(passes) == (source == "local")
+        node.aggregate(own, {})
+        sent = node.payloads_of(steps[-1])["prototypes"]
+        assert len(passes) == 1
+        with torch.no_grad():
+            embeddings = node.student.eval()(data.train_x)[1]
+        expected = torch.stack([embeddings[data.train_y == c].mean(0) for c in range(3)])
+        assert torch.allclose(sent.tensors["prototypes"], expected, atol=1e-5)
+        assert node.payloads_of(steps[-1]).keys() == {*steps[-1]} and len(passes) == 1
+
+
 def test_presets_name_only_keys_that_exist():
     config = from_dict({})
     for preset in PRESETS.values():

@@ -152,6 +152,11 @@ class Algorithm(abc.ABC):
     def payload(self) -> dict[str, Payload]:
         """What this node would send to its out-neighbours now, by kind."""
 
+    def payloads_of(self, kinds: Sequence[str]) -> dict[str, Payload]:
+        """The payloads of `kinds` only (an algorithm whose payloads cost a pass over data
+        builds just those)."""
+        return {kind: payload for kind, payload in self.payload().items() if kind in kinds}
+
     def served_payload(self) -> dict[str, Payload]:
         """What a hub (topology.hub) sends its clients after aggregating their updates, by
         kind; by default what it would send now (a model's aggregate is its model)."""

@@ -102,7 +102,8 @@ class FedPR(ModelAndPrototypes):
     def train_round(self, round_: int) -> dict[str, float]:
         stats = local_sgd((self.model,), {"loss": (self.optimizer,)}, self.data, self.config,
                           self.node_id, round_, self._loss_terms)
-        self.refresh_local_prototypes(self.model)
+        # with "aggregated" the aggregate's prototypes replace these before they travel
+        self.refresh_local_prototypes(self.model, deferred=self.prototypes_replaced())
         return stats
 
     def combine(self, contributions, **rule):

@@ -170,7 +170,8 @@ class ProFe(ModelAndPrototypes):
             stats |= local_sgd((self.student,), teacher_step | student_step, self.data,
                                self.config, self.node_id, round_, self._same_batch_terms)
         self.teacher.train(False)  # a retired teacher is never run again
-        self.refresh_local_prototypes(self.student)
+        # with "aggregated" the aggregate's prototypes replace these before they travel
+        self.refresh_local_prototypes(self.student, deferred=self.prototypes_replaced())
         stats["alpha_s"] = self.alpha_s
         stats["teacher_trained"] = float(use_teacher)
         self.alpha_s = decayed_weight(self.alpha_s, s.alpha_limit, s.alpha_schedule,

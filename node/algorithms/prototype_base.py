@@ -30,16 +30,47 @@ class PrototypeAlgorithm(Algorithm):
         self.dim = dim
         self.global_prototypes = torch.zeros(classes, dim, device=self.device)
         self.known = torch.zeros(classes, dtype=torch.bool, device=self.device)
-        self.local_prototypes = torch.zeros(classes, dim)
-        self.local_counts = torch.zeros(classes, dtype=torch.int64)
+        self._local = (torch.zeros(classes, dim), torch.zeros(classes, dtype=torch.int64))
+        self._local_from: nn.Module | None = None  # whose embeddings the next read takes
         self.global_counts = torch.zeros(classes, dtype=torch.int64)  # the samples behind them
 
-    def refresh_local_prototypes(self, model: nn.Module) -> None:
-        """The class means of `model`'s embeddings over the local train set (kept as they
-        were on a node without training samples)."""
+    def refresh_local_prototypes(self, model: nn.Module, deferred: bool = False) -> None:
+        """From now on the local prototypes are the class means of `model`'s embeddings over
+        the local train set (kept as they were on a node without training samples).
+
+        `deferred`: computed when first read, so that prototypes an aggregate's replace
+        before anything reads them (exchange.prototypes_from = "aggregated") cost no pass
+        over the train set; `model` must not change before the read."""
         if len(self.data.train_y):
-            self.local_prototypes, self.local_counts = train_prototypes(
-                model, self.data, self.config.train.eval_batch_size)
+            model.eval()  # as the pass leaves it, whenever it runs
+            self._local_from = model
+            if not deferred:
+                self._settled_local()
+
+    def _settled_local(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The local prototypes and their counts, computed now if a refresh asked for them."""
+        if self._local_from is not None:
+            model, self._local_from = self._local_from, None
+            self._local = train_prototypes(model, self.data, self.config.train.eval_batch_size)
+        return self._local
+
+    @property
+    def local_prototypes(self) -> torch.Tensor:
+        """The local prototypes (Eq. 3), one row per class (zeros for unseen classes)."""
+        return self._settled_local()[0]
+
+    @local_prototypes.setter
+    def local_prototypes(self, value: torch.Tensor) -> None:
+        self._local = (value, self._settled_local()[1])
+
+    @property
+    def local_counts(self) -> torch.Tensor:
+        """The local train samples of each class behind the local prototypes."""
+        return self._settled_local()[1]
+
+    @local_counts.setter
+    def local_counts(self, value: torch.Tensor) -> None:
+        self._local = (self._settled_local()[0], value)
 
     def local_prototype_payload(self) -> Payload:
         """The local prototypes as they travel: the rows of locally seen classes."""
@@ -75,11 +106,25 @@ class ModelAndPrototypes(PrototypeAlgorithm):
         return self.shared_model
 
     def payload(self) -> dict[str, Payload]:
-        return {"model": state_payload(self.shared_model, self.data.train_y, self.data.num_classes),
-                "prototypes": self.local_prototype_payload()}
+        return self._built(self.kinds)
+
+    def payloads_of(self, kinds: Sequence[str]) -> dict[str, Payload]:
+        # only what is asked: the model step of "aggregated" reads no local prototypes
+        return self._built(kinds)
+
+    def _built(self, kinds: Sequence[str]) -> dict[str, Payload]:
+        build = {"model": lambda: state_payload(self.shared_model, self.data.train_y,
+                                                self.data.num_classes),
+                 "prototypes": self.local_prototype_payload}
+        return {kind: build[kind]() for kind in self.kinds if kind in kinds}
 
     def exchange_steps(self) -> tuple[tuple[str, ...], ...]:
         return model_then_prototypes(self.config, self.kinds)
+
+    def prototypes_replaced(self) -> bool:
+        """Whether the prototypes of the trained model are replaced by the aggregate's before
+        they travel (exchange.prototypes_from = "aggregated")."""
+        return self.config.exchange.prototypes_from == "aggregated"
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gathered(self, own, received, self.data.num_classes, self.dim)
@@ -87,7 +132,7 @@ class ModelAndPrototypes(PrototypeAlgorithm):
         if "model" in own:
             state = combined_state(self, update)
             adopt(self, self.shared_model, state)
-            if self.config.exchange.prototypes_from == "aggregated":
+            if self.prototypes_replaced():
                 self.refresh_local_prototypes(self.shared_model)
         if "prototypes" in own:
             self.combine_prototypes(update.prototypes)
