@@ -59,18 +59,10 @@ class PrototypeAlgorithm(Algorithm):
         """The local prototypes (Eq. 3), one row per class (zeros for unseen classes)."""
         return self._settled_local()[0]
 
-    @local_prototypes.setter
-    def local_prototypes(self, value: torch.Tensor) -> None:
-        self._local = (value, self._settled_local()[1])
-
     @property
     def local_counts(self) -> torch.Tensor:
         """The local train samples of each class behind the local prototypes."""
         return self._settled_local()[1]
-
-    @local_counts.setter
-    def local_counts(self, value: torch.Tensor) -> None:
-        self._local = (self._settled_local()[0], value)
 
     def local_prototype_payload(self) -> Payload:
         """The local prototypes as they travel: the rows of locally seen classes."""
