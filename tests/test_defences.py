@@ -186,6 +186,34 @@ def test_the_body_flipper_trains_on_flipped_labels_and_sends_the_classifier_it_s
     assert [float(t) for t in flipper.payload()["model"].tensors.values()] == [30, 30, 3, 6]
 
 
+@pytest.mark.parametrize("attack", ["sign_flip", "free_rider", "shift_and_lie"])
+def test_an_attacker_sends_at_each_step_what_its_payload_makes(attack):
+    # a model-and-prototypes node builds only a step's kinds; an attacker that rewrites
+    # payload() must still send its rewrite at the model step
+    from node.algorithms import create
+    from node.algorithms.profe import ProFe
+    from node.config import from_dict
+    from tests.helpers import CPU, tiny_data
+
+    config = from_dict({"nodes": 2, "seed": 1, "aggregation": {"validation": 0},
+                        "model": {"teacher_channels": [4, 8], "student_channels": [2, 4],
+                                  "embedding_dim": 4}, "train": {"batch_size": 8}})
+    honest = create("profe", config, tiny_data(), CPU, 0)
+    attacker = attacks.attacker_class(ProFe, attack)(config, tiny_data(), CPU, 0)
+    for node in (honest, attacker):
+        node.train_round(1)
+    whole = attacker.payload()
+    model_step = attacker.payloads_of(("model",))
+    assert set(model_step) == {"model"}
+    for name, tensor in whole["model"].tensors.items():
+        assert torch.equal(model_step["model"].tensors[name], tensor), name
+    assert model_step["model"].meta == whole["model"].meta
+    if attack == "sign_flip":  # its rewrite, not its trained student
+        assert not torch.equal(model_step["model"].tensors["classifier.bias"],
+                               honest.payloads_of(("model",))["model"].tensors[
+                                   "classifier.bias"])
+
+
 def test_the_accuser_names_every_other_node_whatever_it_refused():
     class Honest:
         def __init__(self, config, data, device, node_id):
