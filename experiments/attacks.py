@@ -481,17 +481,9 @@ def shared_model(algorithm: Algorithm) -> nn.Module:
     return getattr(algorithm, "shared_model", None) or algorithm.model
 
 
-def whole_payloads(attacker: type[Algorithm]) -> type[Algorithm]:
-    """`attacker`, whose payload() rewrites what it sends, building each step's payloads
-    through it (a model-and-prototypes node builds only a step's kinds, beside payload())."""
-    attacker.payloads_of = Algorithm.payloads_of  # type: ignore[method-assign]
-    return attacker
-
-
 def model_attacker(base: type[Algorithm], attack: str) -> type[Algorithm]:
     """`base` sending, in place of its model, what the model attack `attack` makes of it."""
 
-    @whole_payloads
     class ModelAttacker(base):  # type: ignore[misc, valid-type]
         poison: torch.Tensor | None = None
         seen: tuple[torch.Tensor, ...] = ()
@@ -753,7 +745,6 @@ def attacker_class(base: type[Algorithm], attack: str) -> type[Algorithm]:
     if attack in SENDERS:
         send = SENDERS[attack]
 
-        @whole_payloads
         class Sender(base):  # type: ignore[misc, valid-type]
             def payload(self) -> dict[str, Payload]:
                 return send(self, super().payload())
@@ -783,7 +774,6 @@ def attacker_class(base: type[Algorithm], attack: str) -> type[Algorithm]:
                 pass  # what it really refused
         return Accuser
     if attack == "free_rider":
-        @whole_payloads
         class FreeRider(base):  # type: ignore[misc, valid-type]
             stale: dict[str, Payload] | None = None
 

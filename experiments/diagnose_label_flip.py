@@ -49,7 +49,6 @@ def without_prototypes(base: type, attack: str) -> type:
     if attack != "label_flip":
         return attacker
 
-    @attacks.whole_payloads
     class ModelOnly(attacker):  # type: ignore[misc, valid-type]
         def payload(self) -> dict[str, Payload]:
             out = dict(super().payload())

@@ -101,6 +101,9 @@ class ModelAndPrototypes(PrototypeAlgorithm):
         return self._built(self.kinds)
 
     def payloads_of(self, kinds: Sequence[str]) -> dict[str, Payload]:
+        if type(self).payload is not ModelAndPrototypes.payload:
+            # a subclass that rewrites payload() (an attack, a variant) sends its rewrite
+            return super().payloads_of(kinds)
         # only what is asked: the model step of "aggregated" reads no local prototypes
         return self._built(kinds)
 
