@@ -123,8 +123,10 @@ def test_quick_toml_still_trains_to_the_readme_examples_bytes_and_f1(tmp_path, d
     import protofed
     kept = json.loads((REPO / "experiments" / "reports" / "readme-example" /
                        "summary.json").read_text())
+    # no pictures: they show what the run recorded and change none of it (2 CPU s)
     run = protofed.run(REPO / "examples" / "quick.toml", backend="sim", progress=False,
-                       overrides=[f"data.dir={data_dir}", f"deploy.results_dir={tmp_path}"])
+                       overrides=[f"data.dir={data_dir}", f"deploy.results_dir={tmp_path}",
+                                  "report.pictures=false"])
 
     def traffic(summary):
         return [(n["bytes_sent"], n["bytes_received"]) for n in summary["nodes"]]

@@ -244,3 +244,27 @@ def test_a_model_too_large_for_memory_is_named_with_the_settings_that_shrink_it(
     assert last.startswith("protofed: one node does not fit in this machine's memory (")
     assert last.endswith("use smaller model widths (model.teacher_channels, "
                          "model.student_channels, model.embedding_dim) or a smaller data.subset")
+
+
+def test_a_node_forked_from_the_warm_launcher_imports_nothing_of_its_own(tmp_path, data_dir):
+    """What every node imports is imported once, by the launcher's warm-up, before the
+    nodes are forked: building and exercising node 0 after it imports no module of
+    protofed's or of torch's (the algorithm classes were imported by each node)."""
+    config = tmp_path / "one.toml"
+    config.write_text(f'nodes = 2\nrounds = 1\nalgorithm = "fedproc"\n[data]\ndir = "{data_dir}"'
+                      '\ndownload = false\nsubset = 600\n[model]\nteacher_channels = [4, 8]\n')
+    script = ("import json, sys\n"
+              "from deploy.backends import capacity, local\n"
+              "from node.config import load\n"
+              f"config = load({str(config)!r}, ())\n"
+              "local.warm_up(config)\n"
+              "before = set(sys.modules)\n"
+              "capacity.measure_footprint(config, forked=True)\n"
+              "print(json.dumps(sorted(set(sys.modules) - before)))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = [name for name in imported
+            if name.split(".")[0] in ("node", "topology", "quant", "deploy", "torch")]
+    assert ours == [], ours

@@ -415,10 +415,15 @@ def _exercise_node(config: FederationConfig, node_id: int, device: object) -> di
 
 def warm_torch() -> None:
     """Import torch and the node's whole tree (its optimizers are node.optimizers: nothing
-    of torch's compiler stack, which torch.optim would import)."""
+    of torch's compiler stack, which torch.optim would import), the algorithm classes
+    included: a node imports them on first use, so each forked node would again."""
     import torch  # noqa: F401
 
     import node.__main__  # noqa: F401 - the node's whole import tree
+    from node.algorithms import CATALOGUE, algorithm_class
+
+    for name in CATALOGUE:
+        algorithm_class(name)
 
 
 def private_bytes() -> tuple[int, int]:
