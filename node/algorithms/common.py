@@ -99,6 +99,12 @@ def classify(model: nn.Module, x: torch.Tensor, global_prototypes: torch.Tensor,
     return {ARGMAX: argmax, PROTOTYPE: nearest_prototype(embeddings, global_prototypes, known)}
 
 
+def prototypes_from_aggregate(config: FederationConfig) -> bool:
+    """Whether prototypes travel after the model, recomputed on the aggregated model
+    (exchange.prototypes_from = "aggregated"), rather than with it."""
+    return config.exchange.prototypes_from == "aggregated"
+
+
 def model_then_prototypes(config: FederationConfig,
                           kinds: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     """Exchange steps of a method sharing a model and prototypes.
@@ -107,7 +113,7 @@ def model_then_prototypes(config: FederationConfig,
     inference and the next round's loss use prototypes of the model they are applied to.
     "local": both at once, prototypes from the locally trained model (the papers' order).
     """
-    if config.exchange.prototypes_from == "aggregated":
+    if prototypes_from_aggregate(config):
         return (("model",), ("prototypes",))
     return (kinds,)
 

@@ -15,6 +15,7 @@ from node.algorithms.common import (
     adopt,
     model_then_prototypes,
     prototype_payload,
+    prototypes_from_aggregate,
     state_payload,
     train_prototypes,
 )
@@ -119,7 +120,7 @@ class ModelAndPrototypes(PrototypeAlgorithm):
     def prototypes_replaced(self) -> bool:
         """Whether the prototypes of the trained model are replaced by the aggregate's before
         they travel (exchange.prototypes_from = "aggregated")."""
-        return self.config.exchange.prototypes_from == "aggregated"
+        return prototypes_from_aggregate(self.config)
 
     def aggregate(self, own: Mapping[str, Payload], received: Updates) -> list[Refusal]:
         update = gathered(self, own, received, self.data.num_classes, self.dim)
