@@ -46,3 +46,15 @@ def uss_and_pss(pid: int) -> tuple[int, int]:
     except (OSError, ValueError, IndexError):
         return 0, 0
     return fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0), fields.get("Pss", 0)
+
+
+def processor_model() -> str:
+    """The processor's model name (/proc/cpuinfo on Linux), "unknown processor" elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown processor"

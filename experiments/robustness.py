@@ -29,6 +29,7 @@ from typing import Any
 
 import node.algorithms
 from experiments.attacks import ATTACKS, attacker_class
+from experiments.processes import processor_model
 from experiments.run import merge
 from node.aggregation_rules import AGGREGATION_RULES
 from node.config import from_dict
@@ -605,18 +606,6 @@ def machine() -> str:
     import torch
     return (f"{platform.machine()}, {processor_model()}, {os.cpu_count()} cpus, "
             f"torch {torch.__version__}")
-
-
-def processor_model() -> str:
-    """The processor's model name (/proc/cpuinfo on Linux), "unknown processor" elsewhere."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown processor"
 
 
 def main(argv: list[str] | None = None) -> int:

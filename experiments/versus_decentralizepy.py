@@ -57,7 +57,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from experiments.processes import children_cpu, process_tree, uss_and_pss
+from experiments.processes import children_cpu, process_tree, processor_model, uss_and_pss
 
 OUT = Path(__file__).resolve().parent / "reports" / "versus-decentralizepy"
 REPO = Path(__file__).resolve().parent.parent
@@ -277,7 +277,8 @@ def render(results: dict) -> str:
     runs = results["runs"]
     pictureless = any(r["side"] == NO_PICTURES for r in runs)
     lines = ["# protofed beside decentralizepy", "",
-             (f"Produced by `{results['command']}` on {results['cpus']} cores, "
+             (f"Produced by `{results['command']}` on {results['cpus']} cores"
+              + (f" ({results['processor']})" if "processor" in results else "") + ", "
              f"{results['pairs']} interleaved pairs (protofed first"
              + (", protofed without its pictures last" if pictureless else "")
              + f"). Task: {NODES} nodes, fully connected, {ROUNDS} rounds, MNIST, the "
@@ -433,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     check_decentralizepy(args.decentralizepy_python)
     data_dir = os.environ.get("PROTOFED_DATA_DIR", str(REPO.parent / "shared" / "datasets"))
     results = {"command": "python -m experiments.versus_decentralizepy --pairs "
-                          f"{args.pairs}", "cpus": os.cpu_count(), "pairs": args.pairs,
+                          f"{args.pairs}", "cpus": os.cpu_count(), "processor": processor_model(),
+               "pairs": args.pairs,
                "parameters": mlp_parameters(), "runs": []}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
