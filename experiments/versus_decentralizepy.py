@@ -277,9 +277,8 @@ def render(results: dict) -> str:
     runs = results["runs"]
     pictureless = any(r["side"] == NO_PICTURES for r in runs)
     lines = ["# protofed beside decentralizepy", "",
-             (f"Produced by `{results['command']}` on {results['cpus']} cores"
-              + (f" ({results['processor']})" if "processor" in results else "") + ", "
-             f"{results['pairs']} interleaved pairs (protofed first"
+             (f"Produced by `{results['command']}` on {results['cpus']} cores "
+             f"({results['processor']}), {results['pairs']} interleaved pairs (protofed first"
              + (", protofed without its pictures last" if pictureless else "")
              + f"). Task: {NODES} nodes, fully connected, {ROUNDS} rounds, MNIST, the "
              f"784-256-128-10 MLP ({results['parameters']:,} parameters), one epoch of SGD "
@@ -434,8 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     check_decentralizepy(args.decentralizepy_python)
     data_dir = os.environ.get("PROTOFED_DATA_DIR", str(REPO.parent / "shared" / "datasets"))
     results = {"command": "python -m experiments.versus_decentralizepy --pairs "
-                          f"{args.pairs}", "cpus": os.cpu_count(), "processor": processor_model(),
-               "pairs": args.pairs,
+                          f"{args.pairs}", "cpus": os.cpu_count(),
+               "processor": processor_model(), "pairs": args.pairs,
                "parameters": mlp_parameters(), "runs": []}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):

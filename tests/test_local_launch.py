@@ -249,7 +249,8 @@ def test_a_model_too_large_for_memory_is_named_with_the_settings_that_shrink_it(
 def test_a_node_forked_from_the_warm_launcher_imports_nothing_of_its_own(tmp_path, data_dir):
     """What every node imports is imported once, by the launcher's warm-up, before the
     nodes are forked: building and exercising node 0 after it imports no module of
-    protofed's or of torch's (the algorithm classes were imported by each node)."""
+    protofed's or of torch's (the algorithm classes, imported on first use, were once
+    imported again by every node)."""
     config = tmp_path / "one.toml"
     config.write_text(f'nodes = 2\nrounds = 1\nalgorithm = "fedproc"\n[data]\ndir = "{data_dir}"'
                       '\ndownload = false\nsubset = 600\n[model]\nteacher_channels = [4, 8]\n')
