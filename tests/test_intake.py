@@ -475,6 +475,24 @@ def test_validation_shares_one_budget_among_the_in_neighbours_down_to_a_floor():
     assert torch.equal(few[0], many[0][:64])  # the smaller draw starts the larger one
 
 
+def test_a_nodes_own_cut_is_measured_on_at_most_as_many_test_samples_as_all_peers_get():
+    """Validation's bar (the cut this node's own round made) is measured on the local test
+    set, all of it up to the peers' budget and a fixed draw of that many beyond: a node
+    with much data would otherwise pay two forward passes of its whole test set a round."""
+    from node.intake.samples import VALIDATION_BUDGET, own_test_samples, validation_samples
+    node = _node()
+    node.data.test_x = torch.randn(VALIDATION_BUDGET, 3)
+    node.data.test_y = torch.zeros(VALIDATION_BUDGET, dtype=torch.int64)
+    assert own_test_samples(node)[0] is node.data.test_x  # small enough: all of it, as is
+    node.data.test_x, node.data.test_y = torch.randn(5000, 3), torch.arange(5000) % 3
+    x, y = own_test_samples(node)
+    assert len(y) == VALIDATION_BUDGET and len(set(x[:, 0].tolist())) == VALIDATION_BUDGET
+    assert torch.equal(x, own_test_samples(node)[0])  # the same draw every round
+    assert set(x[:, 0].tolist()) <= set(node.data.test_x[:, 0].tolist())
+    node.data.test_x, node.data.test_y = torch.zeros(0, 3), torch.zeros(0, dtype=torch.int64)
+    assert torch.equal(own_test_samples(node)[0], validation_samples(node)[0])
+
+
 class CountingReads(dict):
     """A payload's tensors that count their reads (a received message decodes on each)."""
 

@@ -21,6 +21,9 @@ VALIDATION_SAMPLES = 256
 # draw adds to the loss affects them alike and the comparison stays paired.
 VALIDATION_BUDGET = 9 * VALIDATION_SAMPLES
 MIN_VALIDATION_SAMPLES = 64
+# The seeded draws: of the training samples (validation_samples) and of the local test set
+# (own_test_samples); round_generator's round argument, below any round's.
+VALIDATION_DRAW, OWN_TEST_DRAW = -1, -2
 
 
 @torch.no_grad()
@@ -55,19 +58,35 @@ def validation_samples(algorithm: Algorithm,
     if len(y) <= wanted:
         return x, y
     draw = torch.randperm(len(y), generator=round_generator(algorithm.config,
-                                                            algorithm.node_id, -1))
+                                                            algorithm.node_id, VALIDATION_DRAW))
     index = draw[:wanted].to(x.device)
+    return x[index], y[index]
+
+
+def own_test_samples(algorithm: Algorithm) -> tuple[torch.Tensor, torch.Tensor]:
+    """The samples this node measures its own round's cut on: its local test set, or the
+    first VALIDATION_BUDGET of a seeded draw of a larger one, so validation's cost does not
+    grow with the node's data; without a local test set, its validation samples. That cut
+    sets the bar for every peer, so it gets as many samples as all the peers together."""
+    x, y = algorithm.data.test_x, algorithm.data.test_y
+    if not len(y):
+        return validation_samples(algorithm)
+    if len(y) <= VALIDATION_BUDGET:
+        return x, y
+    draw = torch.randperm(len(y), generator=round_generator(algorithm.config,
+                                                            algorithm.node_id, OWN_TEST_DRAW))
+    index = draw[:VALIDATION_BUDGET].to(x.device)
     return x[index], y[index]
 
 
 def own_round_losses(algorithm: Algorithm, model: nn.Module,
                      start: nn.Module) -> tuple[float, float]:
     """This node's loss after its round and at its start (a uniform guess's where lower:
-    `node.defences.loss_to_beat`), on its local test samples (on its training samples
-    without any): a peer's model is measured on samples it never
-    trained on, so this node's own round is too."""
+    `node.defences.loss_to_beat`), on its local test samples (`own_test_samples`): a
+    peer's model is measured on samples it never trained on, so this node's own round is
+    too."""
     data = algorithm.data
-    x, y = (data.test_x, data.test_y) if len(data.test_y) else validation_samples(algorithm)
+    x, y = own_test_samples(algorithm)
     classes, batch = data.num_classes, algorithm.config.train.eval_batch_size
     losses = []
     for each in (model, start):
