@@ -53,14 +53,9 @@ def validation_samples(algorithm: Algorithm,
     """The node's training samples that validate its in-neighbours' models (`peers` of them
     this round): all of them, or the first `samples_per_peer(peers)` of a seeded draw (a
     smaller draw is the start of the larger one)."""
-    x, y = algorithm.data.train_x, algorithm.data.train_y
-    wanted = samples_per_peer(peers)
-    if len(y) <= wanted:
-        return x, y
-    draw = torch.randperm(len(y), generator=round_generator(algorithm.config,
-                                                            algorithm.node_id, VALIDATION_DRAW))
-    index = draw[:wanted].to(x.device)
-    return x[index], y[index]
+    data = algorithm.data
+    return _first_drawn(algorithm, data.train_x, data.train_y, samples_per_peer(peers),
+                        VALIDATION_DRAW)
 
 
 def own_test_samples(algorithm: Algorithm) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,14 +63,21 @@ def own_test_samples(algorithm: Algorithm) -> tuple[torch.Tensor, torch.Tensor]:
     first VALIDATION_BUDGET of a seeded draw of a larger one, so validation's cost does not
     grow with the node's data; without a local test set, its validation samples. That cut
     sets the bar for every peer, so it gets as many samples as all the peers together."""
-    x, y = algorithm.data.test_x, algorithm.data.test_y
-    if not len(y):
+    data = algorithm.data
+    if not len(data.test_y):
         return validation_samples(algorithm)
-    if len(y) <= VALIDATION_BUDGET:
+    return _first_drawn(algorithm, data.test_x, data.test_y, VALIDATION_BUDGET, OWN_TEST_DRAW)
+
+
+def _first_drawn(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, wanted: int,
+                 stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`x`, `y` whole when they hold at most `wanted` samples, else the first `wanted` of a
+    permutation seeded by the federation, the node and `stream` (the same every round)."""
+    if len(y) <= wanted:
         return x, y
     draw = torch.randperm(len(y), generator=round_generator(algorithm.config,
-                                                            algorithm.node_id, OWN_TEST_DRAW))
-    index = draw[:VALIDATION_BUDGET].to(x.device)
+                                                            algorithm.node_id, stream))
+    index = draw[:wanted].to(x.device)
     return x[index], y[index]
 
 
