@@ -16,7 +16,12 @@ PIECE_CHARS = 8000  # well under the 16 KiB at which Docker's log drivers split 
 
 def record_lines(document: dict, sequence: int, piece_chars: int = PIECE_CHARS) -> list[str]:
     """The lines carrying `document` as write number `sequence`."""
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return text_lines(json.dumps(document, sort_keys=True, separators=(",", ":")), sequence,
+                      piece_chars)
+
+
+def text_lines(text: str, sequence: int, piece_chars: int = PIECE_CHARS) -> list[str]:
+    """The lines carrying a record's JSON `text` as write number `sequence`."""
     pieces = [text[i:i + piece_chars] for i in range(0, len(text), piece_chars)] or [""]
     return [f"{MARKER} {sequence} {index}/{len(pieces)} {piece}"
             for index, piece in enumerate(pieces, 1)]

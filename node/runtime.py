@@ -40,11 +40,12 @@ from node.profile import Profile
 from node.record import (
     Evaluation,
     NodeRecord,
+    RecordText,
     RoundRecord,
     measured,
-    write_json_atomically,
+    write_text_atomically,
 )
-from node.record_stream import record_lines
+from node.record_stream import text_lines
 from node.settings import FederationConfig
 from topology.schedule import Schedule
 
@@ -236,15 +237,15 @@ class Recorder:
     started_at: float = field(default_factory=time.time)  # the same moment, as Unix time
     stream: bool = False  # also write each version to standard output (record_stream)
     writes: int = 0
+    encoder: RecordText = field(default_factory=RecordText)
 
     def write(self) -> None:
         """Atomically replace the result file, so a reader never sees half of it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        document = self.result.to_dict()
-        write_json_atomically(self.path, document)
+        text = self.encoder.text(self.result)
+        write_text_atomically(self.path, text)
         if self.stream:
-            sys.stdout.write("".join(line + "\n" for line in record_lines(document,
-                                                                          self.writes)))
+            sys.stdout.write("".join(line + "\n" for line in text_lines(text, self.writes)))
             sys.stdout.flush()
         self.writes += 1
 
@@ -618,9 +619,12 @@ class Node:
         meter = peers.meter
         result = self.recorder.result
         # messages metered after their round's record was made (the goodbyes after the last
-        # round, an ack to a late hello) join it, so the rounds add up to the totals
+        # round, an ack to a late hello) join it, so the rounds add up to the totals; a
+        # record is counted when made, and again only when its round's counts change
+        changed = meter.take_changed()
         for record in result.rounds[self.own_rounds_from:]:
-            _count_round_bytes(record, peers)
+            if record.round in changed:
+                _count_round_bytes(record, peers)
         result.bytes_sent, result.bytes_received = meter.total(SENT), meter.total(RECEIVED)
         result.bytes_sent_by_peer = meter.breakdown(SENT)
         result.bytes_received_by_peer = meter.breakdown(RECEIVED)

@@ -25,6 +25,55 @@ def test_a_record_survives_the_round_trip_through_its_file(tmp_path):
     assert final_evaluation(back, "global_test").f1 == 0.7
 
 
+def test_the_written_text_is_the_whole_records_json_and_only_changed_rounds_are_encoded(
+        monkeypatch):
+    """A node rewrites its record every round: each round's part is encoded once, and again
+    only when its byte counts were recounted (new dicts); the text is always the record's
+    whole JSON, as `to_json(to_dict())` gives it."""
+    import node.record as records
+    encoded = []
+    monkeypatch.setattr(records, "plain", lambda value, real=records.plain: (
+        encoded.append(value) if isinstance(value, RoundRecord) else None) or real(value))
+    whole = record()
+    text = records.RecordText()
+
+    def written(encodes: int) -> bool:
+        """The text is the whole record's JSON, and `encodes` rounds were encoded for it."""
+        before = len(encoded)
+        got = text.text(whole)
+        fresh = encoded[before:]
+        return got == records.to_json(whole.to_dict()) and len(fresh) == encodes
+    assert written(2)
+    whole.rounds.append(RoundRecord(round=2, global_test=Evaluation(f1=0.8)))
+    whole.status, whole.error = "failed", "a reason"
+    assert written(1)
+    assert written(0)
+    whole.rounds[0].bytes_sent_by_peer = {"1": {"control": 7}}  # a late hello, recounted
+    whole.rounds[0].bytes_sent = 7
+    before = len(encoded)
+    assert written(1) and encoded[before] is whole.rounds[0]
+    whole.rounds = whole.rounds[1:]  # an earlier process's rounds, replaced on a restart
+    assert written(2)
+
+
+def test_the_meter_keeps_each_rounds_counts_and_which_rounds_changed():
+    from node.net.peers import RECEIVED, SENT, Meter
+    meter = Meter()
+    for round_ in range(1, 4):
+        for peer in (2, 1):
+            meter.add(SENT, round_, peer, "model", 100 * round_)
+            meter.add(RECEIVED, round_, peer, "hello", 10)
+    assert meter.take_changed() == {1, 2, 3} and meter.take_changed() == set()
+    meter.add(SENT, 2, 1, "prototypes", 5)  # late: round 2's again
+    assert meter.take_changed() == {2}
+    assert meter.total(SENT, round_=2) == 405 and meter.total(SENT) == 1205
+    assert meter.total(RECEIVED, peer=1, kind="control") == 30
+    assert meter.breakdown(SENT, 2) == {"1": {"model": 200, "prototypes": 5},
+                                        "2": {"model": 200}}
+    assert meter.breakdown(RECEIVED) == {"1": {"control": 30}, "2": {"control": 30}}
+    assert meter.breakdown(SENT, 9) == {} and meter.total(SENT, round_=9) == 0
+
+
 def test_unknown_keys_of_a_newer_version_are_ignored():
     raw = record().to_dict() | {"from_the_future": 1}
     assert NodeRecord.from_dict(raw) == record()

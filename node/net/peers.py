@@ -44,10 +44,15 @@ ROUNDS_AHEAD = 3
 
 @dataclass
 class Meter:
-    """Byte counts by (direction, round, peer, kind), and dropped messages: every one
-    counted by reason and by peer, the first DROP_SAMPLE kept whole (bounded under a flood)."""
+    """Byte counts by round and (direction, peer, kind), and summed over rounds, so a round's
+    figures and the totals cost the same in round 1,000 as in round 1 (a node reads them
+    every round); and dropped messages: every one counted by reason and by peer, the first
+    DROP_SAMPLE kept whole (bounded under a flood)."""
 
-    counts: collections.Counter = field(default_factory=collections.Counter)
+    # round -> (direction, peer, kind) -> bytes; (direction, peer, kind) -> bytes, all rounds
+    by_round: dict[int, collections.Counter] = field(default_factory=dict)
+    over_rounds: collections.Counter = field(default_factory=collections.Counter)
+    changed_rounds: set[int] = field(default_factory=set)  # since `take_changed`
     dropped: list[dict] = field(default_factory=list)
     dropped_count: int = 0
     dropped_bytes: int = 0
@@ -55,19 +60,33 @@ class Meter:
     dropped_by_peer: collections.Counter = field(default_factory=collections.Counter)
     # (round, peer, kind) -> seconds from the sender's stamp to arrival, summed (shaped runs)
     transfer_seconds: collections.Counter = field(default_factory=collections.Counter)
+    transfers_by_round: dict[int, collections.Counter] = field(default_factory=dict)
 
     def add(self, direction: str, round_: int, peer: int, kind: str, nbytes: int) -> None:
-        self.counts[(direction, round_, peer, metered_kind(kind))] += nbytes
+        kind = metered_kind(kind)
+        self.by_round.setdefault(round_, collections.Counter())[(direction, peer, kind)] += nbytes
+        self.over_rounds[(direction, peer, kind)] += nbytes
+        self.changed_rounds.add(round_)
 
     def transfer(self, round_: int, peer: int, kind: str, seconds: float) -> None:
-        self.transfer_seconds[(round_, peer, metered_kind(kind))] += seconds
+        kind = metered_kind(kind)
+        self.transfer_seconds[(round_, peer, kind)] += seconds
+        self.transfers_by_round.setdefault(round_, collections.Counter())[(peer, kind)] += seconds
+        self.changed_rounds.add(round_)
+
+    def take_changed(self) -> set[int]:
+        """The rounds whose counts or transfer times changed since the last call."""
+        changed, self.changed_rounds = self.changed_rounds, set()
+        return changed
 
     def transfers(self, round_: int | None = None) -> dict[str, dict[str, float]]:
         """{peer: {kind: seconds}} of the stamped messages received, optionally one round."""
         out: dict[str, dict[str, float]] = collections.defaultdict(dict)
-        for (r, p, k), seconds in sorted(self.transfer_seconds.items()):
-            if round_ is None or r == round_:
-                out[str(p)][k] = round(out[str(p)].get(k, 0.0) + seconds, 6)
+        timed = self.transfer_seconds.items() if round_ is None else (
+            ((round_, p, k), seconds)
+            for (p, k), seconds in self.transfers_by_round.get(round_, {}).items())
+        for (_, p, k), seconds in sorted(timed):
+            out[str(p)][k] = round(out[str(p)].get(k, 0.0) + seconds, 6)
         return dict(out)
 
     def drop(self, peer: int | None, nbytes: int, reason: str, round_: int | None = None) -> bool:
@@ -92,19 +111,25 @@ class Meter:
                 "dropped_by_reason": dict(self.dropped_by_reason.most_common()),
                 "dropped_by_peer": dict(sorted(self.dropped_by_peer.items()))}
 
+    def _counts_of(self, round_: int | None) -> collections.Counter:
+        """(direction, peer, kind) -> bytes of one round, or of every round."""
+        if round_ is None:
+            return self.over_rounds
+        return self.by_round.get(round_, collections.Counter())
+
     def total(self, direction: str, *, round_: int | None = None, peer: int | None = None,
               kind: str | None = None) -> int:
         """Sum of the bytes that match every given filter."""
-        return sum(n for (d, r, p, k), n in self.counts.items()
-                   if d == direction and (round_ is None or r == round_)
-                   and (peer is None or p == peer) and (kind is None or k == kind))
+        return sum(n for (d, p, k), n in self._counts_of(round_).items()
+                   if d == direction and (peer is None or p == peer)
+                   and (kind is None or k == kind))
 
     def breakdown(self, direction: str, round_: int | None = None) -> dict[str, dict[str, int]]:
         """{peer: {kind: bytes}} for one direction, optionally one round."""
         out: dict[str, dict[str, int]] = collections.defaultdict(dict)
-        for (d, r, p, k), n in sorted(self.counts.items()):
-            if d == direction and (round_ is None or r == round_):
-                out[str(p)][k] = out[str(p)].get(k, 0) + n
+        for (d, p, k), n in sorted(self._counts_of(round_).items()):
+            if d == direction:
+                out[str(p)][k] = n
         return dict(out)
 
 
