@@ -2,7 +2,10 @@
 output but not its files (a Swarm's manager collects every task's output wherever it runs).
 
 Each write of the record becomes lines ``PROTOFED-RECORD <sequence> <part>/<parts> <text>``:
-the JSON cut into pieces short enough that no log driver splits them.
+the JSON cut into pieces short enough that no log driver splits them. A record grows with
+every round and each line set carries all of it, so once large it goes out only when it has
+grown by a tenth since the last one sent, and always when the node has ended
+(`worth_streaming`): 1,000 rounds of 7.7 KB each stream 145 MB of record, not 3.9 GB.
 """
 
 from __future__ import annotations
@@ -12,6 +15,14 @@ from dataclasses import dataclass, field
 
 MARKER = "PROTOFED-RECORD"
 PIECE_CHARS = 8000  # well under the 16 KiB at which Docker's log drivers split a line
+EVERY_WRITE_UP_TO = 1_000_000  # characters: a record up to this size goes out at every write
+GROWTH = 1.1  # beyond it, once it is this many times the last one sent
+
+
+def worth_streaming(chars: int, last_sent: int, ended: bool) -> bool:
+    """Whether a record of `chars` characters goes out, the last one sent having had
+    `last_sent` (0: none yet); a node that has ended always sends its last."""
+    return ended or chars <= EVERY_WRITE_UP_TO or chars >= GROWTH * last_sent
 
 
 def record_lines(document: dict, sequence: int, piece_chars: int = PIECE_CHARS) -> list[str]:

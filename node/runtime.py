@@ -38,6 +38,7 @@ from node.net.peers import RECEIVED, SENT, Peers
 from node.net.transport import Transport
 from node.profile import Profile
 from node.record import (
+    ENDED_STATUSES,
     Evaluation,
     NodeRecord,
     RecordText,
@@ -45,7 +46,7 @@ from node.record import (
     measured,
     write_text_atomically,
 )
-from node.record_stream import text_lines
+from node.record_stream import text_lines, worth_streaming
 from node.settings import FederationConfig
 from topology.schedule import Schedule
 
@@ -238,15 +239,18 @@ class Recorder:
     stream: bool = False  # also write each version to standard output (record_stream)
     writes: int = 0
     encoder: RecordText = field(default_factory=RecordText)
+    streamed_chars: int = 0  # the length of the last record streamed
 
     def write(self) -> None:
         """Atomically replace the result file, so a reader never sees half of it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         text = self.encoder.text(self.result)
         write_text_atomically(self.path, text)
-        if self.stream:
+        if self.stream and worth_streaming(len(text), self.streamed_chars,
+                                           self.result.status in ENDED_STATUSES):
             sys.stdout.write("".join(line + "\n" for line in text_lines(text, self.writes)))
             sys.stdout.flush()
+            self.streamed_chars = len(text)
         self.writes += 1
 
     def unfinished(self, digest: str) -> NodeRecord | None:
