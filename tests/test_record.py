@@ -5,7 +5,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from deploy.backends.runner import watch
+import pytest
+
+from deploy.backends.runner import WATCH_SHARE, next_pause, watch
 from node.record import Evaluation, NodeRecord, RoundRecord, final_evaluation
 from node.runtime import Recorder, add_counts
 
@@ -154,3 +156,10 @@ def test_the_reader_parses_a_record_again_only_once_its_file_was_replaced(tmp_pa
     Recorder(tmp_path / "node-1.json", NodeRecord(node=1, status="finished")).write()
     assert [r.status for r in reader.read()] == ["running", "finished", "missing"]
     assert parsed == [0, 1, 1]
+
+
+def test_the_records_are_read_less_often_where_reading_them_takes_a_tenth_of_a_core():
+    assert WATCH_SHARE == 0.1
+    assert next_pause(0.5, 0.01) == 0.5  # 2% of a core at twice a second: as asked
+    assert next_pause(0.5, 0.3) == pytest.approx(3.0)  # five 7.7 MB records: every 3 s
+    assert next_pause(0.0, 0.0) == 0.0
