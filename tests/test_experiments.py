@@ -756,6 +756,24 @@ def test_the_committed_cli_start_up_table_is_what_its_results_regenerate():
     assert (folder / "table.md").read_text() == bench_cli_startup.table(results)
 
 
+def test_the_committed_long_run_table_is_what_its_results_regenerate(tmp_path):
+    from experiments import bench_long_run
+
+    folder = bench_long_run.OUT
+    results = json.loads((folder / "results.json").read_text())
+    assert {"before", "after"} <= set(results["labels"])
+    assert (folder / "table.md").read_text() == bench_long_run.table(results)
+    # the blocks come from a phases.csv: per node-round means over each block of 100 rounds
+    phases = tmp_path / "phases.csv"
+    rows = ["node,round,phase,seconds,cpu_seconds", "0,0,record,1,9.0"]
+    rows += [f"{n},{r},{p},0,{c}" for n in (0, 1) for r in (1, 2, 101)
+             for p, c in (("train", 0.004), ("record", 0.001 * r))]
+    phases.write_text("\n".join(rows) + "\n")
+    assert bench_long_run.blocks(phases) == [
+        {"rounds": "1-100", "round": 5.5, "train": 4.0, "record": 1.5},
+        {"rounds": "101-200", "round": 105.0, "train": 4.0, "record": 101.0}]
+
+
 def test_the_diagnosis_reads_argmax_accuracy_of_a_logits_and_embedding_model():
     import math
 
