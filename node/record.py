@@ -215,8 +215,9 @@ def write_text_atomically(path: Path, text: str) -> None:
 @dataclass
 class RecordText:
     """A node's record as `to_json` writes it, each round encoded once and again only when
-    its record was recounted (new byte dicts): a node rewrites its record every round, and
-    encoding every round again made round 400 spend 20 times its training on its record."""
+    its record was recounted (new byte dicts; nothing else of a round changes once kept): a
+    node rewrites its record every round, and encoding every round again grew with the run
+    (experiments/reports/long-run)."""
 
     # per position in the rounds: the record, its byte dicts when encoded, its text
     _rounds: list[tuple[RoundRecord, tuple, str]] = field(default_factory=list)

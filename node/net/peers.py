@@ -58,8 +58,7 @@ class Meter:
     dropped_bytes: int = 0
     dropped_by_reason: collections.Counter = field(default_factory=collections.Counter)
     dropped_by_peer: collections.Counter = field(default_factory=collections.Counter)
-    # (round, peer, kind) -> seconds from the sender's stamp to arrival, summed (shaped runs)
-    transfer_seconds: collections.Counter = field(default_factory=collections.Counter)
+    # round -> (peer, kind) -> seconds from the sender's stamp to arrival, summed (shaped runs)
     transfers_by_round: dict[int, collections.Counter] = field(default_factory=dict)
 
     def add(self, direction: str, round_: int, peer: int, kind: str, nbytes: int) -> None:
@@ -70,7 +69,6 @@ class Meter:
 
     def transfer(self, round_: int, peer: int, kind: str, seconds: float) -> None:
         kind = metered_kind(kind)
-        self.transfer_seconds[(round_, peer, kind)] += seconds
         self.transfers_by_round.setdefault(round_, collections.Counter())[(peer, kind)] += seconds
         self.changed_rounds.add(round_)
 
@@ -79,14 +77,11 @@ class Meter:
         changed, self.changed_rounds = self.changed_rounds, set()
         return changed
 
-    def transfers(self, round_: int | None = None) -> dict[str, dict[str, float]]:
-        """{peer: {kind: seconds}} of the stamped messages received, optionally one round."""
+    def transfers(self, round_: int) -> dict[str, dict[str, float]]:
+        """{peer: {kind: seconds}} of the stamped messages received in one round."""
         out: dict[str, dict[str, float]] = collections.defaultdict(dict)
-        timed = self.transfer_seconds.items() if round_ is None else (
-            ((round_, p, k), seconds)
-            for (p, k), seconds in self.transfers_by_round.get(round_, {}).items())
-        for (_, p, k), seconds in sorted(timed):
-            out[str(p)][k] = round(out[str(p)].get(k, 0.0) + seconds, 6)
+        for (p, k), seconds in sorted(self.transfers_by_round.get(round_, {}).items()):
+            out[str(p)][k] = round(seconds, 6)
         return dict(out)
 
     def drop(self, peer: int | None, nbytes: int, reason: str, round_: int | None = None) -> bool:
