@@ -222,8 +222,11 @@ class RecordText:
     # per position in the rounds: the record, its byte dicts when encoded, its text
     _rounds: list[tuple[RoundRecord, tuple, str]] = field(default_factory=list)
 
-    def text(self, record: NodeRecord) -> str:
-        """`to_json(record.to_dict())`, from the cached rounds where they still hold."""
+    def text(self, record: NodeRecord, fresh: bool = False) -> str:
+        """`to_json(record.to_dict())`, from the cached rounds where they still hold; with
+        `fresh` every round encoded again (a node's last record: whole whatever it held)."""
+        if fresh:
+            self._rounds.clear()
         texts = [self._round_text(i, r) for i, r in enumerate(record.rounds)]
         del self._rounds[len(record.rounds):]
         header = record.to_dict_without_rounds()

@@ -244,10 +244,10 @@ class Recorder:
     def write(self) -> None:
         """Atomically replace the result file, so a reader never sees half of it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        text = self.encoder.text(self.result)
+        ended = self.result.status in ENDED_STATUSES
+        text = self.encoder.text(self.result, fresh=ended)
         write_text_atomically(self.path, text)
-        if self.stream and worth_streaming(len(text), self.streamed_chars,
-                                           self.result.status in ENDED_STATUSES):
+        if self.stream and worth_streaming(len(text), self.streamed_chars, ended):
             sys.stdout.write("".join(line + "\n" for line in text_lines(text, self.writes)))
             sys.stdout.flush()
             self.streamed_chars = len(text)

@@ -56,6 +56,11 @@ def test_the_written_text_is_the_whole_records_json_and_only_changed_rounds_are_
     assert written(1) and encoded[before] is whole.rounds[0]
     whole.rounds = whole.rounds[1:]  # an earlier process's rounds, replaced on a restart
     assert written(2)
+    whole.rounds[0].final_fit = {"f1": 0.9}  # nothing changes a kept round in place, but a
+    assert text.text(whole) != records.to_json(whole.to_dict())  # node's last record is
+    before = len(encoded)  # encoded whole, whatever it held
+    got, count = text.text(whole, fresh=True), len(encoded) - before
+    assert got == records.to_json(whole.to_dict()) and count == 2
 
 
 def test_the_meter_keeps_each_rounds_counts_and_which_rounds_changed():
