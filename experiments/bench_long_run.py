@@ -20,7 +20,6 @@ import collections
 import csv
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -97,9 +96,8 @@ def table(results: dict) -> str:
             for c in cells) + " |")
     lines += ["", "The whole run's wall time: " + "; ".join(
         f"{label} {results['labels'][label]['wall_s']:g} s" for label in labels) + "."]
-    record_shares = {label: statistics.fmean(b["record"] / b["round"] for b in
-                                             results["labels"][label]["blocks"][-1:])
-                     for label in labels}
+    record_shares = {label: results["labels"][label]["blocks"][-1]["record"]
+                     / results["labels"][label]["blocks"][-1]["round"] for label in labels}
     lines += ["", "The record's share of a node-round in the last block: " + "; ".join(
         f"{label} {share:.0%}" for label, share in record_shares.items()) + "."]
     return "\n".join(lines) + "\n"
