@@ -134,12 +134,15 @@ class NodeRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of node-<i>.json."""
-        return {key: value for key, value in plain(self).items() if value is not None}
+        return self._plain_fields()
 
     def to_dict_without_rounds(self) -> dict[str, Any]:
         """`to_dict()` less its rounds (RecordText encodes those one by one)."""
-        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)
-                if f.name != "rounds" and getattr(self, f.name) is not None}
+        return self._plain_fields(skip="rounds")
+
+    def _plain_fields(self, skip: str = "") -> dict[str, Any]:
+        return {f.name: plain(value) for f in dataclasses.fields(self)
+                if f.name != skip and (value := getattr(self, f.name)) is not None}
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> NodeRecord:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from node.record import to_json
+
 MARKER = "PROTOFED-RECORD"
 PIECE_CHARS = 8000  # well under the 16 KiB at which Docker's log drivers split a line
 EVERY_WRITE_UP_TO = 1_000_000  # characters: a record up to this size goes out at every write
@@ -27,8 +29,7 @@ def worth_streaming(chars: int, last_sent: int, ended: bool) -> bool:
 
 def record_lines(document: dict, sequence: int, piece_chars: int = PIECE_CHARS) -> list[str]:
     """The lines carrying `document` as write number `sequence`."""
-    return text_lines(json.dumps(document, sort_keys=True, separators=(",", ":")), sequence,
-                      piece_chars)
+    return text_lines(to_json(document), sequence, piece_chars)
 
 
 def text_lines(text: str, sequence: int, piece_chars: int = PIECE_CHARS) -> list[str]:
