@@ -2,16 +2,22 @@
 checks, the screens and the combination run) beside the whole round's CPU seconds, on the
 sim backend, where a node's clock is its thread's CPU time.
 
-    python -m experiments.bench_defence [--nodes 10 100] [--rounds 2] [--out DIR]
-        [--report-only]
+    python -m experiments.bench_defence [--nodes 10 100] [--rounds 3] [--repeats 1]
+        [--defences ...] [--out DIR] [--report-only]
 
 Each cell is `examples/quick.toml` (ProFe, a 20,000-image MNIST subset) fully connected,
 run with `protofed.run(..., backend="sim")` under one defence of the robustness report
 (experiments.robustness.DEFENCES; `mean` is no screen at all). Per node and round after
 round 1 (round 1 also builds and warms up), the aggregation step's seconds and the round's
 CPU seconds (the difference of the record's cumulative `cpu_seconds`), medians over nodes
-and rounds. Results go to OUT/defence-cost.json; OUT/defence-cost.md is rebuilt from it
-alone (`--report-only`).
+and rounds. With `--repeats N` each size runs its defences N times, interleaved (the order
+reversed every other time), and a defence's CPU against `mean`'s is the median of the N
+ratios of runs made side by side, so that a host's load drifting between runs moves
+single pairs, not the figure. Beside it, the same ratio per unit of fixed work: each
+run's CPU over that of its phases whose arithmetic no defence changes (training, the
+teacher, both evaluations: FIXED_PHASES), which takes out how fast the host ran during
+each run. Results go to OUT/defence-cost.json; OUT/defence-cost.md is
+rebuilt from it alone (`--report-only`).
 """
 
 from __future__ import annotations
@@ -86,7 +92,8 @@ def render(found: list[dict], command: str) -> str:
              ("`examples/quick.toml` (ProFe, MNIST, 20,000 images) fully connected on the sim "
               "backend, where a node's clock is its thread's CPU time. Per node and round "
               "after the first: the aggregation step's seconds (checks, screens and the "
-              "combination) and the whole round's CPU seconds, medians over nodes and rounds; "
+              "combination) and the whole round's CPU seconds, medians over nodes and rounds "
+              "(and over the runs); "
               "beside them, what the screens add to `mean` (no screen), the in-neighbours "
               "a node took up in a round after the first (every one under `mean`; where a "
               "screen is on, at most aggregation.judged_per_round, drawn anew each round, the "
@@ -95,6 +102,8 @@ def render(found: list[dict], command: str) -> str:
              ("| nodes | defence | aggregation s | round CPU s | added to `mean` (s) | "
              "share of the round | in-neighbours drawn | refusals | mean F1 |"),
              "|---|---|---|---|---|---|---|---|---|"]
+    runs = found
+    found = pooled(runs)
     base = {cell["nodes"]: cell for cell in found if cell["defence"] == "mean"}
     for cell in sorted(found, key=lambda c: (c["nodes"], MEASURED.index(c["defence"]))):
         plain = base.get(cell["nodes"])
@@ -107,7 +116,8 @@ def render(found: list[dict], command: str) -> str:
                      f"{cell['aggregation_seconds']:.3f} | {cell['round_cpu_seconds']:.3f} | "
                      f"{added} | {share:.0%} | {'-' if drawn is None else f'{drawn:g}'} | "
                      f"{cell['refusals']} | {f1} |")
-    phases = phase_lines(found, base)
+    phases = phase_lines(found, base, paired_ratios(runs),
+                         paired_ratios(runs, per_fixed_work))
     return "\n".join(lines + ([""] + phases if phases else [])) + "\n"
 
 
@@ -117,32 +127,119 @@ SHOWN_PHASES = ("validation", "held_influence", "distance", "influence", "protot
                 "evaluation_local")
 
 
-def phase_lines(found: list[dict], base: dict[int, dict]) -> list[str]:
+def repeat_of(cell: dict) -> int:
+    """Which of a size's interleaved repeats a run was (0 for a run made alone)."""
+    return cell.get("repeat", 0)
+
+
+def per_node_round(cell: dict) -> float:
+    """A run's CPU seconds per node-round after the first."""
+    return cell["cpu_seconds"] / cell["rounds_measured"]
+
+
+def pooled(runs: list[dict]) -> list[dict]:
+    """One cell per size and defence from its repeats: the medians of the per-round
+    figures, the CPU seconds and phases summed over the runs."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault((run["nodes"], run["defence"]), []).append(run)
+    cells = []
+    for group in groups.values():
+        phases: dict[str, float] = {}
+        for run in group:
+            for phase, seconds in (run.get("phase_cpu_seconds") or {}).items():
+                phases[phase] = phases.get(phase, 0.0) + seconds
+        median = {key: statistics.median(run[key] for run in group)
+                  for key in ("aggregation_seconds", "round_cpu_seconds", "refusals")}
+        drawn = [run["drawn_per_node_round"] for run in group
+                 if run.get("drawn_per_node_round") is not None]
+        cells.append({**group[0], **median, "runs": len(group),
+                      "drawn_per_node_round": statistics.median(drawn) if drawn else None,
+                      "cpu_seconds": sum(run["cpu_seconds"] for run in group),
+                      "rounds_measured": sum(run["rounds_measured"] for run in group),
+                      "per_node_round": statistics.median(map(per_node_round, group)),
+                      "phase_cpu_seconds": dict(sorted(phases.items()))})
+    return cells
+
+
+# The phases whose arithmetic is the same under every defence (the same data, steps and
+# test sets): what they cost in a run measures the host's speed during it.
+FIXED_PHASES = ("train", "teacher", "evaluation_global", "evaluation_local")
+
+
+def per_fixed_work(run: dict) -> float | None:
+    """A run's CPU seconds over those of its FIXED_PHASES (None where it recorded none)."""
+    fixed = sum((run.get("phase_cpu_seconds") or {}).get(p, 0.0) for p in FIXED_PHASES)
+    return run["cpu_seconds"] / fixed if fixed > 0 else None
+
+
+def paired_ratios(runs: list[dict], measure=per_node_round) -> dict[tuple, list[float]]:
+    """Per size and defence, its `measure` (CPU per node-round) over `mean`'s in the same
+    repeat, in the order of the repeats."""
+    plain = {(run["nodes"], repeat_of(run)): run for run in runs if run["defence"] == "mean"}
+    ratios: dict[tuple, list[float]] = {}
+    for run in sorted(runs, key=repeat_of):
+        partner = plain.get((run["nodes"], repeat_of(run)))
+        if partner is None or run is partner:
+            continue
+        mine, theirs = measure(run), measure(partner)
+        if mine is not None and theirs:
+            ratios.setdefault((run["nodes"], run["defence"]), []).append(mine / theirs)
+    return ratios
+
+
+def phase_lines(found: list[dict], base: dict[int, dict], ratios: dict[tuple, list[float]],
+                calibrated: dict[tuple, list[float]] | None = None) -> list[str]:
     """Per cell that recorded its phases: the run's CPU seconds per node-round after the
-    first, against `mean`'s at the same size, and each phase's share of them."""
+    first (the median over its runs), against `mean`'s at the same size (the median of the
+    paired runs' ratios, each listed; and of their ratios per unit of fixed work,
+    `per_fixed_work`), and each phase's share of them."""
     cells = sorted((c for c in found if c.get("phase_cpu_seconds")),
                    key=lambda c: (c["nodes"], MEASURED.index(c["defence"])))
     if not cells:
         return []
     lines = [("The whole run's CPU seconds per node-round after the first (every node's "
-              "thread), against `mean`'s at the same size, and where they went (phases of "
+              "thread, the median over the runs), against `mean`'s at the same size (the "
+              "median of the ratios of runs made side by side, each listed; and of the same "
+              "ratios per unit of fixed work: each run's CPU over that of training, the "
+              "teacher and both evaluations, whose arithmetic no defence changes, which takes "
+              "out how fast the host ran during each run), and where they went (phases of "
               "the node records: `node.profile`; the screens are validation, held-class "
               "influence, distance, influence and prototype validation; aggregation is the checks, bounds and "
               "combination):"), "",
-             "| nodes | defence | CPU s per node-round | x `mean` | "
+             "| nodes | defence | runs | CPU s per node-round | x `mean` | each pair | "
+             "x `mean` per unit of fixed work | each pair | "
              + " | ".join(p.replace("_", " ") for p in SHOWN_PHASES) + " | other |",
-             "|---|---|---|---|" + "---|" * (len(SHOWN_PHASES) + 1)]
+             "|---|---|---|---|---|---|---|---|" + "---|" * (len(SHOWN_PHASES) + 1)]
     for cell in cells:
-        per = cell["cpu_seconds"] / cell["rounds_measured"]
-        plain = base.get(cell["nodes"])
-        ratio = (f"{cell['cpu_seconds'] / plain['cpu_seconds']:.2f}x"
-                 if plain and plain.get("cpu_seconds") and cell is not plain else "-")
+        per = cell.get("per_node_round", cell["cpu_seconds"] / cell["rounds_measured"])
+        key = (cell["nodes"], cell["defence"])
+        ratio, each = median_and_each(ratios.get(key, []))
+        fixed, fixed_each = median_and_each((calibrated or {}).get(key, []))
         phases = cell["phase_cpu_seconds"]
         total = sum(phases.values())
         shown = [phases.get(p, 0.0) / total for p in SHOWN_PHASES]
-        lines.append(f"| {cell['nodes']} | `{cell['defence']}` | {per:.3f} | {ratio} | "
+        lines.append(f"| {cell['nodes']} | `{cell['defence']}` | {cell.get('runs', 1)} | "
+                     f"{per:.3f} | {ratio} | {each} | {fixed} | {fixed_each} | "
                      + " | ".join(f"{v:.0%}" for v in shown) + f" | {1 - sum(shown):.0%} |")
     return lines
+
+
+def median_and_each(ratios: list[float]) -> tuple[str, str]:
+    """The median of paired ratios and each of them, as table cells ("-" for none)."""
+    if not ratios:
+        return "-", "-"
+    return f"{statistics.median(ratios):.2f}x", ", ".join(f"{r:.2f}" for r in ratios)
+
+
+def schedule(sizes: list[int], defences: list[str], repeats: int):
+    """(nodes, repeat, defence) in the order run: each size's repeats one after another,
+    the defences in turn within each, reversed every other repeat."""
+    for nodes in sizes:
+        for repeat in range(repeats):
+            order = defences if repeat % 2 == 0 else defences[::-1]
+            for defence in order:
+                yield nodes, repeat, defence
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="interleaved runs of each defence per size (default 1)")
     parser.add_argument("--defences", nargs="+", default=list(MEASURED), choices=MEASURED)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--report-only", action="store_true")
@@ -158,14 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     store = args.out / "defence-cost.json"
     found = json.loads(store.read_text()) if store.is_file() else []
     if not args.report_only:
-        for nodes in args.nodes:
-            for defence in args.defences:
-                cell = measure(nodes, args.rounds, defence)
-                found = [c for c in found if (c["nodes"], c["defence"]) != (nodes, defence)]
-                found.append(cell)
-                store.write_text(json.dumps(found, indent=1))
-                print(f"{nodes} nodes, {defence}: {cell['aggregation_seconds']:.3f} s of "
-                      f"{cell['round_cpu_seconds']:.3f} CPU s a round", file=sys.stderr)
+        if args.repeats < 1:
+            parser.error("--repeats must be at least 1")
+        measured = {(nodes, defence) for nodes in args.nodes for defence in args.defences}
+        found = [c for c in found if (c["nodes"], c["defence"]) not in measured]
+        for nodes, repeat, defence in schedule(args.nodes, args.defences, args.repeats):
+            cell = {**measure(nodes, args.rounds, defence), "repeat": repeat}
+            found.append(cell)
+            store.write_text(json.dumps(found, indent=1))
+            print(f"{nodes} nodes, run {repeat + 1} of {args.repeats}, {defence}: "
+                  f"{cell['aggregation_seconds']:.3f} s of {cell['round_cpu_seconds']:.3f} "
+                  "CPU s a round", file=sys.stderr)
     (args.out / "defence-cost.md").write_text(
         render(found, "python -m experiments.bench_defence"))
     return 0

@@ -632,11 +632,56 @@ def test_a_defences_cost_is_the_aggregation_step_beside_the_rounds_cpu_after_rou
     # phases' 1.4 s, validation 0.4 (29%) and train 1.0 (71%)
     cell = {"nodes": 10, "defence": "guarded_wide", **found}
     plain = {"nodes": 10, "defence": "mean", **found, "cpu_seconds": 2.35}
-    table = bench_defence.phase_lines([cell, plain], {10: plain})
-    assert table[-1].startswith("| 10 | `guarded_wide` | 1.175 | 2.00x | 29% | 0% |")
+    table = bench_defence.phase_lines([cell, plain], {10: plain},
+                                      bench_defence.paired_ratios([cell, plain]))
+    assert table[-1].startswith(
+        "| 10 | `guarded_wide` | 1 | 1.175 | 2.00x | 2.00 | - | - | 29% | 0% |")
     assert "| 71% |" in table[-1] and table[-1].endswith("| 0% |")
     settings = bench_defence.overrides(10, 3, "distance2", "/r")
     assert "aggregation.distance=2.0" in settings and "aggregation.influence=0.0" in settings
+
+
+def test_a_defences_cpu_against_means_is_the_median_of_its_interleaved_pairs():
+    from experiments import bench_defence
+
+    def run(defence, repeat, cpu, aggregation=0.1):
+        return {"nodes": 100, "defence": defence, "repeat": repeat, "cpu_seconds": cpu,
+                "rounds_measured": 10, "aggregation_seconds": aggregation,
+                "round_cpu_seconds": cpu / 10, "refusals": 0, "mean_f1": 0.5,
+                "drawn_per_node_round": 20, "phase_cpu_seconds": {"train": cpu / 2}}
+    # `mean` drifts 10 -> 20 -> 12 CPU s between repeats; the default runs beside it at
+    # 11, 20 and 15: paired ratios 1.1, 1.0, 1.25, median 1.1 (the unpaired medians would
+    # read 15 / 12 = 1.25)
+    runs = [run("mean", 0, 10.0), run("guarded_wide", 0, 11.0),
+            run("guarded_wide", 1, 20.0), run("mean", 1, 20.0),
+            run("mean", 2, 12.0), run("guarded_wide", 2, 15.0, aggregation=0.4)]
+    ratios = bench_defence.paired_ratios(runs)
+    assert ratios == {(100, "guarded_wide"): [pytest.approx(1.1), pytest.approx(1.0),
+                                              pytest.approx(1.25)]}
+    pooled = {c["defence"]: c for c in bench_defence.pooled(runs)}
+    # medians over the runs: CPU per node-round 1.5 (1.1, 2.0, 1.5), aggregation 0.1;
+    # phases summed over the runs: 23.0 of train
+    assert pooled["guarded_wide"]["per_node_round"] == pytest.approx(1.5)
+    assert pooled["guarded_wide"]["aggregation_seconds"] == pytest.approx(0.1)
+    assert pooled["guarded_wide"]["runs"] == 3
+    assert pooled["guarded_wide"]["phase_cpu_seconds"] == {"train": pytest.approx(23.0)}
+    # per unit of fixed work (train is fixed: half of each run's CPU), every run reads 2,
+    # so every pair 1.0
+    calibrated = bench_defence.paired_ratios(runs, bench_defence.per_fixed_work)
+    assert calibrated == {(100, "guarded_wide"): [pytest.approx(1.0)] * 3}
+    row = bench_defence.phase_lines([pooled["guarded_wide"]], {}, ratios, calibrated)[-1]
+    assert row.startswith("| 100 | `guarded_wide` | 3 | 1.500 | 1.10x | 1.10, 1.00, 1.25 | "
+                          "1.00x | 1.00, 1.00, 1.00 |")
+    # the default's run on a host twice as slow: 20 CPU s, its fixed work (train) doubled
+    # to 10 too, reads 2 as `mean`'s 10 of which 5 train
+    slow = [run("mean", 0, 10.0), {**run("guarded_wide", 0, 20.0),
+                                   "phase_cpu_seconds": {"train": 10.0, "validation": 5.0}}]
+    assert bench_defence.paired_ratios(slow, bench_defence.per_fixed_work) == {
+        (100, "guarded_wide"): [pytest.approx(1.0)]}
+    # the order run: the defences in turn, reversed every other repeat
+    assert list(bench_defence.schedule([10], ["mean", "guarded_wide"], 3)) == [
+        (10, 0, "mean"), (10, 0, "guarded_wide"), (10, 1, "guarded_wide"),
+        (10, 1, "mean"), (10, 2, "mean"), (10, 2, "guarded_wide")]
 
 
 def test_the_committed_defence_cost_report_is_what_its_results_regenerate(tmp_path):
