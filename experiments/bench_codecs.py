@@ -1,4 +1,5 @@
-"""Codec speed against memory speed: encode + decode of one fp32 tensor, one thread.
+"""Codec speed against memory speed: encode + decode of one fp32 tensor, one thread; decode
+alone, and the check every received message gets at the door.
 
     python -m experiments.bench_codecs [--elements 10000000] [--repeats 7]
 
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from quant.codecs import CODECS, decode, encode
+from quant.codecs import CODECS, check, decode, encode
 
 OUT = Path(__file__).resolve().parent / "reports" / "codecs"
 
@@ -58,6 +59,12 @@ def measure(elements: int, repeats: int) -> dict[str, float]:
         **{f"protofed {codec} encode+decode": (lambda c=codec: round_trip(x, c))
            for codec in CODECS},
     }
+    # what a receiver spends on a message it reads (decode) and on one it only lets in
+    # (check: every message at the door, node.net.message)
+    for codec in CODECS:
+        spec, payload = encode("w", x, codec)
+        cases[f"protofed {codec} decode"] = lambda s=spec, p=payload: decode(s, p)
+        cases[f"protofed {codec} check at the door"] = lambda s=spec, p=payload: check(s, p)
     return {name: round(gigabytes / best_seconds(work, repeats), 3)
             for name, work in cases.items()}
 

@@ -36,6 +36,10 @@ class FloatCodec(Protocol):
                data: bytes | memoryview) -> tuple[np.ndarray, bool]:
         """float32 values of a payload of the right size, and whether all are known finite."""
 
+    def largest(self, shape: tuple[int, ...], scale: float, data: bytes | memoryview) -> float:
+        """max |x| of the float32 values a payload of the right size decodes to (NaN or Inf
+        where any is not finite), without decoding it where the codec allows."""
+
     def payload_bounds(self, shape: tuple[int, ...]) -> tuple[int, int]:
         """Smallest and largest byte length of a payload for `shape`."""
 
@@ -224,8 +228,7 @@ def payload_bounds(spec: TensorSpec) -> tuple[int, int]:
     return FLOAT_CODECS[spec.codec].payload_bounds(spec.shape)
 
 
-def decode(spec: TensorSpec, data: bytes | memoryview) -> torch.Tensor:
-    """A new tensor with `spec`'s dtype and shape rebuilt from its payload."""
+def _check_size(spec: TensorSpec, data: bytes | memoryview) -> None:
     low, high = payload_bounds(spec)
     size = memoryview(data).nbytes  # len() of a typed memoryview counts items, not bytes
     if not low <= size <= high:
@@ -233,16 +236,41 @@ def decode(spec: TensorSpec, data: bytes | memoryview) -> torch.Tensor:
         raise QuantizationError(
             f"tensor {spec.name!r}: payload has {size} bytes, spec needs {needs}"
         )
+
+
+def check(spec: TensorSpec, data: bytes | memoryview) -> None:
+    """Raise the QuantizationError `decode(spec, data)` would raise, and nothing where it
+    would not, without building the tensor where the codec allows (a receiver checks
+    every message at the door but reads only the models it aggregates)."""
+    _check_size(spec, data)
+    if spec.codec != RAW:
+        _check_peak(spec, FLOAT_CODECS[spec.codec].largest(spec.shape, spec.scale, data))
+
+
+def decode(spec: TensorSpec, data: bytes | memoryview) -> torch.Tensor:
+    """A new tensor with `spec`'s dtype and shape rebuilt from its payload."""
+    _check_size(spec, data)
     if spec.codec == RAW:
         wire = np.frombuffer(data, dtype=_raw_wire(spec)).reshape(spec.shape)
         torch_dtype, _ = _RAW_DTYPES[spec.dtype]
         # astype to native order copies, so the tensor never shares the caller's buffer
         native = (
-            wire != 0 if torch_dtype is torch.bool else wire.astype(wire.dtype.newbyteorder("="))
+            np.asarray(wire != 0) if torch_dtype is torch.bool  # 0-d: a numpy bool, not an array
+            else wire.astype(wire.dtype.newbyteorder("="))
         )
         return torch.from_numpy(native).to(torch_dtype)
     floats, finite = FLOAT_CODECS[spec.codec].decode(spec.shape, spec.scale, data)
     return _checked_float(spec, floats, finite)
+
+
+def _check_peak(spec: TensorSpec, largest: float) -> None:
+    """_checked_float's two refusals read from the values' max |x| alone: casting is
+    monotonic, so the largest value overflows `spec`'s dtype exactly when any does."""
+    if not math.isfinite(largest):
+        raise QuantizationError(f"tensor {spec.name!r} decodes to NaN or Inf")
+    cast = torch.tensor(largest, dtype=torch.float32).to(_FLOAT_DTYPES[spec.dtype])
+    if not math.isfinite(float(cast)):
+        raise QuantizationError(f"tensor {spec.name!r} overflows its dtype {spec.dtype}")
 
 
 def _checked_float(spec: TensorSpec, floats: np.ndarray, finite: bool = False) -> torch.Tensor:

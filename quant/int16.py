@@ -85,8 +85,15 @@ class Int16(FixedWidth):
     def decode(self, shape: tuple[int, ...], scale: float,
                data: bytes | memoryview) -> tuple[np.ndarray, bool]:
         wire = np.frombuffer(data, dtype=WIRE).reshape(shape)
-        # |value| grows with |code|: the largest code alone says whether any overflows
-        largest = max(-int(wire.min()), int(wire.max())) if wire.size else 0
-        finite = math.isfinite(float(np.float32(largest * scale)))
-        return dequantize_int16(wire, scale), finite
+        finite = math.isfinite(self.largest(shape, scale, data))
+        with np.errstate(over="ignore"):  # values past float32 become Inf: refused by the caller
+            return dequantize_int16(wire, scale), finite
+
+    def largest(self, shape: tuple[int, ...], scale: float, data: bytes | memoryview) -> float:
+        # |value| grows with |code|: the largest code times Delta, rounded to float32 as
+        # dequantize_int16 rounds each value, is the largest value
+        wire = np.frombuffer(data, dtype=WIRE)
+        code = max(-int(wire.min()), int(wire.max())) if wire.size else 0
+        with np.errstate(over="ignore"):  # an overflow is the answer (Inf), not a fault
+            return float(np.float32(code * scale))
 

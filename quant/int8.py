@@ -14,6 +14,7 @@ import zlib
 import numpy as np
 import torch
 
+from quant.arrays import peak
 from quant.errors import QuantizationError
 
 INT8_MAX = 127
@@ -109,6 +110,9 @@ class Int8:
     def decode(self, shape: tuple[int, ...], scale: float,
                data: bytes | memoryview) -> tuple[np.ndarray, bool]:
         return unpack(data, shape), False  # finiteness is checked by the caller
+
+    def largest(self, shape: tuple[int, ...], scale: float, data: bytes | memoryview) -> float:
+        return peak(unpack(data, shape))  # the zlib stream must be undone to know
 
     def payload_bounds(self, shape: tuple[int, ...]) -> tuple[int, int]:
         return 1, max_payload_size(shape)

@@ -6,8 +6,18 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from quant.codecs import ALLOWED_DTYPES, CODECS, TensorSpec, decode, encode, payload_bounds
+from quant.codecs import (
+    ALLOWED_DTYPES,
+    CODECS,
+    TensorSpec,
+    check,
+    decode,
+    encode,
+    payload_bounds,
+)
 from quant.errors import QuantizationError
 from quant.int16 import BLOCK, dequantize_int16, quantize_int16
 
@@ -284,3 +294,68 @@ def test_decode_rejects_non_finite_payload() -> None:
 def test_allowed_dtypes_cover_the_test_dtypes() -> None:
     names = {str(dtype).split(".")[1] for dtype in FLOAT_DTYPES + INT_DTYPES}
     assert names == set(ALLOWED_DTYPES)
+
+
+def _outcome(call, spec: TensorSpec, data: bytes) -> str | None:
+    """The message of the QuantizationError `call` raised, or None where it raised none."""
+    try:
+        call(spec, data)
+    except QuantizationError as exc:
+        return str(exc)
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(codec=st.sampled_from([*CODECS, "raw"]), data=st.data(),
+       shape=st.lists(st.integers(0, 5), max_size=2).map(tuple),
+       scale=st.sampled_from([1e-30, 1e-3, 1.0, 10.0, 1e4, 1e34, 1e300]))
+def test_check_refuses_exactly_what_decode_refuses(codec, data, shape, scale) -> None:
+    # a receiver checks each tensor at the door (check) and decodes only those it reads:
+    # what it lets in must decode, with the same refusal where it must not
+    dtypes = (["int64", "int16", "bool", "uint8"] if codec == "raw"
+              else ["float32", "float64", "float16", "bfloat16"])
+    spec = TensorSpec("w", data.draw(st.sampled_from(dtypes)), shape, codec,
+                      1.0 if codec == "raw" else scale)
+    low, high = payload_bounds(spec)
+    size = data.draw(st.sampled_from([low, high, max(low - 1, 0), high + 1]))
+    payload = data.draw(st.binary(min_size=size, max_size=size))
+    if codec == "int8" and data.draw(st.booleans()):
+        # a well-formed stream of random values, so that not every case is a zlib error
+        values = torch.tensor(np.frombuffer(payload[:4 * (len(payload) // 4)] or b"\0" * 4,
+                                            dtype="<f4").copy()).nan_to_num()
+        payload = encode("w", values[:math.prod(shape)].reshape(shape)
+                         if values.numel() >= math.prod(shape) else torch.zeros(shape),
+                         "int8")[1]
+    assert _outcome(check, spec, payload) == _outcome(decode, spec, payload)
+
+
+def test_check_reads_an_int16_payloads_largest_code_for_overflow() -> None:
+    # codes 32767 at Delta 10: 327,670, finite in float32, above float16's 65,504
+    payload = np.array([1, -32767], dtype="<i2").tobytes()
+    check(TensorSpec("w", "float32", (2,), "int16", 10.0), payload)
+    with pytest.raises(QuantizationError, match="overflows its dtype float16"):
+        check(TensorSpec("w", "float16", (2,), "int16", 10.0), payload)
+    # at Delta 1e35 the value overflows float32 itself
+    with pytest.raises(QuantizationError, match="decodes to NaN or Inf"):
+        check(TensorSpec("w", "float32", (2,), "int16", 1e35), payload)
+
+
+def test_a_scalar_bool_travels_raw() -> None:
+    # a 0-d comparison is a numpy bool, not an array: decode must still build the tensor
+    spec, payload = encode("flag", torch.tensor(True), "int16")
+    assert spec.codec == "raw" and decode(spec, payload).item() is True
+
+
+@pytest.mark.parametrize("codec, wire", [("fp16", "<f2"), ("fp32", "<f4")])
+def test_a_float_payloads_largest_magnitude_is_read_from_its_bits(codec, wire) -> None:
+    from quant.codecs import FLOAT_CODECS
+    largest = FLOAT_CODECS[codec].largest
+
+    def of(values):
+        return largest((len(values),), 1.0, np.array(values, dtype=wire).tobytes())
+    # the sign bit aside, magnitude orders as the integer of the bits: -3.5 beats 2
+    assert of([-3.5, 2.0, -0.0]) == 3.5
+    assert of([1.0, -np.inf, 2.0]) == math.inf
+    assert math.isnan(of([np.inf, 1.0, -np.nan]))  # NaN's bits lie above Inf's
+    assert of([]) == 0.0
+    assert of([-65504.0]) == 65504.0

@@ -15,7 +15,7 @@ import torch
 
 from node.errors import ProtocolError
 from node.net.kinds import KINDS
-from quant.codecs import TensorSpec, decode, encode, expanded_size
+from quant.codecs import TensorSpec, check, decode, encode, expanded_size
 from quant.errors import QuantizationError
 
 PROTOCOL_VERSION = 1
@@ -111,7 +111,7 @@ def decode_message(frames: Sequence[bytes] | Sequence[memoryview], *, max_bytes:
                                     f"cap of {max_bytes} bytes")
             if spec.name in specs:
                 raise ProtocolError(f"tensor {spec.name!r} appears twice")
-            decode(spec, data)  # the check: decoding again later gives the same tensor
+            check(spec, data)  # what decoding it later would refuse, refused now
             specs[spec.name], kept[spec.name] = spec, data
         except QuantizationError as exc:
             raise ProtocolError(f"bad tensor spec: {exc}") from None
