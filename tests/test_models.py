@@ -4,6 +4,7 @@ import io
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from node import models
@@ -245,11 +246,12 @@ def _reference_cnn(model, x):
     return model.classifier(embedding), embedding
 
 
+@pytest.mark.parametrize("channels", [[4, 8], [8, 16], [16, 32]])  # the paper's student, teacher
 @pytest.mark.parametrize("grad", [True, False])
-def test_the_cnn_computes_exactly_conv_relu_pool_in_training_and_evaluation(grad):
+def test_the_cnn_computes_exactly_conv_relu_pool_in_training_and_evaluation(grad, channels):
     torch.manual_seed(0)
     model = build_model("cnn", in_channels=1, image_size=28, num_classes=10, embedding_dim=32,
-                        channels=[4, 8])
+                        channels=channels)
     x = torch.randn(16, 1, 28, 28)
     x[:, :, :8] = 0.0  # flat regions: ties inside pooling windows
     with torch.set_grad_enabled(grad):
@@ -263,3 +265,67 @@ def test_the_cnn_computes_exactly_conv_relu_pool_in_training_and_evaluation(grad
         ref = torch.autograd.grad(nn.functional.cross_entropy(ref_logits, target),
                                   list(model.parameters()))
         assert all(torch.equal(a, b) for a, b in zip(ours, ref))
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 28, 28), (2, 3, 7, 9), (1, 2, 3, 5), (2, 1, 6, 3)])
+def test_the_inference_pool_takes_max_pool2ds_maxima_on_any_size(shape):
+    from node.models import CpuMaxPool2d
+    torch.manual_seed(1)
+    x = torch.randn(shape)
+    x.view(-1)[::7] = 0.0  # ties
+    x.view(-1)[3::11] = float("nan")  # max_pool2d lets a NaN through: so must the pool
+    x.view(-1)[5::13] = float("-inf")
+    with torch.no_grad():
+        ours, theirs = CpuMaxPool2d(2)(x), F.max_pool2d(x, 2)
+        # a window other than 2x2 takes the channels-last kernel: the same maxima too
+        other, reference = CpuMaxPool2d(3, 1)(x), F.max_pool2d(x, 3, 1)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0, equal_nan=True)
+    assert ours.is_contiguous()
+    torch.testing.assert_close(other, reference, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 1, 5), (2, 1, 6, 1)])
+def test_the_inference_pool_refuses_an_image_too_small_as_max_pool2d_does(shape):
+    from node.models import CpuMaxPool2d
+    with torch.no_grad(), pytest.raises(RuntimeError, match="Output size is too small"):
+        CpuMaxPool2d(2)(torch.zeros(shape))
+
+
+@pytest.mark.parametrize("window", [(2, 2, 0), (3, 1, 1), (3, 2, 0)])
+@pytest.mark.parametrize("shape", [(3, 8, 28, 28), (2, 3, 7, 9)])
+def test_the_pool_with_gradients_gives_max_pool2ds_gradients_bit_for_bit(window, shape):
+    from node.models import CpuMaxPool2d
+    kernel, stride, padding = window
+    torch.manual_seed(2)
+    x = torch.randn(shape)
+    x.view(-1)[::5] = 0.0  # ties: the gradient goes to the first maximum of a window
+    x.view(-1)[7::97] = float("nan")  # and to its last NaN
+    grad_out = None
+    found = []
+    for pool in (CpuMaxPool2d(kernel, stride, padding),
+                 lambda t: F.max_pool2d(t, kernel, stride, padding)):
+        leaf = x.clone().requires_grad_()
+        out = pool(leaf)
+        if grad_out is None:
+            grad_out = torch.randn(out.shape)
+            grad_out.view(-1)[::3] = -0.0
+        out.backward(grad_out)
+        found.append((out.detach(), leaf.grad))
+    (ours, our_grad), (theirs, their_grad) = found
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(our_grad.view(torch.int32), their_grad.view(torch.int32))  # the bits
+
+
+def test_the_pool_under_vmap_of_grad_takes_torchs_own_kernel():
+    from torch.func import functional_call, grad, vmap
+
+    from node.models import CpuMaxPool2d
+    conv = nn.Conv2d(1, 4, 3, padding=1)
+    stacked = {k: torch.stack([v.detach(), v.detach() + 0.1]) for k, v in conv.named_parameters()}
+    x = torch.randn(2, 8, 1, 8, 8)
+
+    def loss(pool):
+        return lambda p, batch: pool(functional_call(conv, p, (batch,))).sum()
+    ours = vmap(grad(loss(CpuMaxPool2d(2))))(stacked, x)
+    theirs = vmap(grad(loss(lambda t: F.max_pool2d(t, 2))))(stacked, x)
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
