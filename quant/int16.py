@@ -18,6 +18,9 @@ WIRE = "<i2"
 BLOCK = 1 << 15
 SUBNORMAL_DELTA = 1e-300  # above float64's smallest normal (2.2e-308), with room to spare
 
+# 2**128 - 2**103: halfway between float32's largest value and 2**128 (ties round to even: Inf)
+FLOAT32_OVERFLOW = float(2**128 - 2**103)
+
 
 def _blocks(size: int) -> range:
     return range(0, size, BLOCK)
@@ -86,14 +89,18 @@ class Int16(FixedWidth):
                data: bytes | memoryview) -> tuple[np.ndarray, bool]:
         wire = np.frombuffer(data, dtype=WIRE).reshape(shape)
         finite = math.isfinite(self.largest(shape, scale, data))
+        if finite:
+            return dequantize_int16(wire, scale), True
         with np.errstate(over="ignore"):  # values past float32 become Inf: refused by the caller
-            return dequantize_int16(wire, scale), finite
+            return dequantize_int16(wire, scale), False
 
     def largest(self, shape: tuple[int, ...], scale: float, data: bytes | memoryview) -> float:
         # |value| grows with |code|: the largest code times Delta, rounded to float32 as
         # dequantize_int16 rounds each value, is the largest value
         wire = np.frombuffer(data, dtype=WIRE)
         code = max(-int(wire.min()), int(wire.max())) if wire.size else 0
-        with np.errstate(over="ignore"):  # an overflow is the answer (Inf), not a fault
-            return float(np.float32(code * scale))
+        value = code * scale
+        # from half an ulp above float32's largest value, rounding gives Inf (numpy would
+        # warn); below it, the value rounded as dequantize_int16 rounds each one
+        return math.inf if value >= FLOAT32_OVERFLOW else float(np.float32(value))
 

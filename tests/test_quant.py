@@ -359,3 +359,16 @@ def test_a_float_payloads_largest_magnitude_is_read_from_its_bits(codec, wire) -
     assert math.isnan(of([np.inf, 1.0, -np.nan]))  # NaN's bits lie above Inf's
     assert of([]) == 0.0
     assert of([-65504.0]) == 65504.0
+
+
+def test_int16s_largest_value_turns_infinite_exactly_where_float32_rounding_does() -> None:
+    from quant.int16 import FLOAT32_OVERFLOW, Int16
+    one = np.array([1], dtype="<i2").tobytes()
+    below = float(np.nextafter(FLOAT32_OVERFLOW, 0.0))
+    assert Int16().largest((1,), below, one) == float(np.finfo(np.float32).max)
+    assert Int16().largest((1,), FLOAT32_OVERFLOW, one) == math.inf
+    # and decode agrees, refusing without a warning (warnings are errors here)
+    with pytest.raises(QuantizationError, match="NaN or Inf"):
+        decode(TensorSpec("w", "float32", (1,), "int16", FLOAT32_OVERFLOW), one)
+    assert decode(TensorSpec("w", "float32", (1,), "int16", below), one).item() == float(
+        np.finfo(np.float32).max)
