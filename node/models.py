@@ -34,48 +34,27 @@ RESNET_BLOCKS = {
 }
 
 
-class _ChannelsLastPool(torch.autograd.Function):
-    """max_pool2d of an NCHW batch computed in channels-last layout, where torch's CPU
-    kernel is several times faster, its gradient by the NCHW backward kernel from the same
-    indices (the first maximum of each window, or its last NaN, in either layout)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, pool: nn.MaxPool2d) -> torch.Tensor:
-        pooled, indices = F.max_pool2d_with_indices(
-            x.contiguous(memory_format=torch.channels_last), pool.kernel_size, pool.stride,
-            pool.padding, pool.dilation, pool.ceil_mode)
-        indices = indices.contiguous()
-        ctx.save_for_backward(x, indices)
-        ctx.pool = pool
-        return pooled.contiguous()  # back to NCHW: the next layer computes as before
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        x, indices = ctx.saved_tensors
-        p = ctx.pool
-        pairs = [(v, v) if isinstance(v, int) else tuple(v)
-                 for v in (p.kernel_size, p.stride, p.padding, p.dilation)]
-        return torch.ops.aten.max_pool2d_with_indices_backward(
-            grad.contiguous(), x, *pairs, p.ceil_mode, indices), None
-
-
 class CpuMaxPool2d(nn.MaxPool2d):
-    """nn.MaxPool2d that pools CPU batches without torch's NCHW max-pool kernel, with the
-    same maxima and gradients: without gradients a 2x2 window is two elementwise maxima (of
-    row pairs, then of column pairs), 6 to 8 times faster than channels-last pooling; every
-    other window, and every window with gradients, pools in channels-last layout (2 to 7
-    times faster than the NCHW kernel's forward pass)."""
+    """nn.MaxPool2d that pools a CPU batch without torch's NCHW max-pool kernel when no
+    gradient is needed, with the same maxima: a 2x2 window is two elementwise maxima (of row
+    pairs, then of column pairs), 6 to 8 times faster than channels-last pooling; any other
+    window pools in channels-last layout (2 to 7 times faster than the NCHW kernel). With
+    gradients it is nn.MaxPool2d: a channels-last pool with the NCHW backward kernel was
+    faster alone but slowed a 20-node run's training by a fifth
+    (experiments/reports/paper-default/notes.md)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (x.device.type != "cpu" or x.dim() != 4 or self.return_indices
-                or torch._C._are_functorch_transforms_active()):  # vmap: NCHW only
+        if (torch.is_grad_enabled() or x.device.type != "cpu" or x.dim() != 4
+                or self.return_indices or torch._C._are_functorch_transforms_active()):
             return super().forward(x)
-        if not torch.is_grad_enabled() and self._halves() and min(x.shape[-2:]) >= 2:
+        if self._halves() and min(x.shape[-2:]) >= 2:
             # floor mode: an odd last row or column is left out, as max_pool2d does
             height, width = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
             rows = torch.maximum(x[..., 0:height:2, :width], x[..., 1:height:2, :width])
             return torch.maximum(rows[..., 0::2], rows[..., 1::2])
-        return _ChannelsLastPool.apply(x, self)
+        pooled = F.max_pool2d(x.contiguous(memory_format=torch.channels_last), self.kernel_size,
+                              self.stride, self.padding, self.dilation, self.ceil_mode)
+        return pooled.contiguous()  # back to NCHW: the next layer computes as before
 
     def _halves(self) -> bool:
         """Whether this pool takes the max of each 2x2 block (window 2, stride 2, no padding
