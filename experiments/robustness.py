@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,11 @@ ATTACKERS = {1: (0,), 2: (0, 5)}  # on a ring of ten, 0 and 5 share no in-neighb
 PAPER_ATTACKERS = {1: (4,), 2: (4, 9)}
 TARGET_GAP = 0.02  # under the default, honest F1 within this of the withheld run
 CLEAN_COST = 0.01  # and at most this below `mean` when nobody attacks
+# A rule replaces the default only within this CPU budget: its run's CPU at COST_NODES
+# nodes fully connected at most COST_BUDGET times `mean`'s (defence-cost.json, made by
+# experiments.bench_defence in the same folder).
+COST_BUDGET = 1.15
+COST_NODES = 100
 
 # Ten ProFe nodes on a 10,000-image MNIST subset, 5 rounds.
 BASE = {"name": "robustness", "nodes": 10, "rounds": 5, "algorithm": "profe",
@@ -322,11 +328,12 @@ def chosen_default(found: dict[str, dict[str, Any]]) -> str | None:
     return min(sound, key=lambda rule: worst_loss(found[rule]), default=None)
 
 
-def shared_verdicts(results: dict, cells: list[Cell]) -> dict[str, dict[str, Any]]:
+def shared_verdicts(results: dict, cells: list[Cell], candidates: Sequence[str] = CANDIDATES
+                    ) -> dict[str, dict[str, Any]]:
     """Per candidate rule, its worst mean gap to withheld (one attacker) and its worst mean
     clean cost, over the groups (split, topology, attack, plan; means over seeds) that
     every candidate has measured: like against like."""
-    rules = [rule for rule in CANDIDATES if any(c.rule == rule for c in cells)]
+    rules = [rule for rule in candidates if any(c.rule == rule for c in cells)]
     groups: dict[str, dict[tuple, list[float]]] = {rule: {} for rule in rules}
     for c in cells:
         if c.rule not in groups or c.attackers != 1 or c.attack == "withheld":
@@ -347,6 +354,7 @@ def shared_verdicts(results: dict, cells: list[Cell]) -> dict[str, dict[str, Any
                      "own_gap": own_gap, "own_cost": own_cost,
                      "crashed": sum("crashed" in results.get(c.key, {}) for c in mine),
                      "groups": len(shared), "own_groups": len(groups[rule]),
+                     "own_keys": frozenset(groups[rule]),
                      "done": sum(c.key in results for c in mine), "cells": len(mine)}
     return out
 
@@ -366,6 +374,74 @@ def _worst(groups: dict[tuple, list[float]], keys: set[tuple]
         if kind == "cost" and mean > worst_cost[0]:
             worst_cost = (mean, where)
     return worst_gap, worst_cost
+
+
+def cpu_against_mean(runs: list[dict], nodes: int = COST_NODES) -> dict[str, float]:
+    """Per defence, its CPU against `mean`'s at `nodes` from defence-cost.json's runs: the
+    median of the interleaved pairs' ratios per unit of fixed work (`mean` 1)."""
+    from experiments.bench_defence import paired_ratios, per_fixed_work
+    plain = {"mean": 1.0} if any(r["nodes"] == nodes and r["defence"] == "mean"
+                                 for r in runs) else {}
+    return plain | {defence: statistics.median(ratios)
+                    for (size, defence), ratios in paired_ratios(runs, per_fixed_work).items()
+                    if size == nodes and ratios}
+
+
+def replacement_verdict(default: dict[str, Any], other: dict[str, Any],
+                        cost: float | None) -> str:
+    """Whether a rule would replace the default: no crash, every group the default has
+    measured at ten nodes measured too, a smaller worst loss over the groups both measured,
+    and a measured CPU within COST_BUDGET times `mean`'s."""
+    if other["crashed"]:
+        return "no: a cell crashed"
+    required = {key for key in default["own_keys"] if key[1] != "paper"}
+    if missing := len(required - other["own_keys"]):
+        return f"no: {missing} of the default's {len(required)} groups not measured"
+    if worst_loss(other) >= worst_loss(default):
+        return "no: not a smaller worst loss"
+    if cost is None:
+        return f"no: a smaller worst loss, its CPU not measured at {COST_NODES} nodes"
+    if cost > COST_BUDGET:
+        return f"no: a smaller worst loss, its CPU {cost:.2f}x `mean`'s"
+    return "**yes**"
+
+
+def _replacement_summary(results: dict, cells: list[Cell], default: str,
+                         costs: dict[str, float]) -> list[str]:
+    rules = sorted({c.rule for c in cells} - {default})
+    pairs = {rule: shared_verdicts(results, cells, (default, rule)) for rule in rules}
+    pairs = {rule: found for rule, found in pairs.items()
+             if len(found) == 2 and found[rule]["groups"]}
+    if not pairs:
+        return []
+    lines = [f"## Would another rule replace `{default}`?", "",
+             (f"Rule: a rule replaces the default where it crashes nowhere, has measured every "
+              f"group the default has at ten nodes (split, graph, attack, with or without the "
+              f"plan), its worst loss over the groups both have measured is smaller than the "
+              f"default's there, and its "
+              f"CPU at {COST_NODES} nodes fully connected is at most {COST_BUDGET:g} times "
+              f"`mean`'s (defence-cost.md: the median of interleaved pairs per unit of fixed "
+              f"work; the default's: {_cost_text(costs.get(default))}). A rule whose CPU is "
+              f"not measured there does not replace it."), "",
+             ("| rule | groups shared | its worst loss (points) | where | the default's there "
+              "| where | CPU x `mean` | replaces the default |"),
+             "|---|---|---|---|---|---|---|---|"]
+    order = sorted(pairs, key=lambda rule: worst_loss(pairs[rule][rule]))
+    for rule in order:
+        mine, theirs = pairs[rule][rule], pairs[rule][default]
+        where = mine["worst_gap"][1] if -mine["worst_gap"][0] >= mine["worst_cost"][0] \
+            else mine["worst_cost"][1]
+        there = theirs["worst_gap"][1] if -theirs["worst_gap"][0] >= theirs["worst_cost"][0] \
+            else theirs["worst_cost"][1]
+        lines.append(f"| {rule} | {mine['groups']} | {worst_loss(mine) * 100 + 0.0:.1f} | "
+                     f"{where} | {worst_loss(theirs) * 100 + 0.0:.1f} | {there} | "
+                     f"{_cost_text(costs.get(rule))} | "
+                     f"{replacement_verdict(theirs, mine, costs.get(rule))} |")
+    return [*lines, ""]
+
+
+def _cost_text(cost: float | None) -> str:
+    return "-" if cost is None else f"{cost:.2f}x"
 
 
 def _candidates_summary(results: dict, cells: list[Cell]) -> list[str]:
@@ -482,8 +558,9 @@ def _clean_table(results: dict, cells: list[Cell]) -> list[str]:
     return lines + [""]
 
 
-def render(results: dict, command: str) -> str:
-    """The report: the default's choice, then the tables, from the cells in `results`."""
+def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> str:
+    """The report: the default's choice, whether another rule would replace it (`cost_runs`:
+    defence-cost.json's runs), then the tables, from the cells in `results`."""
     cells = [Cell.parse(key) for key in results]
     seeds = sorted({c.seed for c in cells})
     produced = (f"Produced by `{command}`; rebuild from results.jsonl with "
@@ -532,6 +609,10 @@ def render(results: dict, command: str) -> str:
              "nodes refused, summed over seeds.")
     lines = ["# Robustness: attackers among ten ProFe nodes", "", produced, "", setup, ""]
     lines += _candidates_summary(results, cells)
+    default = chosen_default(shared_verdicts(results, cells))
+    if default is not None:
+        lines += _replacement_summary(results, cells, default,
+                                      cpu_against_mean(cost_runs or []))
     lines += _summary(results, cells)
     for split, attackers, plan in sorted({(c.split, c.attackers, c.plan) for c in cells
                                           if c.attack != "none"},
@@ -640,7 +721,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{finished}/{len(todo)}] {found['key']}: {outcome} "
                       f"({found['seconds']:.0f} s)", file=sys.stderr, flush=True)
     command = "python -m experiments.robustness"
-    (out / "robustness.md").write_text(render(read_results(store), command))
+    costs = out / "defence-cost.json"  # experiments.bench_defence's runs, where present
+    cost_runs = json.loads(costs.read_text()) if costs.is_file() else []
+    (out / "robustness.md").write_text(render(read_results(store), command, cost_runs))
     return 0
 
 

@@ -519,7 +519,7 @@ def assert_regenerated(module, name: str, files: tuple[str, ...], tmp_path,
 def test_the_committed_robustness_report_is_what_its_results_regenerate(tmp_path):
     from experiments import robustness
     assert_regenerated(robustness, "robustness", ("robustness.md",), tmp_path,
-                       data="results.jsonl")
+                       data="results.jsonl", more_data=("defence-cost.json",))
 
 
 def test_the_committed_prototype_bounds_report_is_what_its_results_regenerate(tmp_path):
@@ -604,6 +604,82 @@ def test_the_default_is_chosen_among_the_candidates_on_the_groups_all_of_them_me
     assert robustness.chosen_default(found) == "guarded"
     assert "Chosen: **guarded**; it does not meet both targets" in robustness.render(
         results, "cmd")
+
+
+def test_a_rule_replaces_the_default_only_with_a_smaller_worst_loss_and_cpu_in_budget():
+    from experiments import robustness
+
+    paper = ("gap", "paper", "fully-connected", True, "label_flip")
+    groups = frozenset({("gap", "classes20", "ring", True, "label_flip"),
+                        ("cost", "classes20", "ring", True, ""), paper})
+
+    def found(gap, cost, crashed=0, keys=groups):
+        return {"worst_gap": (gap, "g"), "worst_cost": (cost, "c"), "crashed": crashed,
+                "own_keys": keys}
+    default = found(-0.11, 0.011)  # worst loss 0.11
+    better = found(-0.086, 0.007, keys=groups - {paper})  # the paper's scale: not required
+    verdict = robustness.replacement_verdict
+    assert verdict(default, better, 1.10) == "**yes**"
+    assert verdict(default, better, 1.15) == "**yes**"  # at the budget
+    assert verdict(default, better, 1.34) == "no: a smaller worst loss, its CPU 1.34x `mean`'s"
+    assert "not measured" in verdict(default, better, None)  # unmeasured never passes
+    assert verdict(default, found(-0.11, 0.0), 1.0) == "no: not a smaller worst loss"
+    assert verdict(default, found(-0.01, 0.0, crashed=1), 1.0) == "no: a cell crashed"
+    partial = found(-0.01, 0.0, keys=frozenset({paper}))
+    assert verdict(default, partial, 1.0) == "no: 2 of the default's 2 groups not measured"
+
+
+def test_a_rules_cpu_against_mean_is_the_median_of_its_pairs_per_unit_of_fixed_work():
+    from experiments import robustness
+
+    def run(nodes, defence, repeat, cpu, fixed):
+        return {"nodes": nodes, "defence": defence, "repeat": repeat, "cpu_seconds": cpu,
+                "rounds_measured": 10, "phase_cpu_seconds": {"train": fixed}}
+    runs = [run(100, "mean", 0, 10.0, 5.0), run(100, "guarded_wide", 0, 13.0, 6.0),
+            run(100, "mean", 1, 12.0, 6.0), run(100, "guarded_wide", 1, 11.0, 5.0),
+            run(100, "mean", 2, 10.0, 5.0), run(100, "guarded_wide", 2, 12.0, 5.0),
+            run(10, "mean", 0, 1.0, 1.0), run(10, "guarded_wide", 0, 9.0, 1.0)]
+    # per unit of fixed work: mean 2, 2, 2; the default 13/6, 11/5, 12/5 -> ratios
+    # 1.0833, 1.1, 1.2: the median 1.1; the 10-node pair is another size
+    assert robustness.cpu_against_mean(runs) == {"mean": 1.0,
+                                                 "guarded_wide": pytest.approx(1.1)}
+    assert robustness.cpu_against_mean(runs, nodes=10) == {"mean": 1.0,
+                                                           "guarded_wide": pytest.approx(9.0)}
+    assert robustness.cpu_against_mean([]) == {}
+
+
+def test_the_report_says_whether_another_rule_replaces_the_default():
+    from experiments import robustness
+    key = "classes20/1x/ring/{}/{}/s1"
+    rows = [("mean", "none", [0.5, 0.8, 0.8, 0.8]),
+            ("guarded_wide", "none", [0.5, 0.8, 0.8, 0.8]),
+            ("guarded_wide", "withheld", [0.1, 0.7, 0.7, 0.7]),
+            ("guarded_wide", "label_flip", [0.9, 0.6, 0.6, 0.6]),  # -0.1
+            ("cheap", "none", [0.5, 0.8, 0.8, 0.8]),
+            ("cheap", "withheld", [0.1, 0.7, 0.7, 0.7]),
+            ("cheap", "label_flip", [0.9, 0.68, 0.68, 0.68]),  # -0.02
+            ("dear", "none", [0.5, 0.8, 0.8, 0.8]),
+            ("dear", "withheld", [0.1, 0.7, 0.7, 0.7]),
+            ("dear", "label_flip", [0.9, 0.69, 0.69, 0.69]),  # -0.01
+            ("partial", "withheld", [0.1, 0.7, 0.7, 0.7]),  # no clean run
+            ("partial", "label_flip", [0.9, 0.7, 0.7, 0.7])]
+    results = {key.format(rule, attack): {"key": key.format(rule, attack), "f1": f1}
+               for rule, attack, f1 in rows}
+
+    def run(defence, repeat, cpu):
+        return {"nodes": 100, "defence": defence, "repeat": repeat, "cpu_seconds": cpu,
+                "rounds_measured": 1, "phase_cpu_seconds": {"train": 1.0}}
+    costs = [run("mean", 0, 1.0), run("guarded_wide", 0, 1.1), run("cheap", 0, 1.12),
+             run("dear", 0, 1.5)]
+    report = robustness.render(results, "cmd", costs)
+    assert "## Would another rule replace `guarded_wide`?" in report
+    assert "the default's: 1.10x" in report
+    assert "| cheap | 2 | 2.0 | label_flip on classes20, ring | 10.0 |" in report
+    assert "| partial | 1 | 0.0 |" in report and "no: 1 of the default's 2 groups" in report
+    assert report.count("**yes**") == 1 and "| 1.12x | **yes** |" in report
+    assert "| 1.50x | no: a smaller worst loss, its CPU 1.50x `mean`'s |" in report
+    # mean shares only the clean group (no withheld run) and has no attack cell
+    assert "| mean | 1 | 0.0 | - | 0.0 | - | 1.00x | no: 1 of the default's 2 groups" in report
 
 
 def test_a_defences_cost_is_the_aggregation_step_beside_the_rounds_cpu_after_round_1():
