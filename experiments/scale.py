@@ -26,6 +26,7 @@ a node gets (70,000 - 1,000) / nodes of them instead of 540.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -471,6 +472,17 @@ def picture(results: dict, path: Path) -> None:
     plt.close(figure)
 
 
+def supersede(results: dict, key: str, why: str) -> None:
+    """Move cell `key` to the superseded ones as measured before `why`, keeping what it
+    superseded before under `key#1`, `key#2`, ... (the report lists every one)."""
+    superseded = results.setdefault("superseded", {})
+    if key in superseded:
+        earlier = next(f"{key}#{n}" for n in itertools.count(1)
+                       if f"{key}#{n}" not in superseded)
+        superseded[earlier] = superseded.pop(key)
+    superseded[key] = {**results["cells"].pop(key), "why": why}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.scale",
                                      description=__doc__.split("\n\n")[0])
@@ -508,8 +520,7 @@ def main(argv: list[str] | None = None) -> int:
                 if key in results["cells"]:
                     if not args.again:
                         continue
-                    results.setdefault("superseded", {})[key] = {
-                        **results["cells"].pop(key), "why": args.again}
+                    supersede(results, key, args.again)
                 with tempfile.TemporaryDirectory() as tmp:
                     results["cells"][key] = measure(nodes, topology, args.rounds, data_dir,
                                                     Path(tmp), args.backend, args.small_model)

@@ -825,6 +825,22 @@ def test_a_scale_cells_phases_are_its_node_rounds_after_round_0_grouped():
     assert scale.phase_line({"nodes": 5, "in_degree": 4}) is None  # measured before phases
 
 
+def test_a_scale_cell_measured_again_keeps_every_earlier_measurement():
+    from experiments import scale
+    results = {"cells": {"fully_connected/5": {"cpu_seconds": 3.0}},
+               "superseded": {"fully_connected/5": {"cpu_seconds": 9.0, "why": "first"},
+                              "fully_connected/5#1": {"cpu_seconds": 12.0, "why": "zeroth"}}}
+    scale.supersede(results, "fully_connected/5", "second")
+    assert results["cells"] == {}
+    assert results["superseded"] == {
+        "fully_connected/5": {"cpu_seconds": 3.0, "why": "second"},
+        "fully_connected/5#1": {"cpu_seconds": 12.0, "why": "zeroth"},
+        "fully_connected/5#2": {"cpu_seconds": 9.0, "why": "first"}}
+    fresh = {"cells": {"k_regular/5": {"cpu_seconds": 1.0}}}
+    scale.supersede(fresh, "k_regular/5", "why")
+    assert fresh["superseded"] == {"k_regular/5": {"cpu_seconds": 1.0, "why": "why"}}
+
+
 def test_the_development_docs_scale_table_is_the_committed_scale_results():
     from experiments import scale
     results = json.loads((REPO / "experiments" / "reports" / "scale" / "results.json")
