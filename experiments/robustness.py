@@ -30,6 +30,7 @@ from typing import Any
 
 import node.algorithms
 from experiments.attacks import ATTACKS, attacker_class
+from experiments.paired_runs import paired_ratios, per_fixed_work
 from experiments.processes import processor_model
 from experiments.run import merge
 from node.aggregation_rules import AGGREGATION_RULES
@@ -379,7 +380,6 @@ def _worst(groups: dict[tuple, list[float]], keys: set[tuple]
 def cpu_against_mean(runs: list[dict], nodes: int = COST_NODES) -> dict[str, float]:
     """Per defence, its CPU against `mean`'s at `nodes` from defence-cost.json's runs: the
     median of the interleaved pairs' ratios per unit of fixed work (`mean` 1)."""
-    from experiments.bench_defence import paired_ratios, per_fixed_work
     plain = {"mean": 1.0} if any(r["nodes"] == nodes and r["defence"] == "mean"
                                  for r in runs) else {}
     return plain | {defence: statistics.median(ratios)
