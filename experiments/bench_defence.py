@@ -15,9 +15,9 @@ reversed every other time), and a defence's CPU against `mean`'s is the median o
 ratios of runs made side by side, so that a host's load drifting between runs moves
 single pairs, not the figure. Beside it, the same ratio per unit of fixed work: each
 run's CPU over that of its phases whose arithmetic no defence changes (training, the
-teacher, both evaluations: FIXED_PHASES), which takes out how fast the host ran during
-each run. Results go to OUT/defence-cost.json; OUT/defence-cost.md is
-rebuilt from it alone (`--report-only`).
+teacher, both evaluations: experiments.paired_runs.FIXED_PHASES), which takes out how
+fast the host ran during each run. Results go to OUT/defence-cost.json;
+OUT/defence-cost.md is rebuilt from it alone (`--report-only`).
 """
 
 from __future__ import annotations

@@ -484,7 +484,9 @@ def test_a_nodes_own_cut_is_measured_on_at_most_as_many_test_samples_as_all_peer
     node.data.test_x = torch.randn(VALIDATION_BUDGET, 3)
     node.data.test_y = torch.zeros(VALIDATION_BUDGET, dtype=torch.int64)
     assert own_test_samples(node)[0] is node.data.test_x  # small enough: all of it, as is
-    node.data.test_x, node.data.test_y = torch.randn(5000, 3), torch.arange(5000) % 3
+    # distinct first columns by construction (5,000 draws of randn can repeat a float32)
+    rows = torch.arange(5000, dtype=torch.float32)[torch.randperm(5000)]
+    node.data.test_x, node.data.test_y = rows[:, None].repeat(1, 3), torch.arange(5000) % 3
     x, y = own_test_samples(node)
     assert len(y) == VALIDATION_BUDGET and len(set(x[:, 0].tolist())) == VALIDATION_BUDGET
     assert torch.equal(x, own_test_samples(node)[0])  # the same draw every round
