@@ -8,8 +8,9 @@
 Every cell is a small federation in one process (node.inprocess) in which node 0 (and node
 5 with two attackers) holds a stolen key, so its messages pass every check, and sends what
 its attack says. Each finished cell is appended to OUT/results.jsonl, so a run can stop and
-go on, and several can run side by side; OUT/robustness.md is rebuilt from that file alone
-(`--report-only`).
+go on, and several can run side by side; OUT/robustness.md is rebuilt from that file and,
+where present, OUT/defence-cost.json (experiments.bench_defence: what each rule costs)
+alone (`--report-only`).
 """
 
 from __future__ import annotations
@@ -394,7 +395,8 @@ def replacement_verdict(default: dict[str, Any], other: dict[str, Any],
     and a measured CPU within COST_BUDGET times `mean`'s."""
     if other["crashed"]:
         return "no: a cell crashed"
-    required = {key for key in default["own_keys"] if key[1] != "paper"}
+    required = {key for key in default["own_keys"]
+                if key[1] != "paper"}  # (kind, split, topology, plan, attack)
     if missing := len(required - other["own_keys"]):
         return f"no: {missing} of the default's {len(required)} groups not measured"
     if worst_loss(other) >= worst_loss(default):
@@ -426,26 +428,26 @@ def _replacement_summary(results: dict, cells: list[Cell], default: str,
              ("| rule | groups shared | its worst loss (points) | where | the default's there "
               "| where | CPU x `mean` | replaces the default |"),
              "|---|---|---|---|---|---|---|---|"]
-    order = sorted(pairs, key=lambda rule: worst_loss(pairs[rule][rule]))
-    for rule in order:
+    for rule in sorted(pairs, key=lambda rule: worst_loss(pairs[rule][rule])):
         mine, theirs = pairs[rule][rule], pairs[rule][default]
-        where = mine["worst_gap"][1] if -mine["worst_gap"][0] >= mine["worst_cost"][0] \
-            else mine["worst_cost"][1]
-        there = theirs["worst_gap"][1] if -theirs["worst_gap"][0] >= theirs["worst_cost"][0] \
-            else theirs["worst_cost"][1]
-        lines.append(f"| {rule} | {mine['groups']} | {worst_loss(mine) * 100 + 0.0:.1f} | "
-                     f"{where} | {worst_loss(theirs) * 100 + 0.0:.1f} | {there} | "
-                     f"{_cost_text(costs.get(rule))} | "
+        lines.append(f"| {rule} | {mine['groups']} | {_loss_and_where(mine)} | "
+                     f"{_loss_and_where(theirs)} | {_cost_text(costs.get(rule))} | "
                      f"{replacement_verdict(theirs, mine, costs.get(rule))} |")
     return [*lines, ""]
+
+
+def _loss_and_where(found: dict[str, Any]) -> str:
+    """A rule's worst loss in points and where it was, as two table cells."""
+    gap, cost = found["worst_gap"], found["worst_cost"]
+    where = gap[1] if -gap[0] >= cost[0] else cost[1]
+    return f"{worst_loss(found) * 100 + 0.0:.1f} | {where}"  # + 0.0: no "-0.0"
 
 
 def _cost_text(cost: float | None) -> str:
     return "-" if cost is None else f"{cost:.2f}x"
 
 
-def _candidates_summary(results: dict, cells: list[Cell]) -> list[str]:
-    found = shared_verdicts(results, cells)
+def _candidates_summary(found: dict[str, dict[str, Any]]) -> list[str]:
     if not found:
         return []
     groups = next(iter(found.values()))["groups"]
@@ -563,8 +565,8 @@ def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> 
     defence-cost.json's runs), then the tables, from the cells in `results`."""
     cells = [Cell.parse(key) for key in results]
     seeds = sorted({c.seed for c in cells})
-    produced = (f"Produced by `{command}`; rebuild from results.jsonl with "
-                "`python -m experiments.robustness --report-only`.")
+    produced = (f"Produced by `{command}`; rebuild from results.jsonl (and defence-cost.json) "
+                "with `python -m experiments.robustness --report-only`.")
     setup = ("Ten ProFe nodes, MNIST (10,000-image subset), 5 rounds, defaults otherwise "
              "(among them aggregation.norm_bound = 3). The defences: each aggregation rule "
              "alone (aggregation.validation = 0), `validated` (validation 0.5, then `mean`), "
@@ -608,8 +610,9 @@ def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> 
              "seeds; then how many updates (or prototype rows) of honest peers the honest "
              "nodes refused, summed over seeds.")
     lines = ["# Robustness: attackers among ten ProFe nodes", "", produced, "", setup, ""]
-    lines += _candidates_summary(results, cells)
-    default = chosen_default(shared_verdicts(results, cells))
+    found = shared_verdicts(results, cells)
+    lines += _candidates_summary(found)
+    default = chosen_default(found)
     if default is not None:
         lines += _replacement_summary(results, cells, default,
                                       cpu_against_mean(cost_runs or []))
@@ -657,7 +660,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", default="", help="dataset folder (default: "
                         "$PROTOFED_DATA_DIR or ./data)")
     parser.add_argument("--report-only", action="store_true",
-                        help="rebuild robustness.md from results.jsonl, run nothing")
+                        help="rebuild robustness.md from results.jsonl (and defence-cost.json), "
+                        "run nothing")
     return parser
 
 

@@ -685,7 +685,7 @@ def test_the_report_says_whether_another_rule_replaces_the_default():
 def test_a_defences_cost_is_the_aggregation_step_beside_the_rounds_cpu_after_round_1():
     import types
 
-    from experiments import bench_defence
+    from experiments import bench_defence, paired_runs
 
     def record(cpu, aggregation):
         # each round's phases: validation 0.1 CPU s, train the rest of the aggregation's
@@ -709,7 +709,7 @@ def test_a_defences_cost_is_the_aggregation_step_beside_the_rounds_cpu_after_rou
     cell = {"nodes": 10, "defence": "guarded_wide", **found}
     plain = {"nodes": 10, "defence": "mean", **found, "cpu_seconds": 2.35}
     table = bench_defence.phase_lines([cell, plain], {10: plain},
-                                      bench_defence.paired_ratios([cell, plain]))
+                                      paired_runs.paired_ratios([cell, plain]))
     assert table[-1].startswith(
         "| 10 | `guarded_wide` | 1 | 1.175 | 2.00x | 2.00 | - | - | 29% | 0% |")
     assert "| 71% |" in table[-1] and table[-1].endswith("| 0% |")
@@ -718,7 +718,7 @@ def test_a_defences_cost_is_the_aggregation_step_beside_the_rounds_cpu_after_rou
 
 
 def test_a_defences_cpu_against_means_is_the_median_of_its_interleaved_pairs():
-    from experiments import bench_defence
+    from experiments import bench_defence, paired_runs
 
     def run(defence, repeat, cpu, aggregation=0.1):
         return {"nodes": 100, "defence": defence, "repeat": repeat, "cpu_seconds": cpu,
@@ -731,7 +731,7 @@ def test_a_defences_cpu_against_means_is_the_median_of_its_interleaved_pairs():
     runs = [run("mean", 0, 10.0), run("guarded_wide", 0, 11.0),
             run("guarded_wide", 1, 20.0), run("mean", 1, 20.0),
             run("mean", 2, 12.0), run("guarded_wide", 2, 15.0, aggregation=0.4)]
-    ratios = bench_defence.paired_ratios(runs)
+    ratios = paired_runs.paired_ratios(runs)
     assert ratios == {(100, "guarded_wide"): [pytest.approx(1.1), pytest.approx(1.0),
                                               pytest.approx(1.25)]}
     pooled = {c["defence"]: c for c in bench_defence.pooled(runs)}
@@ -743,7 +743,7 @@ def test_a_defences_cpu_against_means_is_the_median_of_its_interleaved_pairs():
     assert pooled["guarded_wide"]["phase_cpu_seconds"] == {"train": pytest.approx(23.0)}
     # per unit of fixed work (train is fixed: half of each run's CPU), every run reads 2,
     # so every pair 1.0
-    calibrated = bench_defence.paired_ratios(runs, bench_defence.per_fixed_work)
+    calibrated = paired_runs.paired_ratios(runs, paired_runs.per_fixed_work)
     assert calibrated == {(100, "guarded_wide"): [pytest.approx(1.0)] * 3}
     row = bench_defence.phase_lines([pooled["guarded_wide"]], {}, ratios, calibrated)[-1]
     assert row.startswith("| 100 | `guarded_wide` | 3 | 1.500 | 1.10x | 1.10, 1.00, 1.25 | "
@@ -752,7 +752,7 @@ def test_a_defences_cpu_against_means_is_the_median_of_its_interleaved_pairs():
     # to 10 too, reads 2 as `mean`'s 10 of which 5 train
     slow = [run("mean", 0, 10.0), {**run("guarded_wide", 0, 20.0),
                                    "phase_cpu_seconds": {"train": 10.0, "validation": 5.0}}]
-    assert bench_defence.paired_ratios(slow, bench_defence.per_fixed_work) == {
+    assert paired_runs.paired_ratios(slow, paired_runs.per_fixed_work) == {
         (100, "guarded_wide"): [pytest.approx(1.0)]}
     # the order run: the defences in turn, reversed every other repeat
     assert list(bench_defence.schedule([10], ["mean", "guarded_wide"], 3)) == [
