@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 
 import pytest
 
@@ -92,7 +91,9 @@ def test_bytes_sent_to_a_peer_equal_bytes_that_peer_received(three_fc):
 
 def test_a_node_killed_mid_run_does_not_stop_the_others(workdir, data_dir):
     name = "killed"
-    round_timeout = 60  # never waited for: the lost connection says node 2 is gone
+    # never waited for (the lost connection says node 2 is gone): were it waited for, the
+    # run would outlast the wait below by far
+    round_timeout = 3600
     # node 2 is killed once every node has done a round: two more rounds to go at least
     config = write_config(workdir, data_dir, name, rounds=4, round_timeout=round_timeout)
     with protofed_up(config, name) as (process, run_dir):
@@ -107,7 +108,6 @@ def test_a_node_killed_mid_run_does_not_stop_the_others(workdir, data_dir):
         assert node["rounds_done"] == 4
         assert 2 in node["rounds"][-1]["missing_peers"]
         assert node["unreachable_peers"] == [2]
-        assert node["elapsed_seconds"] < round_timeout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["failed_nodes"] == [2]
     # its own record no longer says it runs: the launcher wrote what became of it
@@ -220,12 +220,10 @@ def test_ctrl_c_stops_every_child(workdir, data_dir):
 def test_up_stops_a_run_that_outlives_timeouts_run(workdir, data_dir):
     name = "deadline"
     config = write_config(workdir, data_dir, name, rounds=1000)  # would run for hours
-    started = time.monotonic()
     with protofed_up(config, name, "--set", "timeouts.run=5") as (process, run_dir):
-        _, stderr = process.communicate(timeout=120)
+        _, stderr = process.communicate(timeout=120)  # raises if the run outlives it
     assert process.returncode == 1
     assert "timeouts.run (5 s) passed" in stderr
-    assert time.monotonic() - started < 120
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [n["status"] for n in summary["nodes"]] != ["finished"] * 3
     run = json.loads((run_dir / "run.json").read_text())

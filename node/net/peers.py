@@ -481,14 +481,14 @@ class Peers:
             if missing <= self._lost():
                 # a neighbour closes its sockets right after its own goodbye, which may
                 # still be on its way on another connection: give it a moment
-                lost_since = lost_since or now
+                lost_since = now if lost_since is None else lost_since
                 if now - lost_since >= LOST_GOODBYE_GRACE:
                     break
             else:
                 lost_since = None
             if now >= deadline:
                 break
-            self.poll(min(deadline - now, 0.05 if lost_since else 0.2))
+            self.poll(min(deadline - now, 0.2 if lost_since is None else 0.05))
         while self.poll(0):  # whatever else is already here is read and metered
             pass
         # a neighbour that said goodbye and then closed its sockets was not lost
