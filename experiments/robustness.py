@@ -3,11 +3,12 @@
 
     python -m experiments.robustness [--out experiments/reports/robustness] [--seeds 1 2 3]
         [--rules mean validated ...] [--attacks none sign_flip ...] [--topologies ring ...]
-        [--splits dirichlet iid classes20] [--attackers 1 2] [--workers 2] [--report-only]
+        [--splits dirichlet iid classes20] [--attackers 1 2] [--near] [--workers 2]
+        [--report-only]
 
 Every cell is a small federation in one process (node.inprocess) in which node 0 (and node
-5 with two attackers) holds a stolen key, so its messages pass every check, and sends what
-its attack says. Each finished cell is appended to OUT/results.jsonl, so a run can stop and
+5 with two attackers, or node 1 with `--near`) holds a stolen key, so its messages pass
+every check, and sends what its attack says. Each finished cell is appended to OUT/results.jsonl, so a run can stop and
 go on, and several can run side by side; OUT/robustness.md is rebuilt from that file and,
 where present, OUT/defence-cost.json (experiments.bench_defence: what each rule costs)
 alone (`--report-only`).
@@ -41,6 +42,11 @@ from node.inprocess import memory_federation, run_in_memory
 log = logging.getLogger("experiments.robustness")
 
 ATTACKERS = {1: (0,), 2: (0, 5)}  # on a ring of ten, 0 and 5 share no in-neighbour
+# Two colluders side by side (keys "2x-near"): on 20% of the classes node i holds the
+# classes of node i+5, so 0 and 5 are the only holders of theirs, and no honest node can
+# judge them on their classes; 0 and 1 each share theirs with an honest node (5 and 6).
+NEAR_ATTACKERS = (0, 1)
+NEAR = "-near"
 # At the paper's scale node i holds the classes of nodes i+5, i+10, i+15; under seed 1 nodes
 # 4, 9, 14, 19 hold 3 and 9, the class-mates whose scores at the holders of 1 and 4 are
 # above the held-class bar (experiments/reports/paper-held-influence): where an attacker
@@ -134,23 +140,32 @@ class Cell:
     attack: str
     seed: int
     plan: bool = True
+    near: bool = False  # two attackers: NEAR_ATTACKERS instead of ATTACKERS[2]
 
     @property
     def key(self) -> str:
-        return (f"{self.split}/{self.attackers}x/{self.topology}/{self.rule}/{self.attack}/"
-                f"s{self.seed}" + ("" if self.plan else "/noplan"))
+        return (f"{self.split}/{self.attackers}x{NEAR if self.near else ''}/{self.topology}/"
+                f"{self.rule}/{self.attack}/s{self.seed}" + ("" if self.plan else "/noplan"))
 
     @classmethod
     def parse(cls, key: str) -> Cell:
         split, attackers, topology, rule, attack, seed, *rest = key.split("/")
-        return cls(split, int(attackers[:-1]), topology, rule, attack, int(seed[1:]),
-                   plan=rest != ["noplan"])
+        near = attackers.endswith(NEAR)
+        count = attackers.removesuffix(NEAR)
+        if not count.endswith("x"):
+            raise ValueError(f"{attackers!r} is not 1x, 2x or 2x{NEAR}")
+        return cls(split, int(count[:-1]), topology, rule, attack, int(seed[1:]),
+                   plan=rest != ["noplan"], near=near)
 
     @property
     def attacker_ids(self) -> tuple[int, ...]:
         """The nodes holding a stolen key (none when nobody attacks)."""
         if self.attack == "none":
             return ()
+        if self.near:
+            if self.attackers != 2 or self.split in SCALES:
+                raise ValueError(f"{self.key}: {NEAR} places two attackers at ten nodes only")
+            return NEAR_ATTACKERS
         return (PAPER_ATTACKERS if self.split in SCALES else ATTACKERS)[self.attackers]
 
     def config(self, data_dir: str):
@@ -509,9 +524,9 @@ def _summary(results: dict, cells: list[Cell]) -> list[str]:
 
 
 def _attack_table(results: dict, cells: list[Cell], split: str, attackers: int,
-                  topology: str) -> list[str]:
+                  topology: str, near: bool = False) -> list[str]:
     mine = [c for c in cells if c.split == split and c.attackers == attackers
-            and c.topology == topology]
+            and c.topology == topology and c.near == near]
     attacks = _in_order({c.attack for c in mine if c.attack != "none"}, list(ATTACKS))
     rules = _in_order({c.rule for c in mine if c.attack != "none"}, list(DEFENCES))
     lines = ["| rule | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
@@ -597,7 +612,10 @@ def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> 
              "marked \"no plan\" ran with aggregation.use_plan = false: every node weighs "
              "its peers by their bounded claims. "
              "With one attacker node 0 holds a "
-             "stolen key, with two nodes 0 and 5; their messages pass every check. Sections "
+             "stolen key, with two nodes 0 and 5 (nodes 0 and 1 where a section says so: "
+             "on 20% of the classes 0 and 5 hold the same two classes, which no honest node "
+             "holds, and 0 and 1 share theirs with nodes 5 and 6); their messages pass every "
+             "check. Sections "
              "marked \"paper\" ran ProFe's paper cell instead (20 nodes, full MNIST, 20% of "
              "the classes, 10 rounds: every class held by four nodes), the attacker node 4, "
              "with two 4 and 9: under seed 1 they hold 3 and 9 with nodes 14 and 19, the "
@@ -617,22 +635,31 @@ def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> 
         lines += _replacement_summary(results, cells, default,
                                       cpu_against_mean(cost_runs or []))
     lines += _summary(results, cells)
-    for split, attackers, plan in sorted({(c.split, c.attackers, c.plan) for c in cells
-                                          if c.attack != "none"},
-                                         key=lambda k: (list(SPLITS).index(k[0]), k[1], not k[2])):
+    sections = {(c.split, c.attackers, c.near, c.plan) for c in cells if c.attack != "none"}
+    for split, attackers, near, plan in sorted(
+            sections, key=lambda k: (list(SPLITS).index(k[0]), k[1], k[2], not k[3])):
         for topology in _in_order({c.topology for c in cells if c.split == split
-                                   and c.attackers == attackers and c.plan == plan
-                                   and c.attack != "none"}, list(TOPOLOGIES)):
-            who = "one attacker" if attackers == 1 else f"{attackers} colluding attackers"
-            lines += [f"## {who}, {split}, {topology}" + ("" if plan else ", no plan"), ""]
+                                   and c.attackers == attackers and c.near == near
+                                   and c.plan == plan and c.attack != "none"},
+                                  list(TOPOLOGIES)):
+            lines += [f"## {_attackers_title(attackers, near)}, {split}, {topology}"
+                      + ("" if plan else ", no plan"), ""]
             lines += _attack_table(results, [c for c in cells if c.plan == plan], split,
-                                   attackers, topology)
+                                   attackers, topology, near)
     if any(c.attack == "none" for c in cells):
         lines += ["## Nobody attacks: what each rule costs", "",
                   ("Clean F1 per split and topology; in brackets, points below `mean` (paired "
                   "by seed); then the honest updates refused."), ""]
         lines += _clean_table(results, cells)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _attackers_title(attackers: int, near: bool) -> str:
+    """How a section names its attackers."""
+    if attackers == 1:
+        return "one attacker"
+    return f"{attackers} colluding attackers" + (
+        f" (nodes {' and '.join(map(str, NEAR_ATTACKERS))})" if near else "")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -651,6 +678,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="data splits")
     parser.add_argument("--attackers", type=int, nargs="+", default=[1], choices=[1, 2],
                         help="how many attackers")
+    parser.add_argument("--near", action="store_true",
+                        help=f"two attackers are nodes {NEAR_ATTACKERS[0]} and "
+                        f"{NEAR_ATTACKERS[1]} (keys 2x{NEAR}), not "
+                        f"{ATTACKERS[2][0]} and {ATTACKERS[2][1]}")
     parser.add_argument("--plans", nargs="+", default=["plan"], choices=["plan", "noplan"],
                         help="with the data plan, or every node ignoring it "
                         "(aggregation.use_plan = false)")
@@ -673,6 +704,7 @@ def _listed_cells(path: Path) -> list[Cell]:
             try:
                 cell = Cell.parse(line.strip())
                 cell.config("")  # an unknown split, topology or rule fails here
+                _ = cell.attacker_ids  # and attackers placed where they cannot be
             except (ValueError, KeyError) as exc:
                 raise SystemExit(f"{path}:{number}: not a cell key: {line.strip()!r} ({exc})")
             if cell.attack not in ATTACKS:
@@ -704,7 +736,8 @@ def main(argv: list[str] | None = None) -> int:
         data_dir = args.data_dir or str(default_data_dir())
         done = read_results(store)
         cells = (_listed_cells(Path(args.keys)) if args.keys else
-                 [Cell(split, n, topology, rule, attack, seed, plan=plan == "plan")
+                 [Cell(split, n, topology, rule, attack, seed, plan=plan == "plan",
+                       near=args.near and n == 2)
                   for seed in args.seeds for plan in args.plans
                   for split in args.splits for n in args.attackers
                   for topology in args.topologies for rule in args.rules

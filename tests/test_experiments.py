@@ -573,6 +573,25 @@ def test_a_paper_cell_is_profes_paper_setting_with_its_attacker_among_the_class_
     assert robustness.honest_f1(results, cell) == pytest.approx(0.5)
 
 
+def test_two_near_attackers_are_nodes_0_and_1_in_sections_of_their_own():
+    from experiments import robustness
+    key = "classes20/2x-near/fully-connected/{}/label_flip/s1/noplan"
+    near = robustness.Cell.parse(key.format("mean"))
+    assert (near.key, near.attackers, near.near, near.plan) == (key.format("mean"), 2, True,
+                                                                False)
+    assert near.attacker_ids == (0, 1)
+    apart = robustness.Cell.parse(key.replace("-near", "").format("mean"))
+    assert (apart.near, apart.attacker_ids) == (False, (0, 5))
+    # the honest mean leaves out the cell's own attackers
+    results = {near.key: {"key": near.key, "f1": [0.0, 0.0] + [0.5] * 8},
+               apart.key: {"key": apart.key, "f1": [0.0] + [0.5] * 4 + [0.0] + [0.5] * 4}}
+    assert robustness.honest_f1(results, near) == robustness.honest_f1(results, apart) == 0.5
+    report = robustness.render(results, "cmd")
+    assert "## 2 colluding attackers (nodes 0 and 1), classes20, fully-connected, no plan" in (
+        report)
+    assert "## 2 colluding attackers, classes20, fully-connected, no plan" in report
+
+
 def test_the_default_is_chosen_among_the_candidates_on_the_groups_all_of_them_measured():
     from experiments import robustness
     key = "classes20/1x/ring/{}/{}/s1{}"
@@ -947,7 +966,8 @@ def test_robustness_runs_the_cells_a_key_file_lists_in_order_and_names_a_bad_lin
                     "classes20/1x/6-regular/mean/none/s1\n")
     assert [c.key for c in robustness._listed_cells(keys)] == [
         "iid/1x/ring/guarded_wide/withheld/s2/noplan", "classes20/1x/6-regular/mean/none/s1"]
-    for bad in ("iid/1x/ring/medain/none/s1", "iid/1x/ring/mean/nosuch/s1", "iid/ring"):
+    for bad in ("iid/1x/ring/medain/none/s1", "iid/1x/ring/mean/nosuch/s1", "iid/ring",
+                "iid/2y/ring/mean/none/s1", "paper/2x-near/ring/mean/sign_flip/s1"):
         keys.write_text(f"iid/1x/ring/mean/none/s1\n{bad}\n")
         with pytest.raises(SystemExit, match=f"keys.txt:2: .*{bad}"):
             robustness._listed_cells(keys)
