@@ -451,6 +451,48 @@ def _replacement_summary(results: dict, cells: list[Cell], default: str,
     return [*lines, ""]
 
 
+def colluder_gaps(results: dict, cells: list[Cell]) -> dict[str, dict[tuple, float]]:
+    """Per rule, its mean gap to the withheld run (over seeds) in each group of two-attacker
+    cells: (split, attackers near, topology, plan, attack)."""
+    groups: dict[str, dict[tuple, list[float]]] = {}
+    for c in cells:
+        if c.attackers == 2 and c.attack not in ("none", "withheld"):
+            value = gap(results, c)
+            if value is not None:
+                key = (c.split, c.near, c.topology, c.plan, c.attack)
+                groups.setdefault(c.rule, {}).setdefault(key, []).append(value)
+    return {rule: {key: statistics.fmean(values) for key, values in found.items()}
+            for rule, found in groups.items()}
+
+
+def _group_text(key: tuple) -> str:
+    split, near, topology, plan, attack = key
+    return (f"{attack} on {split}, {topology}" + (", nodes 0 and 1" if near else "")
+            + ("" if plan else ", no plan"))
+
+
+def _colluders_summary(results: dict, cells: list[Cell], default: str | None) -> list[str]:
+    found = colluder_gaps(results, cells)
+    if not found:
+        return []
+    lines = ["## Two colluders: each rule's worst gap", "",
+             ("Over the groups of two-attacker cells each rule has measured (split, where the "
+              "attackers are, graph, attack, with or without the plan; the gap to the "
+              "withheld run a mean over seeds): its worst, and how many are within "
+              f"{TARGET_GAP * 100:g} points; beside it the default's gap in the same group."),
+             "", ("| rule | groups | within target | worst gap (points) | where | the "
+                  "default's there |"), "|---|---|---|---|---|---|"]
+    ours = found.get(default, {})
+    for rule in _in_order(set(found), list(DEFENCES)):
+        gaps = found[rule]
+        worst = min(gaps, key=lambda key: (gaps[key], key))
+        within = sum(value >= -TARGET_GAP for value in gaps.values())
+        theirs = "-" if worst not in ours else f"{ours[worst] * 100 + 0.0:+.1f}"
+        lines.append(f"| {rule} | {len(gaps)} | {within} | {gaps[worst] * 100 + 0.0:+.1f} | "
+                     f"{_group_text(worst)} | {theirs} |")
+    return [*lines, ""]
+
+
 def _loss_and_where(found: dict[str, Any]) -> str:
     """A rule's worst loss in points and where it was, as two table cells."""
     gap, cost = found["worst_gap"], found["worst_cost"]
@@ -634,6 +676,7 @@ def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> 
     if default is not None:
         lines += _replacement_summary(results, cells, default,
                                       cpu_against_mean(cost_runs or []))
+    lines += _colluders_summary(results, cells, default)
     lines += _summary(results, cells)
     sections = {(c.split, c.attackers, c.near, c.plan) for c in cells if c.attack != "none"}
     for split, attackers, near, plan in sorted(

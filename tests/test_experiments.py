@@ -592,6 +592,39 @@ def test_two_near_attackers_are_nodes_0_and_1_in_sections_of_their_own():
     assert "## 2 colluding attackers, classes20, fully-connected, no plan" in report
 
 
+def test_two_colluders_worst_gaps_are_per_rule_and_group_with_the_defaults_beside():
+    from experiments import robustness
+    key = "classes20/2x{}/fully-connected/{}/{}/s{}"
+
+    def honest(value):  # the attackers (nodes 0 and 5) at 0
+        return [0.0] + [value] * 4 + [0.0] + [value] * 4
+
+    def near(value):  # nodes 0 and 1
+        return [0.0, 0.0] + [value] * 8
+
+    results = {}
+    for seed, (withheld, flip) in enumerate([(0.50, 0.40), (0.60, 0.56)], 1):
+        for rule, drop in (("guarded_wide", 0.0), ("mean", 0.05)):
+            results[key.format("", rule, "withheld", seed)] = {"f1": honest(withheld)}
+            results[key.format("", rule, "label_flip", seed)] = {"f1": honest(flip - drop)}
+    results[key.format("-near", "mean", "withheld", 1)] = {"f1": near(0.5)}
+    results[key.format("-near", "mean", "sign_flip", 1)] = {"f1": near(0.49)}
+    results[key.format("", "mean", "none", 1)] = {"f1": honest(0.7)}  # not a gap
+    cells = [robustness.Cell.parse(k) for k in results]
+    found = robustness.colluder_gaps(results, cells)
+    flip = ("classes20", False, "fully-connected", True, "label_flip")
+    sign = ("classes20", True, "fully-connected", True, "sign_flip")
+    assert found["guarded_wide"] == {flip: pytest.approx((-0.10 - 0.04) / 2)}
+    assert found["mean"] == {flip: pytest.approx((-0.15 - 0.09) / 2),
+                             sign: pytest.approx(-0.01)}
+    lines = robustness._colluders_summary(results, cells, "guarded_wide")
+    assert ("| mean | 2 | 1 | -12.0 | label_flip on classes20, fully-connected | -7.0 |"
+            in lines)
+    assert ("| guarded_wide | 1 | 0 | -7.0 | label_flip on classes20, fully-connected | -7.0 |"
+            in lines)
+    assert robustness._colluders_summary({}, [], "guarded_wide") == []
+
+
 def test_the_default_is_chosen_among_the_candidates_on_the_groups_all_of_them_measured():
     from experiments import robustness
     key = "classes20/1x/ring/{}/{}/s1{}"
