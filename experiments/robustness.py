@@ -8,8 +8,8 @@
 
 Every cell is a small federation in one process (node.inprocess) in which node 0 (and node
 5 with two attackers, or node 1 with `--near`) holds a stolen key, so its messages pass
-every check, and sends what its attack says. Each finished cell is appended to OUT/results.jsonl, so a run can stop and
-go on, and several can run side by side; OUT/robustness.md is rebuilt from that file and,
+every check, and sends what its attack says. Each finished cell is appended to
+OUT/results.jsonl, so a run can stop and go on, and several can run side by side; OUT/robustness.md is rebuilt from that file and,
 where present, OUT/defence-cost.json (experiments.bench_defence: what each rule costs)
 alone (`--report-only`).
 """
@@ -164,7 +164,8 @@ class Cell:
             return ()
         if self.near:
             if self.attackers != 2 or self.split in SCALES:
-                raise ValueError(f"{self.key}: {NEAR} places two attackers at ten nodes only")
+                raise ValueError(f"{self.key}: the near placement is for two attackers among "
+                                 "ten nodes")
             return NEAR_ATTACKERS
         return (PAPER_ATTACKERS if self.split in SCALES else ATTACKERS)[self.attackers]
 
@@ -467,8 +468,12 @@ def colluder_gaps(results: dict, cells: list[Cell]) -> dict[str, dict[tuple, flo
 
 def _group_text(key: tuple) -> str:
     split, near, topology, plan, attack = key
-    return (f"{attack} on {split}, {topology}" + (", nodes 0 and 1" if near else "")
+    return (f"{attack} on {split}, {topology}" + (f", {_near_nodes()}" if near else "")
             + ("" if plan else ", no plan"))
+
+
+def _near_nodes() -> str:
+    return "nodes " + " and ".join(map(str, NEAR_ATTACKERS))
 
 
 def _colluders_summary(results: dict, cells: list[Cell], default: str | None) -> list[str]:
@@ -701,8 +706,7 @@ def _attackers_title(attackers: int, near: bool) -> str:
     """How a section names its attackers."""
     if attackers == 1:
         return "one attacker"
-    return f"{attackers} colluding attackers" + (
-        f" (nodes {' and '.join(map(str, NEAR_ATTACKERS))})" if near else "")
+    return f"{attackers} colluding attackers" + (f" ({_near_nodes()})" if near else "")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -785,6 +789,11 @@ def main(argv: list[str] | None = None) -> int:
                   for split in args.splits for n in args.attackers
                   for topology in args.topologies for rule in args.rules
                   for attack in args.attacks if not (attack == "none" and n > 1)])
+        for cell in cells:
+            try:
+                _ = cell.attacker_ids
+            except ValueError as exc:
+                raise SystemExit(str(exc)) from None
         todo = [c for c in cells if c.key not in done]
         print(f"{len(cells) - len(todo)} of {len(cells)} cells done; running {len(todo)}",
               file=sys.stderr)

@@ -573,7 +573,7 @@ def test_a_paper_cell_is_profes_paper_setting_with_its_attacker_among_the_class_
     assert robustness.honest_f1(results, cell) == pytest.approx(0.5)
 
 
-def test_two_near_attackers_are_nodes_0_and_1_in_sections_of_their_own():
+def test_two_near_attackers_are_nodes_0_and_1_in_sections_of_their_own(tmp_path):
     from experiments import robustness
     key = "classes20/2x-near/fully-connected/{}/label_flip/s1/noplan"
     near = robustness.Cell.parse(key.format("mean"))
@@ -590,6 +590,9 @@ def test_two_near_attackers_are_nodes_0_and_1_in_sections_of_their_own():
     assert "## 2 colluding attackers (nodes 0 and 1), classes20, fully-connected, no plan" in (
         report)
     assert "## 2 colluding attackers, classes20, fully-connected, no plan" in report
+    with pytest.raises(SystemExit, match="near placement is for two attackers among ten"):
+        robustness.main(["--splits", "paper", "--attackers", "2", "--near", "--out",
+                         str(tmp_path), "--attacks", "sign_flip", "--rules", "mean"])
 
 
 def test_two_colluders_worst_gaps_are_per_rule_and_group_with_the_defaults_beside():
