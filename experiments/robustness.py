@@ -9,9 +9,9 @@
 Every cell is a small federation in one process (node.inprocess) in which node 0 (and node
 5 with two attackers, or node 1 with `--near`) holds a stolen key, so its messages pass
 every check, and sends what its attack says. Each finished cell is appended to
-OUT/results.jsonl, so a run can stop and go on, and several can run side by side; OUT/robustness.md is rebuilt from that file and,
-where present, OUT/defence-cost.json (experiments.bench_defence: what each rule costs)
-alone (`--report-only`).
+OUT/results.jsonl, so a run can stop and go on, and several can run side by side;
+OUT/robustness.md is rebuilt from that file and, where present, OUT/defence-cost.json
+(experiments.bench_defence: what each rule costs) alone (`--report-only`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ ATTACKERS = {1: (0,), 2: (0, 5)}  # on a ring of ten, 0 and 5 share no in-neighb
 # judge them on their classes; 0 and 1 each share theirs with an honest node (5 and 6).
 NEAR_ATTACKERS = (0, 1)
 NEAR = "-near"
+NEAR_NODES = "nodes " + " and ".join(map(str, NEAR_ATTACKERS))  # as the report names them
 # At the paper's scale node i holds the classes of nodes i+5, i+10, i+15; under seed 1 nodes
 # 4, 9, 14, 19 hold 3 and 9, the class-mates whose scores at the holders of 1 and 4 are
 # above the held-class bar (experiments/reports/paper-held-influence): where an attacker
@@ -385,8 +386,7 @@ def _worst(groups: dict[tuple, list[float]], keys: set[tuple]
     for key in sorted(keys):
         kind, split, topology, plan, attack = key
         mean = statistics.fmean(groups[key])
-        where = f"{attack + ' on ' if attack else ''}{split}, {topology}" + (
-            "" if plan else ", no plan")
+        where = _where(split, topology, plan, attack)
         if kind == "gap" and mean < worst_gap[0]:
             worst_gap = (mean, where)
         if kind == "cost" and mean > worst_cost[0]:
@@ -466,14 +466,11 @@ def colluder_gaps(results: dict, cells: list[Cell]) -> dict[str, dict[tuple, flo
             for rule, found in groups.items()}
 
 
-def _group_text(key: tuple) -> str:
-    split, near, topology, plan, attack = key
-    return (f"{attack} on {split}, {topology}" + (f", {_near_nodes()}" if near else "")
-            + ("" if plan else ", no plan"))
-
-
-def _near_nodes() -> str:
-    return "nodes " + " and ".join(map(str, NEAR_ATTACKERS))
+def _where(split: str, topology: str, plan: bool, attack: str = "", near: bool = False
+           ) -> str:
+    """A group as the report names it: "label_flip on classes20, ring, no plan"."""
+    return (f"{attack + ' on ' if attack else ''}{split}, {topology}"
+            + (f", {NEAR_NODES}" if near else "") + ("" if plan else ", no plan"))
 
 
 def _colluders_summary(results: dict, cells: list[Cell], default: str | None) -> list[str]:
@@ -493,8 +490,9 @@ def _colluders_summary(results: dict, cells: list[Cell], default: str | None) ->
         worst = min(gaps, key=lambda key: (gaps[key], key))
         within = sum(value >= -TARGET_GAP for value in gaps.values())
         theirs = "-" if worst not in ours else f"{ours[worst] * 100 + 0.0:+.1f}"
+        split, near, topology, plan, attack = worst
         lines.append(f"| {rule} | {len(gaps)} | {within} | {gaps[worst] * 100 + 0.0:+.1f} | "
-                     f"{_group_text(worst)} | {theirs} |")
+                     f"{_where(split, topology, plan, attack, near)} | {theirs} |")
     return [*lines, ""]
 
 
@@ -706,7 +704,7 @@ def _attackers_title(attackers: int, near: bool) -> str:
     """How a section names its attackers."""
     if attackers == 1:
         return "one attacker"
-    return f"{attackers} colluding attackers" + (f" ({_near_nodes()})" if near else "")
+    return f"{attackers} colluding attackers" + (f" ({NEAR_NODES})" if near else "")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -761,6 +759,22 @@ def _listed_cells(path: Path) -> list[Cell]:
     return cells
 
 
+def _product_cells(args: argparse.Namespace) -> list[Cell]:
+    """The cells of the options' product; SystemExit where attackers cannot be placed."""
+    cells = [Cell(split, n, topology, rule, attack, seed, plan=plan == "plan",
+                  near=args.near and n == 2)
+             for seed in args.seeds for plan in args.plans
+             for split in args.splits for n in args.attackers
+             for topology in args.topologies for rule in args.rules
+             for attack in args.attacks if not (attack == "none" and n > 1)]
+    for cell in cells:
+        try:
+            _ = cell.attacker_ids
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
+    return cells
+
+
 def machine() -> str:
     """What ran a cell, so rows from different machines are never paired unknowingly: the
     processor's model too, since the same code and seed end up to 0.003 of F1 apart on two
@@ -782,18 +796,7 @@ def main(argv: list[str] | None = None) -> int:
         from node.data import default_data_dir
         data_dir = args.data_dir or str(default_data_dir())
         done = read_results(store)
-        cells = (_listed_cells(Path(args.keys)) if args.keys else
-                 [Cell(split, n, topology, rule, attack, seed, plan=plan == "plan",
-                       near=args.near and n == 2)
-                  for seed in args.seeds for plan in args.plans
-                  for split in args.splits for n in args.attackers
-                  for topology in args.topologies for rule in args.rules
-                  for attack in args.attacks if not (attack == "none" and n > 1)])
-        for cell in cells:
-            try:
-                _ = cell.attacker_ids
-            except ValueError as exc:
-                raise SystemExit(str(exc)) from None
+        cells = _listed_cells(Path(args.keys)) if args.keys else _product_cells(args)
         todo = [c for c in cells if c.key not in done]
         print(f"{len(cells) - len(todo)} of {len(cells)} cells done; running {len(todo)}",
               file=sys.stderr)

@@ -51,10 +51,9 @@ class ClockedTransport:
 
 def make_peers(hub, node_id, ins, outs, rounds=3, clock=None):
     """Peers on `hub`; with a WaitedClock its deadlines count only the waits it made."""
-    transport = hub.transport(node_id, outs)
-    timing = {} if clock is None else {"clock": clock}
+    transport, timing = hub.transport(node_id, outs), {}
     if clock is not None:
-        transport = ClockedTransport(transport, clock)
+        transport, timing = ClockedTransport(transport, clock), {"clock": clock}
     return Peers(node_id, transport, in_neighbours=ins, out_neighbours=outs, rounds=rounds,
                  max_message_bytes=1 << 20, codecs=CODECS, **timing)
 
