@@ -27,8 +27,8 @@ def per_fixed_work(run: dict) -> float | None:
 
 
 def paired_ratios(runs: list[dict], measure=per_node_round) -> dict[tuple, list[float]]:
-    """Per size and defence, its `measure` (CPU per node-round) over `mean`'s in the same
-    repeat, in the order of the repeats."""
+    """Per size and defence, its `measure` (by default CPU per node-round) over `mean`'s in
+    the same repeat, in the order of the repeats."""
     plain = {(run["nodes"], repeat_of(run)): run for run in runs if run["defence"] == "mean"}
     ratios: dict[tuple, list[float]] = {}
     for run in sorted(runs, key=repeat_of):
