@@ -9,7 +9,9 @@ node (batch 64, lr 0.01, momentum 0.9), then every node averages its model with 
 others' (protofed: FedAvg, examples/custom/fedavg-mlp-mnist.toml; decentralizepy: D-PSGD,
 whose Metropolis-Hastings weights are 1/5 each here, experiments/decentralizepy_mnist/).
 Runs alternate, `--pairs` times: protofed, decentralizepy, then protofed again without its
-end-of-run pictures (report.pictures = false; decentralizepy draws none). Per run, from
+end-of-run pictures (report.pictures = false; decentralizepy draws none), then protofed
+bare: no pictures, no validation, no distance screen, no model sketch, no CurveZMQ (the
+floor under the defaults: training, both test sets, messages and the record). Per run, from
 outside:
 - start-up to round 0: launch (Unix time before the command starts) to the moment the last
   node is ready to train. protofed: the latest rounds[0].recorded_at of the node records
@@ -65,11 +67,21 @@ CONFIG = REPO / "examples" / "custom" / "fedavg-mlp-mnist.toml"
 LAUNCH = REPO / "experiments" / "decentralizepy_mnist" / "launch.py"
 DEFAULT_DPY_PYTHON = "/work/dpy/venv/bin/python"
 NODES, ROUNDS = 5, 3
+STEPS, BATCH = 45, 64  # each node's SGD steps a round, and images a step
 # decentralizepy draws nothing; protofed's default draws the run's pictures at its end, so
 # each pair also runs protofed without them (report.pictures = false)
 NO_PICTURES = "protofed, no pictures"
-SIDES = ("protofed", "decentralizepy", NO_PICTURES)
-SAMPLE_EVERY = 1.0  # seconds between memory samples
+# protofed with every piece of work beside training and the global test set turned off: the
+# pictures, validation, the distance screen, the model sketch and CurveZMQ (the floor the
+# defaults are measured against; its local test set stays, or each node would train on
+# more images than decentralizepy's)
+BARE = "protofed, bare"
+SIDES = ("protofed", "decentralizepy", NO_PICTURES, BARE)
+SIDE_SETTINGS = {"protofed": (), NO_PICTURES: ("report.pictures=false",),
+                 BARE: ("report.pictures=false", "aggregation.validation=0",
+                        "aggregation.distance=0", "report.consensus_sketch=0",
+                        'deploy.security="none"')}
+SAMPLE_EVERY = 0.2  # seconds between memory samples (a bare run lasts about 2 s)
 RUN_LIMIT = 1800  # seconds before a run is stopped as hung
 INSTALL = ("git clone https://github.com/sacs-epfl/decentralizepy /work/dpy/src; python3 -m "
            "venv /work/dpy/venv; /work/dpy/venv/bin/pip install torch==2.13.0; then its "
@@ -134,22 +146,26 @@ def measured(command: list[str], env: dict[str, str]) -> tuple[float, dict, floa
 
 def memory_figures(samples: dict, nodes: list[int]) -> dict:
     """Mean and largest per-node peak USS, and the peak total PSS, in MiB."""
-    uss = [samples["peak_uss"].get(pid, 0) for pid in nodes]
+    unseen = [pid for pid in nodes if pid not in samples["peak_uss"]]
+    if unseen:  # a node that lived between two samples would read as 0 MiB
+        raise SystemExit(f"node processes {unseen} were never sampled: the run ended within "
+                         f"{SAMPLE_EVERY} s of their start")
+    uss = [samples["peak_uss"][pid] for pid in nodes]
     return {"uss_per_node_mib": round(statistics.mean(uss) / MIB, 1),
             "uss_max_mib": round(max(uss) / MIB, 1),
             "peak_total_pss_mib": round(samples["peak_pss"] / MIB, 1)}
 
 
 def run_protofed(workdir: Path, pair: int, data_dir: str, side: str = "protofed") -> dict:
-    """One `protofed up` of the FedAvg MLP config, measured; side NO_PICTURES: with
-    report.pictures = false."""
-    run_id = f"versus-{pair}" + ("-no-pictures" if side == NO_PICTURES else "")
+    """One `protofed up` of the FedAvg MLP config with `side`'s settings (SIDE_SETTINGS),
+    measured."""
+    run_id = "-".join(["versus", str(pair), *side.split(", ")[1:]]).replace(" ", "-")
     results = workdir / "protofed"
     command = [sys.executable, "-m", "deploy.cli", "up", "-c", str(CONFIG), "--run-id", run_id,
                "--set", f"data.dir={json.dumps(data_dir)}",
                "--set", f"deploy.results_dir={json.dumps(str(results))}"]
-    if side == NO_PICTURES:
-        command += ["--set", "report.pictures=false"]
+    for setting in SIDE_SETTINGS[side]:
+        command += ["--set", setting]
     launched, samples, cpu, _ = measured(command, dict(os.environ))
     run_dir = results / run_id
     records = [json.loads((run_dir / f"node-{i}.json").read_text()) for i in range(NODES)]
@@ -275,28 +291,31 @@ def figure(value: float) -> str:
 def render(results: dict) -> str:
     """table.md: the medians, the ratios, every run, and how the sides differ."""
     runs = results["runs"]
-    pictureless = any(r["side"] == NO_PICTURES for r in runs)
+    variants = [side for side in SIDES[2:] if any(r["side"] == side for r in runs)]
+    order = "; ".join(["protofed", "decentralizepy", *(
+        f"{side} (" + ", ".join(s.replace("=", " = ", 1) for s in SIDE_SETTINGS[side]) + ")"
+        for side in variants)])
     lines = ["# protofed beside decentralizepy", "",
              (f"Produced by `{results['command']}` on {results['cpus']} cores "
-             f"({results['processor']}), {results['pairs']} interleaved pairs (protofed first"
-             + (", protofed without its pictures last" if pictureless else "")
-             + f"). Task: {NODES} nodes, fully connected, {ROUNDS} rounds, MNIST, the "
+             f"({results['processor']}), {results['pairs']} interleaved pairs, in this order: "
+             f"{order}"
+             + f". Task: {NODES} nodes, fully connected, {ROUNDS} rounds, MNIST, the "
              f"784-256-128-10 MLP ({results['parameters']:,} parameters), one epoch of SGD "
              "per round on 2,880 images per node (45 steps of 64, lr 0.01, momentum 0.9), "
              "then equal-weight averaging with every other node. See "
              "experiments/versus_decentralizepy.py for how each figure is measured."), "",
              ("| figure | protofed (median) | decentralizepy (median) | "
               "protofed / decentralizepy (median over pairs) |"
-              + (" protofed, no pictures (median) | the same / decentralizepy |"
-                 if pictureless else "")),
-             "|---|---|---|---|" + ("---|---|" if pictureless else "")]
+              + "".join(f" {side} (median) | the same / decentralizepy |"
+                        for side in variants)),
+             "|---|---|---|---|" + "---|---|" * len(variants)]
     for label, key in ROWS:
         row = (f"| {label} | {figure(median_of(runs, 'protofed', key))} | "
                f"{figure(median_of(runs, 'decentralizepy', key))} | "
                f"{median_ratio(runs, key, 'protofed')} |")
-        if pictureless:
-            row += (f" {figure(median_of(runs, NO_PICTURES, key))} | "
-                    f"{median_ratio(runs, key, NO_PICTURES)} |")
+        for side in variants:
+            row += (f" {figure(median_of(runs, side, key))} | "
+                    f"{median_ratio(runs, key, side)} |")
         lines.append(row)
     lines += ["", "Every run:", "",
               ("| pair | side | start-up (s) | s/round | CPU (s) | CPU sampled (s) | "
@@ -306,8 +325,8 @@ def render(results: dict) -> str:
               f"{r['cpu_s']} | {r['cpu_sampled_s']} | {r['uss_per_node_mib']} | "
               f"{r['uss_max_mib']} | {r['peak_total_pss_mib']} | "
               f"{r['bytes_sent_per_node']:,} | {r['accuracy']} | {r['wall_s']} |" for r in runs]
-    budget = round_budget(results)
-    lines += ["", budget] if budget else []
+    for text in (round_budget(results), bare_floor(results)):
+        lines += ["", text] if text else []
     lines += ["", "Where the two sides differ:", ""] + [f"- {d}" for d in DIFFERENCES]
     return "\n".join(lines) + "\n"
 
@@ -386,6 +405,26 @@ def without_pictures(results: dict) -> str:
             f"(`report.pictures = false`; decentralizepy draws none), protofed's total CPU is "
             f"{cpu:.2f} s ({median_ratio(runs, 'cpu_s', NO_PICTURES)}) and a round "
             f"{per_round:.3f} s ({median_ratio(runs, 'seconds_per_round', NO_PICTURES)}).")
+
+
+def bare_floor(results: dict) -> str:
+    """The sentence on protofed bare, the floor under its defaults ("" where not measured)."""
+    runs = results["runs"]
+    if not any(r["side"] == BARE for r in runs):
+        return ""
+    per_round = median_of(runs, BARE, "seconds_per_round")
+    groups = phase_groups(results)
+    # a training step costs about 6 flops per parameter and image (forward and backward)
+    rate = ("" if groups is None else
+            f"; training alone, {STEPS} steps of {BATCH} images, runs at "
+            f"{6 * results['parameters'] * STEPS * BATCH / groups['training'] / 1e9:.0f} "
+            "GFLOP/s a node")
+    return (f"Bare (no pictures, validation, distance screen, model sketch nor CurveZMQ: "
+            f"training, both test sets, messages and the record), a protofed round takes "
+            f"{per_round:.3f} s ({median_ratio(runs, 'seconds_per_round', BARE)} "
+            f"decentralizepy's) and its total CPU is "
+            f"{median_of(runs, BARE, 'cpu_s'):.2f} s "
+            f"({median_ratio(runs, 'cpu_s', BARE)}){rate}.")
 
 
 DOCS_ROWS = (("startup_s", "{:.2f}", " s"), ("seconds_per_round", "{:.3f}", " s"),

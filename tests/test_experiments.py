@@ -928,6 +928,7 @@ def test_the_docs_side_by_side_is_the_committed_reports():
         "docs/experiments.md's decentralizepy table: paste versus_decentralizepy.docs_table"
     assert versus_decentralizepy.round_budget(results) in page
     assert versus_decentralizepy.without_pictures(results) in page
+    assert versus_decentralizepy.bare_floor(results) in page
 
 
 def test_the_side_by_side_without_decentralizepy_says_how_to_install_it(tmp_path):
