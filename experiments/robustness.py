@@ -105,6 +105,9 @@ DEFENCES["guarded_own3"] = {**DEFENCES["guarded_wide"], "held_influence": 3.0}
 # guarded_own3 whose held-class bar never falls below 1 nat (aggregation.held_floor): on
 # ProFe's paper cell honest holders of a confusable class score about 0.5 there
 DEFENCES["guarded_own3_floor1"] = {**DEFENCES["guarded_own3"], "held_floor": 1.0}
+# guarded_own3_floor1 mixing each peer's classifier alone into this node's, on its own
+# embeddings (aggregation.held_mix = "head"): one forward pass however many in-neighbours
+DEFENCES["guarded_own3_head"] = {**DEFENCES["guarded_own3_floor1"], "held_mix": "head"}
 # guarded_own3_floor1 refusing a peer that two other in-neighbours refused in each of their
 # last two rounds (aggregation.witnesses): a label flip is seen only by its real classes'
 # holders
@@ -647,7 +650,9 @@ def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> 
              "(`guarded_wide` judging each peer's mix on the node's own classes against the "
              "other in-neighbours' spread: aggregation.held_influence 1.5; `guarded_own3` "
              "at most 3 nats; `guarded_own3_floor1` its bar never below 1 nat: "
-             "aggregation.held_floor 1; `witnessed` that one refusing a peer that two other "
+             "aggregation.held_floor 1; `guarded_own3_head` that one mixing each peer's "
+             "classifier alone, on the node's own embeddings: aggregation.held_mix = "
+             "\"head\"; `witnessed` that one refusing a peer that two other "
              "in-neighbours refused, on their own judgement, in each of their last two "
              "rounds: aggregation.witnesses 2; `witnessed_long` naming a peer refused twice up "
              "to six rounds apart: aggregation.witness_memory 0.9) and "

@@ -21,6 +21,7 @@ from node.errors import ConfigError
 from node.settings import (
     BACKENDS,
     DEVICES,
+    HELD_MIXES,
     OPTIMIZERS,
     PLACEMENTS,
     PROTOTYPE_SOURCES,
@@ -542,6 +543,8 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
            f"{c.aggregation.held_influence}")
     _check(0 <= c.aggregation.held_floor <= 100, source, "aggregation.held_floor",
            f"must be in [0, 100] nats, got {c.aggregation.held_floor}")
+    _check(c.aggregation.held_mix in HELD_MIXES, source, "aggregation.held_mix",
+           f"must be one of {', '.join(HELD_MIXES)}, got {c.aggregation.held_mix!r}")
     _check(0 <= c.aggregation.witnesses <= MAX_NODES, source, "aggregation.witnesses",
            f"must be 0 (no witnesses) to {MAX_NODES} in-neighbours, got "
            f"{c.aggregation.witnesses}")

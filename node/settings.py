@@ -21,6 +21,7 @@ TOPOLOGY_KINDS = tuple(BUILDERS)  # "file" among them
 # Allowed values owned by other modules (datasets, partitions, topologies, codecs, models,
 # aggregation rules, algorithms) are read from those modules; these are the config's own.
 PROTOTYPE_SOURCES = ("aggregated", "local")
+HELD_MIXES = ("model", "head")  # aggregation.held_mix
 BACKENDS = ("local", "docker", "swarm", "sim")
 RESTARTING_BACKENDS = ("local",)  # the launcher restarts a failed node (deploy.restarts)
 SHARED_NETWORK_BACKENDS = ("docker", "swarm")  # nodes on a network others may join
@@ -256,6 +257,11 @@ class AggregationConfig:
     """The least bar of held_influence, in nats, however alike the in-neighbours' scores.
     On ProFe's paper cell an honest holder of a class confusable with one of this node's
     scores about 0.5 once the federation agrees: a floor of 1 keeps it; in [0, 100]."""
+    held_mix: str = "model"
+    """What of a peer's model the held_influence screen mixes into this node's: "model" (all
+    of it: one forward pass per in-neighbour) or "head" (its classifier alone, on this
+    node's own embeddings of the samples: one forward pass however many in-neighbours; a
+    model without a `classifier` is mixed whole)."""
     held_mates: bool = False
     """Where held_influence is on, a peer above its bar is kept when at least two other
     in-neighbours claiming one of its classes score above the bar too (their lower median)

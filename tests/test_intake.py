@@ -98,7 +98,7 @@ class Head(nn.Module):
 def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
           known=(False, False, True), distance_refuse=1.0, prototype_validation=False,
           validation=0.0, unjudged="hold", held_influence=0.0, held_mates=False,
-          held_floor=0.4, witnesses=0):
+          held_floor=0.4, witnesses=0, held_mix="model"):
     # samples of the classes `held` as one-hot inputs; the global prototypes of the
     # classes `known` are the one-hot vectors
     y = torch.tensor(held)
@@ -109,7 +109,7 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 
                                         prototype_validation=prototype_validation,
                                         held_influence=held_influence,
                                         held_mates=held_mates, held_floor=held_floor,
-                                        witnesses=witnesses)
+                                        witnesses=witnesses, held_mix=held_mix)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
                                      topology=types.SimpleNamespace(hub=None),
@@ -221,6 +221,53 @@ def test_held_influence_refuses_a_lift_that_validation_cannot_see():
     assert run(peers=(1, 3), held_influence=0.5).peers == [1]
     # held_mates: a lone lift has no class-mate to share its score: refused all the same
     assert run(held_influence=1.5, held_mates=True).peers == [1, 2, 4]
+
+
+class BodyHead(nn.Module):
+    """A linear body (the embedding) under the classifier, as the real models have."""
+
+    def __init__(self, body, classifier):
+        super().__init__()
+        self.body = nn.Linear(3, 3, bias=False)
+        self.classifier = nn.Linear(3, 3, bias=False)
+        with torch.no_grad():
+            self.body.weight.copy_(body)
+            self.classifier.weight.copy_(classifier)
+
+    def forward(self, x):
+        embedding = self.body(x)
+        return self.classifier(embedding), embedding
+
+
+def test_held_mix_head_mixes_the_classifier_alone_on_this_nodes_embeddings():
+    # this node holds classes 0 and 1, its body I and classifier 3 I. Peer 3 lifts class 2
+    # in its classifier (as in the test above: 0.6229 nats over the median 0 whichever mix,
+    # the bodies being alike); peer 5's classifier is this node's, its body swaps e0 and e1.
+    # Mixed whole, half and half, the body maps e0 to [0.5, 0.5, 0]: logits [1.5, 1.5, 0],
+    # cross-entropy log(2 e^1.5 + 1) - 1.5 = 0.7989 against 0.0949, refused beyond the
+    # floor 0.4; mixed as classifiers alone it changes nothing (0 nats) and is kept.
+    def sent(body, classifier, classes):
+        return {"model": Payload({"body.weight": body, "classifier.weight": classifier},
+                                 {"samples": sum(classes), "classes": classes})}
+    eye, lifted = torch.eye(3), 3 * torch.eye(3)
+    lifted[2] = torch.tensor([6.0, 6.0, 3.0])
+    received = {1: sent(eye, 3 * eye, [2, 2, 0]), 2: sent(eye, 3 * eye, [0, 4, 0]),
+                3: sent(eye, lifted, [0, 0, 4]), 4: sent(eye, 3 * eye, [4, 0, 0]),
+                5: sent(eye[[1, 0, 2]], 3 * eye, [0, 0, 4])}
+    swapped = (math.log(2 * math.exp(1.5) + 1) - 1.5) - (math.log(math.exp(3) + 2) - 3)
+    lift = (math.log(2 * math.exp(3) + 1) - 3) - (math.log(math.exp(3) + 2) - 3)
+
+    def refusals(held_mix):
+        node = _node(use_plan=False, validation=0.5, known=(False, False, False),
+                     unjudged="keep", held_influence=1.5, held_mix=held_mix)
+        update = gather(sent(eye, 3 * eye, [2, 2, 0]), received, 0)
+        return {r.peer: r.reason for r in screened(node, BodyHead(eye, 3 * eye),
+                                                   update).refusals}
+
+    whole, head = refusals("model"), refusals("head")
+    assert sorted(whole) == [3, 5] and f"{swapped:.3g} nats" in whole[5]
+    assert sorted(head) == [3]
+    assert f"{lift:.3g} nats" in whole[3] and f"{lift:.3g} nats" in head[3]
 
 
 def test_held_mates_keeps_a_score_that_two_class_mates_share():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -23,7 +24,7 @@ from torch import nn
 from node.algorithms.base import Algorithm, Refusal
 from node.defences import class_excess_scores, mixing_share, shared_with_mates, spread_bar
 from node.intake.checks import Contributions
-from node.intake.influence import excess, mixed
+from node.intake.influence import excess, head_prefix, head_state, mixed
 from node.intake.samples import loss_per_class, validation_samples
 from node.intake.validation import peer_class_weights
 
@@ -41,6 +42,49 @@ def held_class_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_cl
     return [m if m is None or math.isfinite(m) else math.inf for m in means]
 
 
+def head_class_losses(model: nn.Module, embeddings: torch.Tensor, y: torch.Tensor,
+                      num_classes: int, head: Mapping[str, torch.Tensor]) -> list[float | None]:
+    """Per class, the mean loss of `model`'s classifier computing with `head` (`head_state`
+    of a model) on `embeddings`, the samples' embeddings; None for a class without one."""
+    classifier = model.classifier
+    logits = torch.func.functional_call(classifier, dict(head), (embeddings,)).double()
+    losses = torch.nn.functional.cross_entropy(logits, y, reduction="none").cpu()
+    sums = torch.zeros(num_classes, dtype=torch.float64).index_add_(0, y.cpu(), losses)
+    total = torch.bincount(y.cpu(), minlength=num_classes)
+    means = [None if n == 0 else s / n for s, n in zip(sums.tolist(), total.tolist(),
+                                                        strict=True)]
+    return [m if m is None or math.isfinite(m) else math.inf for m in means]
+
+
+def excess_rows(algorithm: Algorithm, model: nn.Module,
+                update: Contributions) -> list[list[float | None]]:
+    """Per in-neighbour, its model mixed with this node's at their weights: the loss on this
+    node's samples of each class it holds beyond this node's own model's (aggregation.held_mix:
+    the whole models mixed, or the classifiers alone on this node's embeddings)."""
+    x, y = validation_samples(algorithm, len(update.peers))
+    classes, batch = algorithm.data.num_classes, algorithm.config.train.eval_batch_size
+    own = {name: t.detach() for name, t in model.state_dict().items()}
+    own_weight = float(update.states[0][1])
+    shares = [mixing_share(own_weight, float(weight)) for _, weight in update.states[1:]]
+    prefix = head_prefix(model) if algorithm.config.aggregation.held_mix == "head" else None
+    if prefix is not None:
+        model.eval()
+        embeddings = torch.cat([model(x[i:i + batch])[1] for i in range(0, len(x), batch)])
+        own_head = head_state(own, prefix)
+        base = head_class_losses(model, embeddings, y, classes, own_head)
+        return [excess(head_class_losses(model, embeddings, y, classes,
+                                         mixed(own_head, head_state(state, prefix), share)),
+                       base) for (state, _), share in zip(update.states[1:], shares,
+                                                          strict=True)]
+    scratch = copy.deepcopy(model)  # the node's own model is left as training has it
+    base = held_class_losses(scratch, x, y, classes, batch)
+    rows = []
+    for (state, _), share in zip(update.states[1:], shares, strict=True):
+        scratch.load_state_dict(mixed(own, state, share))
+        rows.append(excess(held_class_losses(scratch, x, y, classes, batch), base))
+    return rows
+
+
 @torch.no_grad()
 def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dict[int, Refusal]:
     """The in-neighbours whose mix with this node's model raises the loss on one of this
@@ -49,16 +93,7 @@ def screen(algorithm: Algorithm, model: nn.Module, update: Contributions) -> dic
     margin = algorithm.config.aggregation.held_influence
     if margin <= 0 or not update.peers:
         return {}
-    x, y = validation_samples(algorithm, len(update.peers))
-    classes, batch = algorithm.data.num_classes, algorithm.config.train.eval_batch_size
-    own = {name: t.detach() for name, t in model.state_dict().items()}
-    own_weight = float(update.states[0][1])
-    scratch = copy.deepcopy(model)  # the node's own model is left as training has it
-    base = held_class_losses(scratch, x, y, classes, batch)
-    rows = []
-    for state, weight in update.states[1:]:
-        scratch.load_state_dict(mixed(own, state, mixing_share(own_weight, float(weight))))
-        rows.append(excess(held_class_losses(scratch, x, y, classes, batch), base))
+    rows = excess_rows(algorithm, model, update)
     scores = class_excess_scores(rows)
     bar = spread_bar(scores, margin, algorithm.config.aggregation.held_floor)
     kept: set[int] = set()
