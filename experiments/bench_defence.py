@@ -40,7 +40,7 @@ from experiments.robustness import DEFENCES
 OUT = Path(__file__).resolve().parent / "reports" / "robustness"
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "quick.toml"
 MEASURED = ("mean", "validated", "distance2", "influence", "clipped2", "guarded_wide",
-            "guarded_own3_floor1")
+            "guarded_own3_floor1", "guarded_own3_shared")
 
 
 def overrides(nodes: int, rounds: int, defence: str, results: str) -> list[str]:

@@ -108,6 +108,10 @@ DEFENCES["guarded_own3_floor1"] = {**DEFENCES["guarded_own3"], "held_floor": 1.0
 # guarded_own3_floor1 mixing each peer's classifier alone into this node's, on its own
 # embeddings (aggregation.held_mix = "head"): one forward pass however many in-neighbours
 DEFENCES["guarded_own3_head"] = {**DEFENCES["guarded_own3_floor1"], "held_mix": "head"}
+# guarded_own3_floor1 whose validation and held-class screen split one budget of forward
+# passes (aggregation.screen_budget = "shared"): each judges every peer on half the samples
+DEFENCES["guarded_own3_shared"] = {**DEFENCES["guarded_own3_floor1"],
+                                   "screen_budget": "shared"}
 # guarded_own3_floor1 refusing a peer that two other in-neighbours refused in each of their
 # last two rounds (aggregation.witnesses): a label flip is seen only by its real classes'
 # holders
@@ -652,7 +656,9 @@ def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> 
              "at most 3 nats; `guarded_own3_floor1` its bar never below 1 nat: "
              "aggregation.held_floor 1; `guarded_own3_head` that one mixing each peer's "
              "classifier alone, on the node's own embeddings: aggregation.held_mix = "
-             "\"head\"; `witnessed` that one refusing a peer that two other "
+             "\"head\"; `guarded_own3_shared` that one splitting one budget of forward passes "
+             "between validation and the held-class screen, each judging every peer on half "
+             "the samples: aggregation.screen_budget = \"shared\"; `witnessed` that one refusing a peer that two other "
              "in-neighbours refused, on their own judgement, in each of their last two "
              "rounds: aggregation.witnesses 2; `witnessed_long` naming a peer refused twice up "
              "to six rounds apart: aggregation.witness_memory 0.9) and "

@@ -26,6 +26,7 @@ from node.settings import (
     PLACEMENTS,
     PROTOTYPE_SOURCES,
     RESTARTING_BACKENDS,
+    SCREEN_BUDGETS,
     SECURITY,
     SHARED_NETWORK_BACKENDS,
     TOPOLOGY_KINDS,
@@ -545,6 +546,8 @@ def _check_aggregation(c: FederationConfig, source: str) -> None:
            f"must be in [0, 100] nats, got {c.aggregation.held_floor}")
     _check(c.aggregation.held_mix in HELD_MIXES, source, "aggregation.held_mix",
            f"must be one of {', '.join(HELD_MIXES)}, got {c.aggregation.held_mix!r}")
+    _check(c.aggregation.screen_budget in SCREEN_BUDGETS, source, "aggregation.screen_budget",
+           f"must be one of {', '.join(SCREEN_BUDGETS)}, got {c.aggregation.screen_budget!r}")
     _check(0 <= c.aggregation.witnesses <= MAX_NODES, source, "aggregation.witnesses",
            f"must be 0 (no witnesses) to {MAX_NODES} in-neighbours, got "
            f"{c.aggregation.witnesses}")

@@ -22,6 +22,7 @@ TOPOLOGY_KINDS = tuple(BUILDERS)  # "file" among them
 # aggregation rules, algorithms) are read from those modules; these are the config's own.
 PROTOTYPE_SOURCES = ("aggregated", "local")
 HELD_MIXES = ("model", "head")  # aggregation.held_mix
+SCREEN_BUDGETS = ("each", "shared")  # aggregation.screen_budget
 BACKENDS = ("local", "docker", "swarm", "sim")
 RESTARTING_BACKENDS = ("local",)  # the launcher restarts a failed node (deploy.restarts)
 SHARED_NETWORK_BACKENDS = ("docker", "swarm")  # nodes on a network others may join
@@ -262,6 +263,12 @@ class AggregationConfig:
     of it: one forward pass per in-neighbour) or "head" (its classifier alone, on this
     node's own embeddings of the samples: one forward pass however many in-neighbours; a
     model without a `classifier` is mixed whole)."""
+    screen_budget: str = "each"
+    """How validation and the held_influence screen (mixing whole models) share the forward
+    passes a round may spend on judging in-neighbours (256 samples a peer, 2,304 in all):
+    "each" spends that budget on each of them, "shared" splits it between the two (each
+    judges every peer on half as many samples, at least 64), so that both cost what
+    validation alone does."""
     held_mates: bool = False
     """Where held_influence is on, a peer above its bar is kept when at least two other
     in-neighbours claiming one of its classes score above the bar too (their lower median)

@@ -85,6 +85,7 @@ def test_wrong_types_are_named(tmp_path, text, key):
     ("[aggregation]\nheld_floor = -0.5", "aggregation.held_floor"),
     ("[aggregation]\nheld_floor = 101", "aggregation.held_floor"),
     ("[aggregation]\nheld_mix = \"body\"", "aggregation.held_mix"),
+    ("[aggregation]\nscreen_budget = \"half\"", "aggregation.screen_budget"),
     ("[aggregation]\nwitnesses = -1", "aggregation.witnesses"),
     ("[aggregation]\nwitnesses = 10001", "aggregation.witnesses"),
     ("[aggregation]\nwitness_memory = 0.4", "aggregation.witness_memory"),

@@ -98,7 +98,7 @@ class Head(nn.Module):
 def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 1),
           known=(False, False, True), distance_refuse=1.0, prototype_validation=False,
           validation=0.0, unjudged="hold", held_influence=0.0, held_mates=False,
-          held_floor=0.4, witnesses=0, held_mix="model"):
+          held_floor=0.4, witnesses=0, held_mix="model", screen_budget="each"):
     # samples of the classes `held` as one-hot inputs; the global prototypes of the
     # classes `known` are the one-hot vectors
     y = torch.tensor(held)
@@ -109,7 +109,8 @@ def _node(influence=0.0, distance=0.0, use_plan=True, plan=None, held=(0, 0, 1, 
                                         prototype_validation=prototype_validation,
                                         held_influence=held_influence,
                                         held_mates=held_mates, held_floor=held_floor,
-                                        witnesses=witnesses, held_mix=held_mix)
+                                        witnesses=witnesses, held_mix=held_mix,
+                                        screen_budget=screen_budget)
     return types.SimpleNamespace(
         config=types.SimpleNamespace(aggregation=aggregation, seed=1,
                                      topology=types.SimpleNamespace(hub=None),
@@ -520,6 +521,27 @@ def test_validation_shares_one_budget_among_the_in_neighbours_down_to_a_floor():
     few, many = validation_samples(node, 72), validation_samples(node, 1)
     assert len(few[1]) == 64 and len(many[1]) == 256
     assert torch.equal(few[0], many[0][:64])  # the smaller draw starts the larger one
+
+
+def test_a_shared_screen_budget_halves_what_validation_and_the_held_class_screen_each_judge_on():
+    from node.intake.samples import budget_shares, validation_samples
+    node = _node(validation=0.5, held_influence=3.0, screen_budget="shared")
+    node.data.train_x, node.data.train_y = torch.randn(400, 3), torch.arange(400) % 3
+    # 9 in-neighbours: 2304 / 18 = 128 samples a peer, not 256; 20: the floor of 64, not 115
+    assert budget_shares(node.config.aggregation) == 2
+    assert len(validation_samples(node, 9)[1]) == 128
+    assert len(validation_samples(node, 20)[1]) == 64
+    shared = validation_samples(node, 9)[0]
+    # each screen spends the whole budget, or one of them is off, or the held-class screen
+    # mixes the classifiers alone (one pass however many peers): 256 each
+    for settings in ({"screen_budget": "each"}, {"held_influence": 0.0},
+                     {"validation": 0.0}, {"held_mix": "head"}):
+        vars(node.config.aggregation).update({"validation": 0.5, "held_influence": 3.0,
+                                              "held_mix": "model", "screen_budget": "shared",
+                                              **settings})
+        assert budget_shares(node.config.aggregation) == 1
+        whole = validation_samples(node, 9)[0]
+        assert len(whole) == 256 and torch.equal(shared, whole[:128])
 
 
 def test_a_nodes_own_cut_is_measured_on_at_most_as_many_test_samples_as_all_peers_get():

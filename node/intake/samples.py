@@ -48,14 +48,24 @@ def samples_per_peer(peers: int) -> int:
                min(VALIDATION_SAMPLES, VALIDATION_BUDGET // max(peers, 1)))
 
 
+def budget_shares(aggregation) -> int:
+    """How many screens split VALIDATION_BUDGET, each judging every peer on its samples: 2
+    where aggregation.screen_budget is "shared" and both validation and the held-class
+    screen mixing whole models run, else 1 (each spends it all)."""
+    both = (aggregation.validation > 0 and aggregation.held_influence > 0
+            and aggregation.held_mix == "model")
+    return 2 if both and aggregation.screen_budget == "shared" else 1
+
+
 def validation_samples(algorithm: Algorithm,
                        peers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """The node's training samples that validate its in-neighbours' models (`peers` of them
-    this round): all of them, or the first `samples_per_peer(peers)` of a seeded draw (a
-    smaller draw is the start of the larger one)."""
+    this round): all of them, or the first `samples_per_peer` of a seeded draw (a smaller
+    draw is the start of the larger one), for `peers` times the screens sharing the budget
+    (`budget_shares`)."""
     data = algorithm.data
-    return _first_drawn(algorithm, data.train_x, data.train_y, samples_per_peer(peers),
-                        VALIDATION_DRAW)
+    wanted = samples_per_peer(peers * budget_shares(algorithm.config.aggregation))
+    return _first_drawn(algorithm, data.train_x, data.train_y, wanted, VALIDATION_DRAW)
 
 
 def own_test_samples(algorithm: Algorithm) -> tuple[torch.Tensor, torch.Tensor]:
