@@ -33,27 +33,27 @@ log = logging.getLogger(__name__)
 RULE = "held_influence"
 
 
-def held_class_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
-                      batch: int) -> list[float | None]:
-    """Per class, `model`'s mean loss on the samples of it in `x`, `y`; None for a class
-    without one. Non-finite losses read as inf."""
-    sums, total = loss_per_class(model, x, y, num_classes, batch)
+def class_means(sums: list[float], total: list[int]) -> list[float | None]:
+    """Per class, the mean of summed losses over its samples; None for a class without one.
+    Non-finite means read as inf."""
     means = [None if n == 0 else s / n for s, n in zip(sums, total, strict=True)]
     return [m if m is None or math.isfinite(m) else math.inf for m in means]
+
+
+def held_class_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
+                      batch: int) -> list[float | None]:
+    """Per class, `model`'s mean loss on the samples of it in `x`, `y` (`class_means`)."""
+    return class_means(*loss_per_class(model, x, y, num_classes, batch))
 
 
 def head_class_losses(model: nn.Module, embeddings: torch.Tensor, y: torch.Tensor,
                       num_classes: int, head: Mapping[str, torch.Tensor]) -> list[float | None]:
     """Per class, the mean loss of `model`'s classifier computing with `head` (`head_state`
-    of a model) on `embeddings`, the samples' embeddings; None for a class without one."""
-    classifier = model.classifier
-    logits = torch.func.functional_call(classifier, dict(head), (embeddings,)).double()
+    of a model) on `embeddings`, the samples' embeddings (`class_means`)."""
+    logits = torch.func.functional_call(model.classifier, dict(head), (embeddings,)).double()
     losses = torch.nn.functional.cross_entropy(logits, y, reduction="none").cpu()
     sums = torch.zeros(num_classes, dtype=torch.float64).index_add_(0, y.cpu(), losses)
-    total = torch.bincount(y.cpu(), minlength=num_classes)
-    means = [None if n == 0 else s / n for s, n in zip(sums.tolist(), total.tolist(),
-                                                        strict=True)]
-    return [m if m is None or math.isfinite(m) else math.inf for m in means]
+    return class_means(sums.tolist(), torch.bincount(y.cpu(), minlength=num_classes).tolist())
 
 
 def excess_rows(algorithm: Algorithm, model: nn.Module,
@@ -62,27 +62,36 @@ def excess_rows(algorithm: Algorithm, model: nn.Module,
     node's samples of each class it holds beyond this node's own model's (aggregation.held_mix:
     the whole models mixed, or the classifiers alone on this node's embeddings)."""
     x, y = validation_samples(algorithm, len(update.peers))
-    classes, batch = algorithm.data.num_classes, algorithm.config.train.eval_batch_size
     own = {name: t.detach() for name, t in model.state_dict().items()}
     own_weight = float(update.states[0][1])
-    shares = [mixing_share(own_weight, float(weight)) for _, weight in update.states[1:]]
+    mixes = [(state, mixing_share(own_weight, float(weight)))
+             for state, weight in update.states[1:]]
     prefix = head_prefix(model) if algorithm.config.aggregation.held_mix == "head" else None
     if prefix is not None:
-        model.eval()
-        embeddings = torch.cat([model(x[i:i + batch])[1] for i in range(0, len(x), batch)])
-        own_head = head_state(own, prefix)
-        base = head_class_losses(model, embeddings, y, classes, own_head)
-        return [excess(head_class_losses(model, embeddings, y, classes,
-                                         mixed(own_head, head_state(state, prefix), share)),
-                       base) for (state, _), share in zip(update.states[1:], shares,
-                                                          strict=True)]
+        return _head_rows(algorithm, model, x, y, head_state(own, prefix), prefix, mixes)
+    classes, batch = algorithm.data.num_classes, algorithm.config.train.eval_batch_size
     scratch = copy.deepcopy(model)  # the node's own model is left as training has it
     base = held_class_losses(scratch, x, y, classes, batch)
     rows = []
-    for (state, _), share in zip(update.states[1:], shares, strict=True):
+    for state, share in mixes:
         scratch.load_state_dict(mixed(own, state, share))
         rows.append(excess(held_class_losses(scratch, x, y, classes, batch), base))
     return rows
+
+
+def _head_rows(algorithm: Algorithm, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+               own_head: dict[str, torch.Tensor], prefix: str,
+               mixes: list[tuple[Mapping[str, torch.Tensor], float]]
+               ) -> list[list[float | None]]:
+    """`excess_rows` with the classifiers alone mixed, on this node's embeddings of `x`: one
+    forward pass however many in-neighbours."""
+    classes, batch = algorithm.data.num_classes, algorithm.config.train.eval_batch_size
+    model.eval()  # as loss_per_class: no batch statistics moved (training sets its mode)
+    embeddings = torch.cat([model(x[i:i + batch])[1] for i in range(0, len(x), batch)])
+    base = head_class_losses(model, embeddings, y, classes, own_head)
+    return [excess(head_class_losses(model, embeddings, y, classes,
+                                     mixed(own_head, head_state(state, prefix), share)), base)
+            for state, share in mixes]
 
 
 @torch.no_grad()
