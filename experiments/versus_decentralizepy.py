@@ -298,10 +298,10 @@ def render(results: dict) -> str:
     lines = ["# protofed beside decentralizepy", "",
              (f"Produced by `{results['command']}` on {results['cpus']} cores "
              f"({results['processor']}), {results['pairs']} interleaved pairs, in this order: "
-             f"{order}"
-             + f". Task: {NODES} nodes, fully connected, {ROUNDS} rounds, MNIST, the "
+             f"{order}. Task: {NODES} nodes, fully connected, {ROUNDS} rounds, MNIST, the "
              f"784-256-128-10 MLP ({results['parameters']:,} parameters), one epoch of SGD "
-             "per round on 2,880 images per node (45 steps of 64, lr 0.01, momentum 0.9), "
+             f"per round on {STEPS * BATCH:,} images per node ({STEPS} steps of {BATCH}, lr "
+             "0.01, momentum 0.9), "
              "then equal-weight averaging with every other node. See "
              "experiments/versus_decentralizepy.py for how each figure is measured."), "",
              ("| figure | protofed (median) | decentralizepy (median) | "
