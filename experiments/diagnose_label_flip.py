@@ -22,6 +22,7 @@ import argparse
 import copy
 import json
 import statistics
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
@@ -41,6 +42,7 @@ from node.intake.influence import (
 from node.intake.samples import loss_per_class, validation_samples
 
 RESULTS = Path("experiments/reports/robustness/results.jsonl")
+REFUSERS = Path("experiments/reports/robustness/refusers.jsonl")
 
 
 def without_prototypes(base: type, attack: str) -> type:
@@ -141,35 +143,129 @@ def scores_under_attack(cell: robustness.Cell,
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("keys", nargs="+", help="label_flip cell keys of experiments.robustness")
-    parser.add_argument("--scores", action="store_true",
-                        help="the full attack, scored on each receiver's unclaimed classes")
-    parser.add_argument("--head-scores", action="store_true",
-                        help="the full attack, each neighbour's classifier scored on the "
-                             "global prototypes of the classes it does not claim")
-    args = parser.parse_args(argv)
+def refusers_per_round(cell: robustness.Cell) -> dict:
+    """`cell` run with every honest receiver's verdicts counted: per round and peer, how many
+    honest receivers judged its model and how many refused it (at intake or by a screen)."""
+    attackers, screens = cell.attacker_ids, dict(intake.SCREENS)
+    first = next(iter(screens))
+    rounds: Counter = Counter()
+    opened: dict[int, set[int]] = {}
+    judged: defaultdict[int, Counter] = defaultdict(Counter)
+    refused: defaultdict[int, Counter] = defaultdict(Counter)
+
+    def opening(algorithm, model, update):
+        if algorithm.node_id not in attackers:
+            rounds[algorithm.node_id] += 1
+            at_door = {r.peer for r in update.refusals if "model" in r.what}
+            opened[algorithm.node_id] = set(update.peers)
+            judged[rounds[algorithm.node_id]].update(set(update.peers) | at_door)
+            refused[rounds[algorithm.node_id]].update(at_door)
+        return screens[first](algorithm, model, update)
+
+    def closing(algorithm, model, update):
+        if algorithm.node_id not in attackers:
+            refused[rounds[algorithm.node_id]].update(
+                opened.pop(algorithm.node_id) - set(update.peers))
+        return {}
+    intake.SCREENS.update({first: opening, "diagnosis": closing})
+    try:
+        found = robustness.run_cell(cell, str(default_data_dir()))
+    finally:
+        intake.SCREENS.clear()
+        intake.SCREENS.update(screens)
+    return {"key": cell.key, "attackers": list(attackers), "f1": found.get("f1"),
+            **({"crashed": found["crashed"]} if "crashed" in found else {}),
+            "rounds": [{"judged": {str(p): n for p, n in sorted(judged[r].items())},
+                        "refused": {str(p): n for p, n in sorted(refused[r].items())}}
+                       for r in sorted(judged)]}
+
+
+def refusers_line(record: dict) -> str:
+    """One table row of a `refusers_per_round` record: per round, the attacker's refusers
+    of its judges, and the most refusers any honest peer had (which peer)."""
+    attackers = {str(a) for a in record["attackers"]}
+    cells = []
+    for verdicts in record["rounds"]:
+        refused, judged = verdicts["refused"], verdicts["judged"]
+        attacked = ", ".join(f"{refused.get(a, 0)}/{judged.get(a, 0)}" for a in sorted(attackers))
+        honest = [(n, p) for p, n in refused.items() if p not in attackers]
+        most = max(honest, default=(0, None))
+        cells.append(f"{attacked or '-'}; {most[0]}/{judged.get(most[1], 0)}"
+                     + (f" (node {most[1]})" if most[1] is not None else ""))
+    return f"| {record['key']} | " + " | ".join(cells) + " |"
+
+
+def refusers_report(records: list[dict]) -> str:
+    """refusers.md from the `refusers_per_round` records."""
+    rounds = max((len(r["rounds"]) for r in records), default=0)
+    head = " | ".join(f"round {r + 1}" for r in range(rounds))
+    return "\n".join([
+        "# Who refuses whom: the attacker beside the most-refused honest peer",
+        "",
+        ("Produced by `python -m experiments.diagnose_label_flip --refusers KEY [KEY ...]`; "
+        "rebuild with `python -m experiments.diagnose_label_flip --report-only`."),
+        "",
+        ("Per round: the attacker's model refused by how many of the honest receivers that "
+        "judged it (at intake or by a screen); after the semicolon, the honest peer refused "
+        "by the most honest receivers that round, of how many judged it. A rule that "
+        "refuses a peer on other receivers' word must refuse the first and keep the second."),
+        "",
+        f"| cell | {head} |", "|---|" + "---|" * rounds,
+        *(refusers_line(r) for r in records), ""])
+
+
+def parsed_cells(parser: argparse.ArgumentParser, keys: list[str],
+                 any_attack: bool) -> dict[str, robustness.Cell]:
+    """The cells of `keys`; a key that is no cell (or, unless `any_attack`, no label_flip
+    cell) stops the command in one line."""
     cells = {}
-    for key in args.keys:
+    for key in keys:
         try:
             cells[key] = robustness.Cell.parse(key)
         except (ValueError, IndexError):
             parser.error(f"{key}: not a cell key of experiments.robustness "
                          "(split/Nx/topology/rule/attack/sSEED[/noplan])")
-        if cells[key].attack != "label_flip":
+        if not any_attack and cells[key].attack != "label_flip":
             parser.error(f"{key}: not a label_flip cell")
-    if args.scores or args.head_scores:
-        for key, cell in cells.items():
-            found = scores_under_attack(cell, unclaimed_head_scores if args.head_scores
-                                        else unclaimed_held_scores)
-            for who, values in found.items():
-                print(key, who, json.dumps({
-                    "judged": len(values), "median": round(statistics.median(values), 3),
-                    "above 2": sum(v > 2 for v in values),
-                    "95th percentile": round(statistics.quantiles(values, n=20)[-1], 3),
-                    "largest": round(max(values), 3)}))
-        return 0
+    return cells
+
+
+def write_refusers(cells: dict[str, robustness.Cell], out: Path) -> None:
+    """Each cell's `refusers_per_round` appended to `out` (a line per cell, the last line of a
+    key the one the report reads), then refusers.md rebuilt beside it."""
+    for cell in cells.values():
+        record = refusers_per_round(cell)
+        with out.open("a") as lines:
+            lines.write(json.dumps(record) + "\n")
+        print(refusers_line(record), flush=True)
+    write_refusers_report(out)
+
+
+def write_refusers_report(out: Path) -> None:
+    """refusers.md beside `out`, from its records (the last of each key)."""
+    records: dict[str, dict] = {}
+    for line in out.read_text().splitlines():
+        record = json.loads(line)
+        records[record["key"]] = record
+    (out.parent / "refusers.md").write_text(refusers_report(sorted(records.values(),
+                                                                   key=lambda r: r["key"])))
+
+
+def print_scores(cells: dict[str, robustness.Cell], heads: bool) -> None:
+    """--scores and --head-scores: the flipper's scores beside the honest neighbours'."""
+    for key, cell in cells.items():
+        found = scores_under_attack(cell, unclaimed_head_scores if heads
+                                    else unclaimed_held_scores)
+        for who, values in found.items():
+            print(key, who, json.dumps({
+                "judged": len(values), "median": round(statistics.median(values), 3),
+                "above 2": sum(v > 2 for v in values),
+                "95th percentile": round(statistics.quantiles(values, n=20)[-1], 3),
+                "largest": round(max(values), 3)}))
+
+
+def print_stripped(cells: dict[str, robustness.Cell]) -> None:
+    """The flipper without prototype rows beside the committed full attack and withheld run."""
     committed = {}
     for line in RESULTS.read_text().splitlines():
         row = json.loads(line)
@@ -183,6 +279,38 @@ def main(argv: list[str] | None = None) -> int:
             row = committed.get(key.replace("/label_flip/", f"/{attack}/"))
             figures[name] = f"{honest_mean(row, cell.attacker_ids):.4f}" if row else "not run"
         print(key, json.dumps(figures))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("keys", nargs="*", help="cell keys of experiments.robustness "
+                                                "(label_flip ones but with --refusers)")
+    parser.add_argument("--scores", action="store_true",
+                        help="the full attack, scored on each receiver's unclaimed classes")
+    parser.add_argument("--head-scores", action="store_true",
+                        help="the full attack, each neighbour's classifier scored on the "
+                             "global prototypes of the classes it does not claim")
+    parser.add_argument("--refusers", action="store_true",
+                        help="per round, how many honest receivers refused each peer")
+    parser.add_argument("--out", type=Path, default=REFUSERS,
+                        help=f"where --refusers appends its lines (default {REFUSERS})")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild refusers.md from --out, running nothing")
+    args = parser.parse_args(argv)
+    if args.report_only:
+        if not args.out.is_file():
+            parser.error(f"{args.out}: no such file (run --refusers first)")
+        write_refusers_report(args.out)
+        return 0
+    if not args.keys:
+        parser.error("name at least one cell key")
+    cells = parsed_cells(parser, args.keys, any_attack=args.refusers)
+    if args.refusers:
+        write_refusers(cells, args.out)
+    elif args.scores or args.head_scores:
+        print_scores(cells, args.head_scores)
+    else:
+        print_stripped(cells)
     return 0
 
 

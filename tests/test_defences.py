@@ -2,6 +2,7 @@
 history, the reputation rule's arithmetic, and the attack library's crafted models."""
 
 import dataclasses
+import json
 import math
 import types
 
@@ -564,3 +565,23 @@ def test_a_peer_is_witnessed_by_a_quorum_of_the_other_peers_and_by_no_one_else()
     assert witnessed(accusations, [1, 2, 3], 0) == {}
     # a witness left out of the round (refused at the door) has no word
     assert witnessed(accusations, [1, 3], 2) == {}
+
+
+def test_the_refusers_diagnosis_sets_the_attacker_beside_the_most_refused_honest_peer(tmp_path):
+    from experiments.diagnose_label_flip import main, refusers_line
+    record = {"key": "k/1x", "attackers": [0], "f1": [0.1, 0.5, 0.5],
+              "rounds": [{"judged": {"0": 9, "3": 9, "5": 9}, "refused": {"0": 5, "3": 7}},
+                         {"judged": {"0": 9, "3": 9}, "refused": {}}]}
+    # round 1: the attacker 5 of 9, honest node 3 the most refused, 7 of 9; round 2: none
+    assert refusers_line(record) == "| k/1x | 5/9; 7/9 (node 3) | 0/9; 0/0 |"
+    clean = {**record, "key": "k/none", "attackers": []}
+    assert refusers_line(clean) == "| k/none | -; 7/9 (node 3) | -; 0/0 |"
+    out = tmp_path / "refusers.jsonl"
+    out.write_text(json.dumps({**record, "rounds": []}) + "\n" + json.dumps(record) + "\n"
+                   + json.dumps(clean) + "\n")
+    assert main(["--report-only", "--out", str(out)]) == 0
+    table = (tmp_path / "refusers.md").read_text()
+    # the last line of a key is the one read, sorted by key
+    assert table.endswith("| k/1x | 5/9; 7/9 (node 3) | 0/9; 0/0 |\n"
+                          "| k/none | -; 7/9 (node 3) | -; 0/0 |\n")
+    assert "| cell | round 1 | round 2 |" in table
