@@ -189,9 +189,9 @@ def refusers_line(record: dict) -> str:
         refused, judged = verdicts["refused"], verdicts["judged"]
         attacked = ", ".join(f"{refused.get(a, 0)}/{judged.get(a, 0)}" for a in sorted(attackers))
         honest = [(n, p) for p, n in refused.items() if p not in attackers]
-        most = max(honest, default=(0, None))
-        cells.append(f"{attacked or '-'}; {most[0]}/{judged.get(most[1], 0)}"
-                     + (f" (node {most[1]})" if most[1] is not None else ""))
+        count, peer = max(honest, default=(0, None))
+        cells.append(f"{attacked or '-'}; "
+                     + (f"{count}/{judged[peer]} (node {peer})" if peer is not None else "0"))
     return f"| {record['key']} | " + " | ".join(cells) + " |"
 
 
@@ -203,12 +203,13 @@ def refusers_report(records: list[dict]) -> str:
         "# Who refuses whom: the attacker beside the most-refused honest peer",
         "",
         ("Produced by `python -m experiments.diagnose_label_flip --refusers KEY [KEY ...]`; "
-        "rebuild with `python -m experiments.diagnose_label_flip --report-only`."),
+         "rebuild with `python -m experiments.diagnose_label_flip --report-only`."),
         "",
         ("Per round: the attacker's model refused by how many of the honest receivers that "
-        "judged it (at intake or by a screen); after the semicolon, the honest peer refused "
-        "by the most honest receivers that round, of how many judged it. A rule that "
-        "refuses a peer on other receivers' word must refuse the first and keep the second."),
+         "judged it (at intake or by a screen); after the semicolon, the honest peer refused "
+         "by the most honest receivers that round, of how many judged it (0: no honest peer "
+         "refused). A rule that refuses a peer on other receivers' word must refuse the "
+         "first and keep the second."),
         "",
         f"| cell | {head} |", "|---|" + "---|" * rounds,
         *(refusers_line(r) for r in records), ""])

@@ -573,15 +573,15 @@ def test_the_refusers_diagnosis_sets_the_attacker_beside_the_most_refused_honest
               "rounds": [{"judged": {"0": 9, "3": 9, "5": 9}, "refused": {"0": 5, "3": 7}},
                          {"judged": {"0": 9, "3": 9}, "refused": {}}]}
     # round 1: the attacker 5 of 9, honest node 3 the most refused, 7 of 9; round 2: none
-    assert refusers_line(record) == "| k/1x | 5/9; 7/9 (node 3) | 0/9; 0/0 |"
+    assert refusers_line(record) == "| k/1x | 5/9; 7/9 (node 3) | 0/9; 0 |"
     clean = {**record, "key": "k/none", "attackers": []}
-    assert refusers_line(clean) == "| k/none | -; 7/9 (node 3) | -; 0/0 |"
+    assert refusers_line(clean) == "| k/none | -; 7/9 (node 3) | -; 0 |"
     out = tmp_path / "refusers.jsonl"
     out.write_text(json.dumps({**record, "rounds": []}) + "\n" + json.dumps(record) + "\n"
                    + json.dumps(clean) + "\n")
     assert main(["--report-only", "--out", str(out)]) == 0
     table = (tmp_path / "refusers.md").read_text()
     # the last line of a key is the one read, sorted by key
-    assert table.endswith("| k/1x | 5/9; 7/9 (node 3) | 0/9; 0/0 |\n"
-                          "| k/none | -; 7/9 (node 3) | -; 0/0 |\n")
+    assert table.endswith("| k/1x | 5/9; 7/9 (node 3) | 0/9; 0 |\n"
+                          "| k/none | -; 7/9 (node 3) | -; 0 |\n")
     assert "| cell | round 1 | round 2 |" in table
