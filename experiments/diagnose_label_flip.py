@@ -242,14 +242,18 @@ def write_refusers(cells: dict[str, robustness.Cell], out: Path) -> None:
     write_refusers_report(out)
 
 
-def write_refusers_report(out: Path) -> None:
-    """refusers.md beside `out`, from its records (the last of each key)."""
+def refusers_records(path: Path) -> list[dict]:
+    """The `refusers_per_round` records of `path`, the last of each key, sorted by key."""
     records: dict[str, dict] = {}
-    for line in out.read_text().splitlines():
+    for line in path.read_text().splitlines():
         record = json.loads(line)
         records[record["key"]] = record
-    (out.parent / "refusers.md").write_text(refusers_report(sorted(records.values(),
-                                                                   key=lambda r: r["key"])))
+    return sorted(records.values(), key=lambda r: r["key"])
+
+
+def write_refusers_report(out: Path) -> None:
+    """refusers.md beside `out`, from its records."""
+    (out.parent / "refusers.md").write_text(refusers_report(refusers_records(out)))
 
 
 def print_scores(cells: dict[str, robustness.Cell], heads: bool) -> None:

@@ -585,3 +585,9 @@ def test_the_refusers_diagnosis_sets_the_attacker_beside_the_most_refused_honest
     assert table.endswith("| k/1x | 5/9; 7/9 (node 3) | 0/9; 0 |\n"
                           "| k/none | -; 7/9 (node 3) | -; 0 |\n")
     assert "| cell | round 1 | round 2 |" in table
+
+
+def test_the_committed_refusers_table_is_rebuilt_from_its_committed_records():
+    from experiments.diagnose_label_flip import REFUSERS, refusers_records, refusers_report
+    assert (REFUSERS.parent / "refusers.md").read_text() == refusers_report(
+        refusers_records(REFUSERS))
