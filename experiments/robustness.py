@@ -78,7 +78,8 @@ TOPOLOGIES = {"ring": {"kind": "ring"}, "6-regular": {"kind": "k_regular", "k": 
 # how many in-neighbours a node judges a round: more than any cell here has).
 OFF = {"validation": 0.0, "distance": 0.0, "distance_refuse": 1.0, "influence": 0.0,
        "prototype_validation": False, "unjudged": "keep", "claim_cap": 2.0, "norm_floor": 0.0,
-       "held_influence": 0.0, "held_floor": 0.4, "held_mates": False, "judged_per_round": 20}
+       "held_influence": 0.0, "held_floor": 0.4, "held_mates": False, "held_mix": "model",
+       "screen_budget": "each", "witnesses": 0, "witness_memory": 0.5, "judged_per_round": 20}
 DEFENCES = {**{rule: {**OFF, "rule": rule} for rule in AGGREGATION_RULES},
             "validated": {**OFF, "rule": "mean", "validation": 0.5},
             "validated_clipped": {**OFF, "rule": "clipped_mean", "validation": 0.5},
@@ -434,12 +435,41 @@ def replacement_verdict(default: dict[str, Any], other: dict[str, Any],
     return "**yes**"
 
 
-def _replacement_summary(results: dict, cells: list[Cell], default: str,
-                         costs: dict[str, float]) -> list[str]:
+def _replacement_pairs(results: dict, cells: list[Cell], default: str
+                       ) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per other rule sharing a group with the default, both rules' verdicts over the
+    groups both have measured."""
     rules = sorted({c.rule for c in cells} - {default})
     pairs = {rule: shared_verdicts(results, cells, (default, rule)) for rule in rules}
-    pairs = {rule: found for rule, found in pairs.items()
-             if len(found) == 2 and found[rule]["groups"]}
+    return {rule: found for rule, found in pairs.items()
+            if len(found) == 2 and found[rule]["groups"]}
+
+
+def replacement(results: dict, cells: list[Cell], default: str, costs: dict[str, float]
+                ) -> str | None:
+    """The rule that replaces the default by replacement_verdict (the smallest worst loss
+    among those that would), or None."""
+    pairs = _replacement_pairs(results, cells, default)
+    replacing = [rule for rule, found in pairs.items()
+                 if replacement_verdict(found[default], found[rule], costs.get(rule))
+                 == "**yes**"]
+    return min(replacing, key=lambda rule: (worst_loss(pairs[rule][rule]), rule),
+               default=None)
+
+
+def default_chain(results: dict, cells: list[Cell], costs: dict[str, float]) -> list[str]:
+    """The rule chosen among the candidates, then each rule that replaced the one before
+    it; the last is today's default (node.settings.AggregationConfig)."""
+    chain = [chosen] if (chosen := chosen_default(shared_verdicts(results, cells))) else []
+    while chain and (after := replacement(results, cells, chain[-1], costs)) not in (
+            None, *chain):
+        chain.append(after)
+    return chain
+
+
+def _replacement_summary(results: dict, cells: list[Cell], default: str,
+                         costs: dict[str, float]) -> list[str]:
+    pairs = _replacement_pairs(results, cells, default)
     if not pairs:
         return []
     lines = [f"## Would another rule replace `{default}`?", "",
@@ -648,7 +678,7 @@ def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> 
              "refused beyond 3: aggregation.distance 2, distance_refuse 1.5), `guarded` "
              "(`clipped2` with prototype validation and the influence screen at 1.5) and "
              "`guarded_wide` (`guarded` refusing beyond 10 times the median: distance_refuse "
-             "5; today's default) and `held` (`guarded_wide` holding out of the round a model "
+             "5; the default chosen among the candidates) and `held` (`guarded_wide` holding out of the round a model "
              "no screen can judge: aggregation.unjudged = \"hold\") and `capped` "
              "(`guarded_wide` weighing no claim above the median claim: "
              "aggregation.claim_cap = 1) and `floored` (`guarded_wide` leaving out each "
@@ -688,13 +718,16 @@ def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> 
              "seeds; then how many updates (or prototype rows) of honest peers the honest "
              "nodes refused, summed over seeds.")
     lines = ["# Robustness: attackers among ten ProFe nodes", "", produced, "", setup, ""]
-    found = shared_verdicts(results, cells)
-    lines += _candidates_summary(found)
-    default = chosen_default(found)
-    if default is not None:
-        lines += _replacement_summary(results, cells, default,
-                                      cpu_against_mean(cost_runs or []))
-    lines += _colluders_summary(results, cells, default)
+    lines += _candidates_summary(shared_verdicts(results, cells))
+    costs = cpu_against_mean(cost_runs or [])
+    chain = default_chain(results, cells, costs)
+    for default in chain:
+        lines += _replacement_summary(results, cells, default, costs)
+    if len(chain) > 1:
+        lines += [f"Today's default: **{chain[-1]}** (" + ", then ".join(
+            f"`{rule}`" for rule in chain) + ", each replacing the one before by the rule "
+            "above; node.settings' defaults are its settings, tested).", ""]
+    lines += _colluders_summary(results, cells, chain[-1] if chain else None)
     lines += _summary(results, cells)
     sections = {(c.split, c.attackers, c.near, c.plan) for c in cells if c.attack != "none"}
     for split, attackers, near, plan in sorted(

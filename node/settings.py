@@ -247,14 +247,14 @@ class AggregationConfig:
     one class this node can measure (its own samples; the classifier on the global prototype
     of a class it lacks) at most this many nats beyond the class's median in-neighbour's;
     else it is refused with its prototypes that round (0: never); in [0, 100]."""
-    held_influence: float = 0.0
+    held_influence: float = 3.0
     """A peer's model averaged with this node's own (at their weights) may raise the loss on
     this node's samples of one class it holds beyond the class's median in-neighbour's by at
     most the in-neighbours' spread (their median score plus 8 median absolute deviations,
     never below held_floor; with fewer than four in-neighbours, no spread) and never by more
     than this many nats; else it is refused with its prototypes that round (0: never); in
     [0, 100]."""
-    held_floor: float = 0.4
+    held_floor: float = 1.0
     """The least bar of held_influence, in nats, however alike the in-neighbours' scores.
     On ProFe's paper cell an honest holder of a class confusable with one of this node's
     scores about 0.5 once the federation agrees: a floor of 1 keeps it; in [0, 100]."""
@@ -263,7 +263,7 @@ class AggregationConfig:
     of it: one forward pass per in-neighbour) or "head" (its classifier alone, on this
     node's own embeddings of the samples: one forward pass however many in-neighbours; a
     model without a `classifier` is mixed whole)."""
-    screen_budget: str = "each"
+    screen_budget: str = "shared"
     """How validation and the held_influence screen (mixing whole models) share the forward
     passes a round may spend on judging in-neighbours (256 samples a peer, 2,304 in all):
     "each" spends that budget on each of them, "shared" splits it between the two (each

@@ -81,7 +81,7 @@ def test_wrong_types_are_named(tmp_path, text, key):
     ("[aggregation]\nvalidation = -1", "aggregation.validation"),
     ("[aggregation]\njudged_per_round = -1", "aggregation.judged_per_round"),
     ("[aggregation]\njudged_per_round = 2.5", "aggregation.judged_per_round"),
-    ("[aggregation]\nheld_mates = true", "aggregation.held_mates"),
+    ("[aggregation]\nheld_influence = 0\nheld_mates = true", "aggregation.held_mates"),
     ("[aggregation]\nheld_floor = -0.5", "aggregation.held_floor"),
     ("[aggregation]\nheld_floor = 101", "aggregation.held_floor"),
     ("[aggregation]\nheld_mix = \"body\"", "aggregation.held_mix"),

@@ -522,6 +522,21 @@ def test_the_committed_robustness_report_is_what_its_results_regenerate(tmp_path
                        data="results.jsonl", more_data=("defence-cost.json",))
 
 
+def test_the_nodes_default_defence_is_the_one_the_robustness_report_chooses():
+    # the report's rule picks the default; node.settings must hold exactly its settings
+    from experiments import robustness
+    from node.settings import AggregationConfig
+    folder = REPO / "experiments" / "reports" / "robustness"
+    results = robustness.read_results(folder / "results.jsonl")
+    costs = json.loads((folder / "defence-cost.json").read_text())
+    cells = [robustness.Cell.parse(key) for key in results]
+    chain = robustness.default_chain(results, cells, robustness.cpu_against_mean(costs))
+    assert chain == ["guarded_wide", "guarded_own3_shared"]
+    defaults = AggregationConfig()
+    assert {key: getattr(defaults, key) for key in robustness.DEFENCES[chain[-1]]} == \
+        robustness.DEFENCES[chain[-1]]
+
+
 def test_the_committed_prototype_bounds_report_is_what_its_results_regenerate(tmp_path):
     from experiments import prototype_bounds
     assert_regenerated(prototype_bounds, "prototype-bounds", ("prototype-bounds.md",),
