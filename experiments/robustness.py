@@ -513,6 +513,46 @@ def _where(split: str, topology: str, plan: bool, attack: str = "", near: bool =
             + (f", {NEAR_NODES}" if near else "") + ("" if plan else ", no plan"))
 
 
+def default_groups(results: dict, cells: list[Cell], rule: str
+                   ) -> dict[tuple[str, str, bool], dict[str, float]]:
+    """Per (split, graph, plan) at ten nodes with one attacker, `rule`'s mean gap to the
+    withheld run per attack and its mean clean cost ("none"), each a mean over seeds."""
+    groups: dict[tuple[str, str, bool], dict[str, list[float]]] = {}
+    for c in cells:
+        if c.rule != rule or c.attackers != 1 or c.split == "paper" or c.attack == "withheld":
+            continue
+        value = clean_cost(results, c) if c.attack == "none" else gap(results, c)
+        if value is not None:
+            key = (c.split, c.topology, c.plan)
+            groups.setdefault(key, {}).setdefault(c.attack, []).append(value)
+    return {key: {attack: statistics.fmean(values) for attack, values in found.items()}
+            for key, found in groups.items()}
+
+
+def _default_summary(results: dict, cells: list[Cell], default: str) -> list[str]:
+    found = default_groups(results, cells, default)
+    if not found:
+        return []
+    lines = [f"## Today's default, `{default}`, group by group", "",
+             ("One attacker, ten nodes, means over seeds: per split, graph and plan, how "
+              "many attacks were measured, the worst gap to the withheld run, every attack "
+              f"beyond {TARGET_GAP * 100:g} points, and the clean cost against `mean`."), "",
+             ("| split | graph | plan | attacks | worst gap (points) | beyond the target "
+              "| clean cost (points) |"), "|---|---|---|---|---|---|---|"]
+    for split, topology, plan in sorted(found, key=lambda k: (
+            list(SPLITS).index(k[0]), list(TOPOLOGIES).index(k[1]), not k[2])):
+        gaps = {a: v for a, v in found[(split, topology, plan)].items() if a != "none"}
+        cost = found[(split, topology, plan)].get("none")
+        worst = min(gaps, key=lambda a: (gaps[a], a)) if gaps else None
+        beyond = ", ".join(f"{a} {gaps[a] * 100:+.1f}" for a in sorted(
+            gaps, key=lambda a: (gaps[a], a)) if gaps[a] < -TARGET_GAP) or "none"
+        lines.append(f"| {split} | {topology} | {'yes' if plan else 'no'} | {len(gaps)} | "
+                     + ("-" if worst is None else f"{gaps[worst] * 100 + 0.0:+.1f} ({worst})")
+                     + f" | {beyond} | "
+                     + ("-" if cost is None else f"{cost * 100 + 0.0:+.1f}") + " |")
+    return [*lines, ""]
+
+
 def _colluders_summary(results: dict, cells: list[Cell], default: str | None) -> list[str]:
     found = colluder_gaps(results, cells)
     if not found:
@@ -727,6 +767,8 @@ def render(results: dict, command: str, cost_runs: list[dict] | None = None) -> 
         lines += [f"Today's default: **{chain[-1]}** (" + ", then ".join(
             f"`{rule}`" for rule in chain) + ", each replacing the one before by the rule "
             "above; node.settings' defaults are its settings, tested).", ""]
+    if chain:
+        lines += _default_summary(results, cells, chain[-1])
     lines += _colluders_summary(results, cells, chain[-1] if chain else None)
     lines += _summary(results, cells)
     sections = {(c.split, c.attackers, c.near, c.plan) for c in cells if c.attack != "none"}

@@ -569,6 +569,10 @@ def test_robustness_measures_each_rule_against_its_withheld_run_and_mean_clean()
     table = robustness.render(results, "cmd")
     assert "a node crashed (1 of 1 seeds)" in table
     assert "Chosen: **reputation**; it meets both targets" in table
+    # group by group: the gap per attack and the clean cost, means over seeds
+    groups = robustness.default_groups(results, [robustness.Cell.parse(k) for k in results],
+                                       "mean")
+    assert groups == {("dirichlet", "ring", True): {"none": 0.0, "sign_flip": pytest.approx(-0.3)}}
 
 
 def test_a_paper_cell_is_profes_paper_setting_with_its_attacker_among_the_class_mates():
