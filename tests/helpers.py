@@ -27,13 +27,14 @@ CPU = torch.device("cpu")
 # --- tiny synthetic nodes (no dataset) ----------------------------------------------------
 
 
-def tiny_config(norm_bound=3.0, validation=0.5, **train):
+def tiny_config(norm_bound=3.0, validation=0.5, held_influence=3.0, **train):
     """Two nodes, a tiny CNN (channels 2, 4; embedding 4) for 1x8x8 images; norm_bound=0,
-    validation=0: the aggregation arithmetic without its defences."""
+    validation=0, held_influence=0: the aggregation arithmetic without its defences."""
     return from_dict({"nodes": 2, "seed": 1,
                       "model": {"teacher": "cnn", "teacher_channels": [2, 4], "embedding_dim": 4},
                       "train": {"batch_size": 8, **train},
-                      "aggregation": {"norm_bound": norm_bound, "validation": validation}})
+                      "aggregation": {"norm_bound": norm_bound, "validation": validation,
+                                      "held_influence": held_influence}})
 
 
 def tiny_data(samples=20, classes=3, *, labelled=None, seed=0, test=6):

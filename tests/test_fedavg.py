@@ -67,7 +67,7 @@ def shifted(tensors, by):
 
 def test_aggregate_is_the_sample_weighted_average():
     # the mean's arithmetic on hand-shifted weights: no norm bound (test_poison)
-    algorithm = create("fedavg", tiny_config(norm_bound=0, validation=0), tiny_data(), CPU, 0)
+    algorithm = create("fedavg", tiny_config(norm_bound=0, validation=0, held_influence=0), tiny_data(), CPU, 0)
     own = algorithm.payload()
     mine = snapshot(own["model"].tensors)
     peer = Payload(shifted(mine, 4.0), {"samples": 60})
@@ -80,7 +80,7 @@ def test_aggregate_is_the_sample_weighted_average():
 
 def test_malformed_peers_are_rejected_and_the_rest_averaged():
     # the mean's arithmetic on hand-shifted weights: no norm bound (test_poison)
-    algorithm = create("fedavg", tiny_config(norm_bound=0, validation=0), tiny_data(), CPU, 0)
+    algorithm = create("fedavg", tiny_config(norm_bound=0, validation=0, held_influence=0), tiny_data(), CPU, 0)
     own = algorithm.payload()
     mine = snapshot(own["model"].tensors)
     first = next(iter(mine))

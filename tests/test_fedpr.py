@@ -116,7 +116,7 @@ EXPECTED = torch.tensor([[2.5, 2.5, 2.5, 2.5], [0.0, 2.0, 0.0, 2.0], [1.0, 0.0, 
 def test_aggregate_averages_models_by_samples_and_prototypes_by_nodes():
     data = tiny_data()
     # the mean's arithmetic on hand-shifted weights: no norm bound (test_poison)
-    algorithm = create("fedpr", tiny_config(norm_bound=0, validation=0), data, CPU, 0)
+    algorithm = create("fedpr", tiny_config(norm_bound=0, validation=0, held_influence=0), data, CPU, 0)
     own, mine, peer = hand_updates(algorithm)
     assert algorithm.aggregate(own, {1: peer}) == []
     # (20 * w + 60 * (w + 4)) / 80 = w + 3
@@ -131,7 +131,7 @@ def test_aggregate_averages_models_by_samples_and_prototypes_by_nodes():
 
 def test_a_peer_with_a_bad_model_or_bad_prototypes_is_left_out_entirely():
     # the mean's arithmetic on hand-shifted weights: no norm bound (test_poison)
-    algorithm = create("fedpr", tiny_config(norm_bound=0, validation=0), tiny_data(), CPU, 0)
+    algorithm = create("fedpr", tiny_config(norm_bound=0, validation=0, held_influence=0), tiny_data(), CPU, 0)
     own, mine, good = hand_updates(algorithm)
     first = next(iter(mine))
     bad_model = {"model": Payload({**mine, first: torch.zeros(2)}, {"samples": 9}),

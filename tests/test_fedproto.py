@@ -85,7 +85,7 @@ def test_nothing_is_sent_before_training():
 
 def test_aggregate_gives_count_weighted_global_prototypes():
     data = tiny_data()  # the arithmetic on hand prototypes: no norm bound (test_poison)
-    algorithm = create("fedproto", tiny_config(norm_bound=0, validation=0), data, CPU, 0)
+    algorithm = create("fedproto", tiny_config(norm_bound=0, validation=0, held_influence=0), data, CPU, 0)
     assert torch.equal(algorithm.predict(data.global_x),
                        algorithm.model(data.global_x)[0].argmax(dim=1))  # no prototype yet
     own, peer = hand_prototypes()
@@ -104,7 +104,7 @@ def test_a_hub_serves_the_global_prototypes_with_their_counts_and_a_client_adopt
     """A hub (no data: no class of its own) aggregating two clients sends their count-weighted
     means with the counts summed, not its empty local prototypes; a client whose own
     prototypes weigh nothing (runtime: weightless) takes them as its global ones."""
-    config = tiny_config(norm_bound=0, validation=0)
+    config = tiny_config(norm_bound=0, validation=0, held_influence=0)
     hub = create("fedproto", config, tiny_data(samples=0), CPU, 0)
     assert hub.served_payload()["prototypes"].tensors["classes"].numel() == 0
     first, second = hand_prototypes()
@@ -126,7 +126,7 @@ def test_a_hub_serves_the_global_prototypes_with_their_counts_and_a_client_adopt
 
 
 def test_malformed_prototypes_are_rejected():
-    algorithm = create("fedproto", tiny_config(norm_bound=0, validation=0), tiny_data(), CPU, 0)
+    algorithm = create("fedproto", tiny_config(norm_bound=0, validation=0, held_influence=0), tiny_data(), CPU, 0)
     own, good = hand_prototypes()
     t = good.tensors
     received = {
