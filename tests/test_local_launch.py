@@ -80,7 +80,8 @@ def test_capacity_counts_the_decoded_models_the_screens_keep_within_the_intakes_
     assert capacity.kept_models(wide, footprint, 99) == 0
     # no screen: every in-neighbour is taken, 12 of them fit (6 MiB)
     unscreened = from_dict({"nodes": 100, "aggregation": {
-        "validation": 0, "distance": 0, "influence": 0, "prototype_validation": False}})
+        "validation": 0, "distance": 0, "influence": 0, "held_influence": 0,
+        "prototype_validation": False}})
     assert capacity.kept_models(unscreened, footprint, 12) == 6 * MiB
     assert capacity.kept_models(unscreened, footprint, 40) == 0
 
