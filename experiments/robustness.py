@@ -358,12 +358,10 @@ def chosen_default(found: dict[str, dict[str, Any]]) -> str | None:
     return min(sound, key=lambda rule: worst_loss(found[rule]), default=None)
 
 
-def shared_verdicts(results: dict, cells: list[Cell], candidates: Sequence[str] = CANDIDATES
-                    ) -> dict[str, dict[str, Any]]:
-    """Per candidate rule, its worst mean gap to withheld (one attacker) and its worst mean
-    clean cost, over the groups (split, topology, attack, plan; means over seeds) that
-    every candidate has measured: like against like."""
-    rules = [rule for rule in candidates if any(c.rule == rule for c in cells)]
+def one_attacker_values(results: dict, cells: list[Cell], rules: Sequence[str]
+                        ) -> dict[str, dict[tuple, list[float]]]:
+    """Per rule, its one-attacker values by group: ("gap", split, topology, plan, attack)
+    the gaps to the withheld run, ("cost", split, topology, plan, "") the clean costs."""
     groups: dict[str, dict[tuple, list[float]]] = {rule: {} for rule in rules}
     for c in cells:
         if c.rule not in groups or c.attackers != 1 or c.attack == "withheld":
@@ -374,6 +372,16 @@ def shared_verdicts(results: dict, cells: list[Cell], candidates: Sequence[str] 
             value, key = gap(results, c), ("gap", c.split, c.topology, c.plan, c.attack)
         if value is not None:
             groups[c.rule].setdefault(key, []).append(value)
+    return groups
+
+
+def shared_verdicts(results: dict, cells: list[Cell], candidates: Sequence[str] = CANDIDATES
+                    ) -> dict[str, dict[str, Any]]:
+    """Per candidate rule, its worst mean gap to withheld (one attacker) and its worst mean
+    clean cost, over the groups (split, topology, attack, plan; means over seeds) that
+    every candidate has measured: like against like."""
+    rules = [rule for rule in candidates if any(c.rule == rule for c in cells)]
+    groups = one_attacker_values(results, cells, rules)
     shared = set.intersection(*(set(g) for g in groups.values())) if groups else set()
     out = {}
     for rule in rules:
@@ -517,16 +525,13 @@ def default_groups(results: dict, cells: list[Cell], rule: str
                    ) -> dict[tuple[str, str, bool], dict[str, float]]:
     """Per (split, graph, plan) at ten nodes with one attacker, `rule`'s mean gap to the
     withheld run per attack and its mean clean cost ("none"), each a mean over seeds."""
-    groups: dict[tuple[str, str, bool], dict[str, list[float]]] = {}
-    for c in cells:
-        if c.rule != rule or c.attackers != 1 or c.split == "paper" or c.attack == "withheld":
-            continue
-        value = clean_cost(results, c) if c.attack == "none" else gap(results, c)
-        if value is not None:
-            key = (c.split, c.topology, c.plan)
-            groups.setdefault(key, {}).setdefault(c.attack, []).append(value)
-    return {key: {attack: statistics.fmean(values) for attack, values in found.items()}
-            for key, found in groups.items()}
+    groups: dict[tuple[str, str, bool], dict[str, float]] = {}
+    for (kind, split, topology, plan, attack), values in one_attacker_values(
+            results, cells, [rule])[rule].items():
+        if split != "paper":
+            groups.setdefault((split, topology, plan), {})[
+                attack if kind == "gap" else "none"] = statistics.fmean(values)
+    return groups
 
 
 def _default_summary(results: dict, cells: list[Cell], default: str) -> list[str]:
